@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Fuzzes each target for a number of seconds (default 60), starting from the committed
+# seed corpus. Installs cargo-fuzz if it is missing. Usage: fuzz/run.sh [SECONDS] [TARGET...]
+set -euo pipefail
+cd "$(dirname "$0")"
+seconds="${1:-60}"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(decode_stream validate)
+
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  echo "installing cargo-fuzz" >&2
+  cargo install cargo-fuzz --locked
+fi
+
+for target in "${targets[@]}"; do
+  # Findings and the grown corpus go to a scratch folder; the committed seeds stay as they are.
+  work="corpus-work/$target"
+  mkdir -p "$work" "artifacts/$target"
+  echo "== fuzzing $target for ${seconds}s" >&2
+  cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- \
+    -max_total_time="$seconds" -print_final_stats=1 \
+    -artifact_prefix="artifacts/$target/"
+done

@@ -1,0 +1,280 @@
+//! The incremental frame decoder.
+
+use std::io::{self, Read};
+
+use bytes::{Bytes, BytesMut};
+use rkyv::rancor;
+
+use crate::error::WireError;
+use crate::header::{frame_crc, FrameHeader, CRC_COVERED, FRAME_ALIGN, HEADER_LEN};
+use crate::kind::MessageKind;
+use crate::message::ArchivedEnvelope;
+
+/// Smallest and largest number of bytes asked of a reader in one [`FrameDecoder::read_from`].
+const MIN_READ: usize = 4 * 1024;
+const MAX_READ: usize = 256 * 1024;
+
+/// One whole frame, its payload a view of the decoder's receive buffer.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    header: FrameHeader,
+    payload: Bytes,
+}
+
+impl Frame {
+    /// The checked header.
+    pub fn header(&self) -> &FrameHeader {
+        &self.header
+    }
+
+    /// The message kind the header announces.
+    pub fn kind(&self) -> MessageKind {
+        self.header.kind
+    }
+
+    /// The payload bytes (the archived envelope), without padding.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// Validates the payload (bytecheck) and returns the archived envelope, read in place.
+    ///
+    /// Fails if the bytes are not a valid archive or if the archived message's kind is
+    /// not the one the header announced.
+    pub fn envelope(&self) -> Result<&ArchivedEnvelope, WireError> {
+        validate_envelope(self.header.kind, &self.payload)
+    }
+
+    /// A `Bytes` view of `part`, which must lie inside this frame's payload (for example an
+    /// archived blob such as a task's serialized form). No bytes are copied.
+    ///
+    /// # Panics
+    ///
+    /// If `part` is not inside the payload; parts borrowed from [`Frame::envelope`] are.
+    pub fn bytes_of(&self, part: &[u8]) -> Bytes {
+        if part.is_empty() {
+            return Bytes::new();
+        }
+        self.payload.slice_ref(part)
+    }
+}
+
+/// Validates `payload` as an archived envelope whose message is of kind `kind`.
+///
+/// This is the check every untrusted payload goes through; the fuzz target
+/// `validate` drives it directly.
+pub fn validate_envelope(
+    kind: MessageKind,
+    payload: &[u8],
+) -> Result<&ArchivedEnvelope, WireError> {
+    let envelope = rkyv::access::<ArchivedEnvelope, rancor::Error>(payload).map_err(|error| {
+        WireError::InvalidPayload {
+            kind: kind.name(),
+            reason: error.to_string(),
+        }
+    })?;
+    let found = envelope.message.kind();
+    if found != kind {
+        return Err(WireError::KindMismatch {
+            header: kind.name(),
+            payload: found.name(),
+        });
+    }
+    Ok(envelope)
+}
+
+/// Counters of a decoder's work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecoderStats {
+    /// Whole frames yielded.
+    pub frames: u64,
+    /// Bytes taken in.
+    pub bytes: u64,
+    /// Payloads that were not at an aligned address and were copied to one. Frames are
+    /// padded so that this stays zero with any allocator that aligns to 16 bytes.
+    pub realigned: u64,
+}
+
+/// Turns a byte stream, arriving in any chunking, into whole checked [`Frame`]s.
+///
+/// The payload size announced in a header is checked against the limit as soon as the
+/// header is in, before any of the payload is buffered. After any error the decoder is
+/// closed: it takes no more bytes and yields no more frames.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use flint_wire::{Encoder, FrameDecoder, Message, Route};
+///
+/// let mut out = BytesMut::new();
+/// let route = Route::Reply { request_id: 7 };
+/// Encoder::new(1024).encode(&route, &Message::Ack { ok: true }, &mut out).unwrap();
+///
+/// let mut decoder = FrameDecoder::new(1024);
+/// for byte in out.iter() {
+///     decoder.feed(std::slice::from_ref(byte)).unwrap();
+/// }
+/// let frame = decoder.next_frame().unwrap().expect("one whole frame");
+/// assert!(decoder.next_frame().unwrap().is_none());
+/// # let _ = frame;
+/// ```
+#[derive(Debug)]
+pub struct FrameDecoder {
+    buf: BytesMut,
+    max_payload: usize,
+    pending: Option<FrameHeader>,
+    failure: Option<WireError>,
+    read_size: usize,
+    stats: DecoderStats,
+}
+
+impl FrameDecoder {
+    /// A decoder that refuses payloads above `max_payload` bytes (`rpc.message.maxSize`).
+    pub fn new(max_payload: usize) -> Self {
+        FrameDecoder {
+            buf: BytesMut::new(),
+            max_payload,
+            pending: None,
+            failure: None,
+            read_size: MIN_READ,
+            stats: DecoderStats::default(),
+        }
+    }
+
+    /// The payload limit in bytes.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// Counters of the work done so far.
+    pub fn stats(&self) -> DecoderStats {
+        self.stats
+    }
+
+    /// Bytes received but not yet yielded as frames.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The error that closed this decoder, if one did.
+    pub fn failure(&self) -> Option<&WireError> {
+        self.failure.as_ref()
+    }
+
+    fn closed(&self) -> Result<(), WireError> {
+        match &self.failure {
+            Some(error) => Err(WireError::Closed(Box::new(error.clone()))),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, error: WireError) -> WireError {
+        self.buf = BytesMut::new();
+        self.pending = None;
+        self.failure = Some(error.clone());
+        error
+    }
+
+    /// Takes in bytes (copying them into the receive buffer).
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), WireError> {
+        self.closed()?;
+        self.buf.extend_from_slice(bytes);
+        self.stats.bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Reads once from `reader` straight into the receive buffer and returns how many
+    /// bytes came (0 at end of stream). The size of a read adapts: it doubles while reads
+    /// fill it and falls back when they do not, between 4 KiB and 256 KiB.
+    ///
+    /// A closed decoder reads nothing and returns an `InvalidData` error.
+    pub fn read_from<R: Read + ?Sized>(&mut self, reader: &mut R) -> io::Result<usize> {
+        self.closed()
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+        let want = match self.pending {
+            // Take the rest of a large pending frame in as few reads as allowed.
+            Some(header) => self
+                .read_size
+                .max((header.frame_len() - self.buf.len()).min(MAX_READ)),
+            None => self.read_size,
+        };
+        let start = self.buf.len();
+        self.buf.resize(start + want, 0);
+        let result = reader.read(&mut self.buf[start..]);
+        let got = *result.as_ref().unwrap_or(&0);
+        self.buf.truncate(start + got);
+        self.stats.bytes += got as u64;
+        self.read_size = if got == want {
+            (want * 2).min(MAX_READ)
+        } else {
+            (self.read_size / 2).max(MIN_READ)
+        };
+        result
+    }
+
+    /// Signals the end of the stream: an error if it ended inside a frame.
+    pub fn finish(&mut self) -> Result<(), WireError> {
+        self.closed()?;
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            let buffered = self.buf.len();
+            Err(self.fail(WireError::Truncated { buffered }))
+        }
+    }
+
+    /// The next whole frame, `None` if more bytes are needed, or the error that closed the
+    /// decoder.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, WireError> {
+        self.closed()?;
+        let header = match self.pending {
+            Some(header) => header,
+            None => {
+                let Some(prefix) = self.buf.first_chunk::<HEADER_LEN>() else {
+                    return Ok(None);
+                };
+                let header = match FrameHeader::parse(prefix, self.max_payload) {
+                    Ok(header) => header,
+                    Err(error) => return Err(self.fail(error)),
+                };
+                let frame_len = header.frame_len();
+                if self.buf.capacity() < frame_len {
+                    self.buf.reserve(frame_len - self.buf.len());
+                }
+                self.pending = Some(header);
+                header
+            }
+        };
+        let frame_len = header.frame_len();
+        if self.buf.len() < frame_len {
+            return Ok(None);
+        }
+        self.pending = None;
+        let frame = self.buf.split_to(frame_len).freeze();
+        let payload_end = HEADER_LEN + header.payload_len as usize;
+        if frame[payload_end..].iter().any(|&byte| byte != 0) {
+            return Err(self.fail(WireError::BadPadding(header.kind.name())));
+        }
+        let computed = frame_crc(&frame[..CRC_COVERED], &frame[HEADER_LEN..payload_end]);
+        if computed != header.crc {
+            return Err(self.fail(WireError::ChecksumMismatch {
+                expected: header.crc,
+                computed,
+            }));
+        }
+        let mut payload = frame.slice(HEADER_LEN..payload_end);
+        if payload.as_ptr() as usize % FRAME_ALIGN != 0 {
+            payload = realign(&payload);
+            self.stats.realigned += 1;
+        }
+        self.stats.frames += 1;
+        Ok(Some(Frame { header, payload }))
+    }
+}
+
+/// Copies a payload to a [`FRAME_ALIGN`]-aligned allocation. Only reached when the
+/// allocator hands out buffers at addresses that are not multiples of 16.
+fn realign(payload: &[u8]) -> Bytes {
+    let mut aligned = rkyv::util::AlignedVec::<FRAME_ALIGN>::with_capacity(payload.len());
+    aligned.extend_from_slice(payload);
+    Bytes::from_owner(aligned)
+}

@@ -1,0 +1,100 @@
+//! The errors of the wire layer.
+
+use crate::header::MAGIC;
+
+/// The configuration key that bounds a frame's payload, named in size errors.
+pub const MAX_SIZE_KEY: &str = "rpc.message.maxSize";
+
+/// Everything that can go wrong while framing, encoding or validating a message.
+///
+/// A decoder that returns any of these (other than on `encode`) has stopped: it accepts
+/// no further bytes, so nothing a misbehaving peer sends after the fault is processed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The first four bytes of a frame were not `FLNT`.
+    #[error(
+        "bad frame magic: expected {:02x?} (\"FLNT\"), got {found:02x?}",
+        MAGIC
+    )]
+    BadMagic {
+        /// The four bytes that arrived instead.
+        found: [u8; 4],
+    },
+    /// The peer speaks another version of the protocol.
+    #[error(
+        "protocol version mismatch: this peer speaks flint wire protocol version {ours}, \
+         the remote sent version {theirs}"
+    )]
+    VersionMismatch {
+        /// The version this build speaks.
+        ours: u8,
+        /// The version in the peer's frame.
+        theirs: u8,
+    },
+    /// The header names a message kind this version does not define.
+    #[error("unknown message kind {0} in frame header")]
+    UnknownKind(u8),
+    /// The header sets flag bits this version does not define.
+    #[error("unsupported frame flags {0:#06x}")]
+    UnknownFlags(u16),
+    /// A frame header announced a payload above the configured limit.
+    #[error(
+        "frame announces a payload of {announced} bytes, which exceeds {key} ({limit} bytes)",
+        key = MAX_SIZE_KEY
+    )]
+    FrameTooLarge {
+        /// Payload size the header announced.
+        announced: usize,
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+    /// An encoded message is larger than the configured limit; nothing was queued.
+    #[error(
+        "encoded message of {size} bytes exceeds {key} ({limit} bytes)",
+        key = MAX_SIZE_KEY
+    )]
+    MessageTooLarge {
+        /// Size of the encoded payload.
+        size: usize,
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+    /// The CRC in the header does not match the bytes that arrived.
+    #[error(
+        "frame checksum mismatch: header carries {expected:#010x}, bytes give {computed:#010x}"
+    )]
+    ChecksumMismatch {
+        /// CRC the header carries.
+        expected: u32,
+        /// CRC of the header prefix and payload as received.
+        computed: u32,
+    },
+    /// The padding after a payload was not zero.
+    #[error("non-zero padding after a {0} frame payload")]
+    BadPadding(&'static str),
+    /// The payload is not a valid archived envelope.
+    #[error("invalid {kind} payload: {reason}")]
+    InvalidPayload {
+        /// Message kind the header announced.
+        kind: &'static str,
+        /// What validation found.
+        reason: String,
+    },
+    /// The header's kind and the archived message disagree.
+    #[error("frame header says {header} but the payload holds {payload}")]
+    KindMismatch {
+        /// Kind in the header.
+        header: &'static str,
+        /// Kind of the archived message.
+        payload: &'static str,
+    },
+    /// The stream ended part-way through a frame.
+    #[error("stream ended inside a frame: {buffered} bytes of an incomplete frame were buffered")]
+    Truncated {
+        /// Bytes of the incomplete frame.
+        buffered: usize,
+    },
+    /// The decoder already failed; it accepts nothing more.
+    #[error("decoder closed after an earlier error: {0}")]
+    Closed(Box<WireError>),
+}

@@ -1,0 +1,201 @@
+//! The fixed 16-byte frame header: layout, encoding and checks.
+//!
+//! See the crate documentation for the byte-by-byte layout.
+
+use crate::error::WireError;
+use crate::kind::MessageKind;
+
+/// The four bytes every frame starts with: `FLNT`.
+pub const MAGIC: [u8; 4] = *b"FLNT";
+
+/// The wire protocol version this build speaks.
+pub const PROTOCOL_VERSION: u8 = 1;
+
+/// Size of the frame header in bytes.
+pub const HEADER_LEN: usize = 16;
+
+/// Frames start, and payloads start, at multiples of this many bytes in a stream.
+///
+/// It is at least the alignment of every archived message type, so a payload that sits
+/// at an aligned position in the receive buffer can be accessed in place.
+pub const FRAME_ALIGN: usize = 16;
+
+/// Flag bits defined by this protocol version. Any other bit set is an error.
+pub const KNOWN_FLAGS: u16 = 0;
+
+/// Byte range of the header covered by the CRC (everything before the CRC field).
+pub(crate) const CRC_COVERED: usize = 12;
+
+/// The decoded fields of a frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// What the payload's envelope carries.
+    pub kind: MessageKind,
+    /// Flag bits (none are defined in version 1).
+    pub flags: u16,
+    /// Payload length in bytes, without the padding that follows it.
+    pub payload_len: u32,
+    /// CRC32 (IEEE) over header bytes 0..12 followed by the payload.
+    pub crc: u32,
+}
+
+impl FrameHeader {
+    /// Bytes the whole frame occupies in the stream, padding included.
+    pub fn frame_len(&self) -> usize {
+        padded_frame_len(self.payload_len as usize)
+    }
+
+    /// Writes the header into `out`.
+    pub fn write(&self, out: &mut [u8; HEADER_LEN]) {
+        out[0..4].copy_from_slice(&MAGIC);
+        out[4] = PROTOCOL_VERSION;
+        out[5] = self.kind as u8;
+        out[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        out[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
+        out[12..16].copy_from_slice(&self.crc.to_le_bytes());
+    }
+
+    /// Parses and checks a header: magic, version, kind, flags, and the announced payload
+    /// length against `max_payload` (the `rpc.message.maxSize` limit in bytes).
+    ///
+    /// The checks run in the order of the fields, so a peer speaking another protocol
+    /// entirely is told about the magic, and one speaking another flint version is told
+    /// about the version, before anything else.
+    pub fn parse(bytes: &[u8; HEADER_LEN], max_payload: usize) -> Result<Self, WireError> {
+        let magic = [bytes[0], bytes[1], bytes[2], bytes[3]];
+        if magic != MAGIC {
+            return Err(WireError::BadMagic { found: magic });
+        }
+        if bytes[4] != PROTOCOL_VERSION {
+            return Err(WireError::VersionMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: bytes[4],
+            });
+        }
+        let kind = MessageKind::from_code(bytes[5]).ok_or(WireError::UnknownKind(bytes[5]))?;
+        let flags = u16::from_le_bytes([bytes[6], bytes[7]]);
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(WireError::UnknownFlags(flags));
+        }
+        let payload_len = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        if payload_len as usize > max_payload {
+            return Err(WireError::FrameTooLarge {
+                announced: payload_len as usize,
+                limit: max_payload,
+            });
+        }
+        let crc = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
+        Ok(FrameHeader {
+            kind,
+            flags,
+            payload_len,
+            crc,
+        })
+    }
+}
+
+/// Length of a frame with a payload of `payload_len` bytes, rounded up to [`FRAME_ALIGN`].
+pub fn padded_frame_len(payload_len: usize) -> usize {
+    (HEADER_LEN + payload_len).next_multiple_of(FRAME_ALIGN)
+}
+
+/// The CRC a frame with this header prefix and payload must carry.
+pub(crate) fn frame_crc(header_prefix: &[u8], payload: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(header_prefix);
+    hasher.update(payload);
+    hasher.finalize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(kind: MessageKind, len: u32) -> [u8; HEADER_LEN] {
+        let mut out = [0u8; HEADER_LEN];
+        FrameHeader {
+            kind,
+            flags: 0,
+            payload_len: len,
+            crc: 0xDEAD_BEEF,
+        }
+        .write(&mut out);
+        out
+    }
+
+    #[test]
+    fn layout_matches_the_documented_bytes() {
+        let bytes = header(MessageKind::LaunchTask, 0x0102_0304);
+        assert_eq!(&bytes[0..4], b"FLNT");
+        assert_eq!(bytes[4], 1);
+        assert_eq!(bytes[5], MessageKind::LaunchTask as u8);
+        assert_eq!(&bytes[6..8], &[0, 0]);
+        assert_eq!(&bytes[8..12], &[4, 3, 2, 1], "length is little-endian");
+        assert_eq!(
+            &bytes[12..16],
+            &[0xEF, 0xBE, 0xAD, 0xDE],
+            "crc is little-endian"
+        );
+    }
+
+    #[test]
+    fn parse_round_trips() {
+        let bytes = header(MessageKind::StatusUpdate, 100);
+        let parsed = FrameHeader::parse(&bytes, 100).unwrap();
+        assert_eq!(parsed.kind, MessageKind::StatusUpdate);
+        assert_eq!(parsed.payload_len, 100);
+        assert_eq!(parsed.crc, 0xDEAD_BEEF);
+        assert_eq!(parsed.frame_len(), 128);
+    }
+
+    #[test]
+    fn limit_is_checked_from_the_header() {
+        let bytes = header(MessageKind::LaunchTask, 101);
+        let err = FrameHeader::parse(&bytes, 100).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("rpc.message.maxSize"), "{text}");
+        assert!(text.contains("101"), "{text}");
+        assert!(text.contains("100"), "{text}");
+    }
+
+    #[test]
+    fn version_error_names_both_versions() {
+        let mut bytes = header(MessageKind::LaunchTask, 1);
+        bytes[4] = 7;
+        let text = FrameHeader::parse(&bytes, 100).unwrap_err().to_string();
+        assert!(
+            text.contains("version 1") && text.contains("version 7"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bad_magic_unknown_kind_and_flags_are_refused() {
+        let mut bytes = header(MessageKind::LaunchTask, 1);
+        bytes[0] = b'G';
+        assert!(matches!(
+            FrameHeader::parse(&bytes, 100),
+            Err(WireError::BadMagic { .. })
+        ));
+        let mut bytes = header(MessageKind::LaunchTask, 1);
+        bytes[5] = 0xEE;
+        assert!(matches!(
+            FrameHeader::parse(&bytes, 100),
+            Err(WireError::UnknownKind(0xEE))
+        ));
+        let mut bytes = header(MessageKind::LaunchTask, 1);
+        bytes[7] = 0x80;
+        assert!(matches!(
+            FrameHeader::parse(&bytes, 100),
+            Err(WireError::UnknownFlags(0x8000))
+        ));
+    }
+
+    #[test]
+    fn padding_rounds_up_to_the_alignment() {
+        assert_eq!(padded_frame_len(0), 16);
+        assert_eq!(padded_frame_len(1), 32);
+        assert_eq!(padded_frame_len(16), 32);
+        assert_eq!(padded_frame_len(17), 48);
+    }
+}

@@ -1,0 +1,108 @@
+//! flint-wire: the frames and messages flint speaks on a TCP connection.
+//!
+//! No I/O, no threads, no clock: this crate turns messages into bytes and bytes into
+//! validated messages, and is the part of flint that reads untrusted input. The RPC layer
+//! (flint-rpc) moves its frames over sockets.
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use flint_wire::{Encoder, FrameDecoder, Message, Route, TaskDescription};
+//!
+//! let task = TaskDescription {
+//!     task_id: 17,
+//!     attempt_number: 0,
+//!     executor_id: "exec-1".into(),
+//!     name: "task 0.0 in stage 0.0 (TID 17)".into(),
+//!     index: 0,
+//!     partition_id: 0,
+//!     added_files: vec![],
+//!     added_jars: vec![],
+//!     properties: vec![],
+//!     cpus: 1,
+//!     serialized_task: bytes::Bytes::from_static(b"noop"),
+//! };
+//! let limit = 128 << 20; // rpc.message.maxSize, in bytes
+//! let mut out = BytesMut::new();
+//! let route = Route::OneWay { endpoint: "Executor".into() };
+//! Encoder::new(limit).encode(&route, &Message::LaunchTask(task), &mut out)?;
+//!
+//! let mut decoder = FrameDecoder::new(limit);
+//! decoder.feed(&out)?;
+//! let frame = decoder.next_frame()?.expect("a whole frame");
+//! let envelope = frame.envelope()?; // validated, read in place
+//! let flint_wire::ArchivedMessage::LaunchTask(task) = &envelope.message else { unreachable!() };
+//! let serialized = frame.bytes_of(task.serialized_task.as_slice()); // no copy
+//! assert_eq!(&serialized[..], b"noop");
+//! # Ok::<(), flint_wire::WireError>(())
+//! ```
+//!
+//! # Frame format (protocol version 1)
+//!
+//! A connection carries a sequence of frames. Every frame starts at an offset in the
+//! stream that is a multiple of 16 and is a 16-byte header, the payload, and 0 to 15 zero
+//! bytes of padding that bring the frame to a multiple of 16 bytes. All integers are
+//! little-endian.
+//!
+//! | offset | size | field | meaning |
+//! | --- | --- | --- | --- |
+//! | 0 | 4 | magic | the bytes `F` `L` `N` `T` (`46 4C 4E 54`) |
+//! | 4 | 1 | version | protocol version, `1` |
+//! | 5 | 1 | kind | [`MessageKind`] code of the message in the payload |
+//! | 6 | 2 | flags | `u16`; no flag is defined in version 1, every bit must be 0 |
+//! | 8 | 4 | payload length | `u32`, bytes of payload, padding excluded |
+//! | 12 | 4 | crc | `u32` CRC-32 (IEEE, as `crc32fast`) of header bytes 0..12 followed by the payload |
+//! | 16 | n | payload | an rkyv 0.8 archive of an [`Envelope`] (little-endian, aligned, 32-bit relative pointers), root at its end |
+//! | 16 + n | 0..15 | padding | zero bytes up to the next multiple of 16 |
+//!
+//! Checks, in the order the receiver makes them:
+//!
+//! 1. As soon as 16 bytes of a frame are in: the magic ([`WireError::BadMagic`]), the
+//!    version ([`WireError::VersionMismatch`], naming both versions), the kind
+//!    ([`WireError::UnknownKind`]), the flags ([`WireError::UnknownFlags`]), and the
+//!    payload length against `rpc.message.maxSize` ([`WireError::FrameTooLarge`], naming
+//!    the key, the announced size and the limit). No byte of the payload is buffered
+//!    before these pass; room for the whole frame is reserved once they do.
+//! 2. Once the whole frame is in: the padding is zero ([`WireError::BadPadding`]) and the
+//!    CRC matches ([`WireError::ChecksumMismatch`]).
+//! 3. When the receiver reads the message ([`Frame::envelope`]): the payload is a valid
+//!    archive (bytecheck; [`WireError::InvalidPayload`]) whose message is of the header's
+//!    kind ([`WireError::KindMismatch`]).
+//!
+//! A failure at step 1 or 2 closes the decoder: it yields nothing more, so nothing the
+//! peer sent after a bad frame is processed, and the connection is to be closed.
+//!
+//! Because frames are padded to 16 bytes and the receive buffer's allocation is aligned
+//! to 16, every payload starts at an address that is a multiple of 16, which is at least
+//! the alignment of every archived type here, so payloads are read in place. Should an
+//! allocator hand out a less aligned buffer, the decoder copies that payload to an
+//! aligned one and counts it in [`DecoderStats::realigned`].
+
+#![warn(missing_docs)]
+
+mod decoder;
+mod encoder;
+mod error;
+#[doc(hidden)]
+pub mod fuzzing;
+mod header;
+mod kind;
+// rkyv's derive generates public resolver enums whose variant fields carry no docs; every
+// item written in this module is documented.
+#[allow(missing_docs)]
+mod message;
+mod shared_str;
+#[cfg(test)]
+mod tests;
+
+pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder};
+pub use encoder::Encoder;
+pub use error::{WireError, MAX_SIZE_KEY};
+pub use header::{
+    padded_frame_len, FrameHeader, FRAME_ALIGN, HEADER_LEN, KNOWN_FLAGS, MAGIC, PROTOCOL_VERSION,
+};
+pub use kind::MessageKind;
+pub use message::*;
+pub use shared_str::{AsArchivedString, SharedStr};
+
+/// The default `rpc.message.maxSize`: 128 MiB.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;

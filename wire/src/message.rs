@@ -1,0 +1,570 @@
+//! The message catalogue: every message the driver, executors and RPC layer exchange.
+//!
+//! Names and fields follow the seeds' `CoarseGrainedClusterMessages`, the heartbeat pair,
+//! task results and block fetches, plus the RPC envelope ([`Envelope`], [`Route`]).
+//! Opaque blobs (a serialized task, a task's result value, a block chunk) are
+//! [`bytes::Bytes`]: on the receiving side they are read in place from the archive, and
+//! [`crate::Frame::bytes_of`] turns them into `Bytes` views of the frame without a copy.
+
+use bytes::Bytes;
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::shared_str::{AsArchivedString, SharedStr};
+
+#[cfg(test)]
+use proptest::prelude::*;
+
+#[cfg(test)]
+pub(crate) fn arb_shared_str() -> impl Strategy<Value = SharedStr> {
+    "[a-zA-Z0-9 ._:-]{0,40}".prop_map(SharedStr::from)
+}
+
+#[cfg(test)]
+pub(crate) fn arb_bytes() -> impl Strategy<Value = Bytes> {
+    proptest::collection::vec(any::<u8>(), 0..300).prop_map(Bytes::from)
+}
+
+/// Where a message goes and how it is answered: the RPC envelope's routing part.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug), attr(allow(missing_docs)))]
+pub enum Route {
+    /// A one-way message to the named endpoint; no reply is expected.
+    OneWay {
+        /// Name of the receiving endpoint.
+        #[rkyv(with = AsArchivedString)]
+        #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+        endpoint: SharedStr,
+    },
+    /// A request to the named endpoint; the answer carries the same request id.
+    Ask {
+        /// Chosen by the asker, unique among its outstanding asks on this connection.
+        request_id: u64,
+        /// Name of the receiving endpoint.
+        #[rkyv(with = AsArchivedString)]
+        #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+        endpoint: SharedStr,
+    },
+    /// The answer to an ask; the message is the reply value.
+    Reply {
+        /// The id of the ask being answered.
+        request_id: u64,
+    },
+    /// A failed ask; the message is [`Message::Empty`].
+    ErrorReply {
+        /// The id of the ask being answered.
+        request_id: u64,
+        /// The error's text, shown to the asker.
+        error: String,
+    },
+}
+
+/// One frame's payload: a route and a message.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct Envelope {
+    /// Where the message goes.
+    pub route: Route,
+    /// What it says.
+    pub message: Message,
+}
+
+/// The state of a task, as executors report it and the scheduler tracks it.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug, Clone, Copy, PartialEq, Eq), attr(allow(missing_docs)))]
+pub enum TaskState {
+    /// Chosen for an executor, not yet reported running.
+    Launching,
+    /// Running on an executor.
+    Running,
+    /// Ended with a result.
+    Finished,
+    /// Ended with an error.
+    Failed,
+    /// Ended because it was asked to stop.
+    Killed,
+    /// Gone with its executor.
+    Lost,
+}
+
+impl TaskState {
+    /// Whether the task has ended (FINISHED, FAILED, KILLED or LOST).
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            TaskState::Finished | TaskState::Failed | TaskState::Killed | TaskState::Lost
+        )
+    }
+
+    /// The state's name as the seeds print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskState::Launching => "LAUNCHING",
+            TaskState::Running => "RUNNING",
+            TaskState::Finished => "FINISHED",
+            TaskState::Failed => "FAILED",
+            TaskState::Killed => "KILLED",
+            TaskState::Lost => "LOST",
+        }
+    }
+}
+
+impl std::fmt::Display for TaskState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl From<&ArchivedTaskState> for TaskState {
+    fn from(state: &ArchivedTaskState) -> Self {
+        match state {
+            ArchivedTaskState::Launching => TaskState::Launching,
+            ArchivedTaskState::Running => TaskState::Running,
+            ArchivedTaskState::Finished => TaskState::Finished,
+            ArchivedTaskState::Failed => TaskState::Failed,
+            ArchivedTaskState::Killed => TaskState::Killed,
+            ArchivedTaskState::Lost => TaskState::Lost,
+        }
+    }
+}
+
+/// Why an executor was lost (Spark's `ExecutorLossReason` family).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug), attr(allow(missing_docs)))]
+pub enum ExecutorLossReason {
+    /// The executor process exited.
+    ExecutorExited {
+        /// Its exit code.
+        exit_code: i32,
+        /// Whether the application caused the exit (it then counts towards task failures).
+        exit_caused_by_app: bool,
+        /// What the cluster manager said.
+        reason: String,
+    },
+    /// The driver killed the executor.
+    ExecutorKilled,
+    /// The executor is gone and the reason is not known yet.
+    LossReasonPending,
+    /// The executor's process or host went away (the seeds' `SlaveLost`).
+    SlaveLost {
+        /// What happened, e.g. the seeds' "Remote RPC client disassociated. ..." text.
+        message: String,
+        /// Whether the whole worker (host) was lost.
+        worker_lost: bool,
+    },
+    /// The executor is being decommissioned.
+    ExecutorDecommission {
+        /// Why.
+        message: String,
+    },
+}
+
+impl ExecutorLossReason {
+    /// Whether tasks lost with the executor count towards `task.maxFailures`, as in Spark:
+    /// only an exit the application caused does.
+    pub fn counts_towards_task_failures(&self) -> bool {
+        matches!(
+            self,
+            ExecutorLossReason::ExecutorExited {
+                exit_caused_by_app: true,
+                ..
+            }
+        )
+    }
+}
+
+impl std::fmt::Display for ExecutorLossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExecutorLossReason::ExecutorExited {
+                exit_code, reason, ..
+            } => write!(f, "Executor exited with code {exit_code}: {reason}"),
+            ExecutorLossReason::ExecutorKilled => f.write_str("Executor killed by driver."),
+            ExecutorLossReason::LossReasonPending => f.write_str("Pending loss reason."),
+            ExecutorLossReason::SlaveLost { message, .. } => f.write_str(message),
+            ExecutorLossReason::ExecutorDecommission { message } => {
+                write!(f, "Executor decommission: {message}")
+            }
+        }
+    }
+}
+
+/// A file or jar a task needs, with the time it was added (Spark's `addedFiles` entries).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct Dependency {
+    /// The file's or jar's URI or name.
+    pub name: String,
+    /// When it was added, in milliseconds since the epoch.
+    pub timestamp: i64,
+}
+
+/// A task property (Spark's local properties).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct Property {
+    /// Key.
+    pub key: String,
+    /// Value.
+    pub value: String,
+}
+
+/// Everything an executor needs to run one task attempt.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct TaskDescription {
+    /// Unique id of this task attempt within the application (TID).
+    pub task_id: u64,
+    /// Attempt number of the task (0 for the first).
+    pub attempt_number: u32,
+    /// The executor the task was assigned to.
+    #[rkyv(with = AsArchivedString)]
+    #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+    pub executor_id: SharedStr,
+    /// Display name, e.g. "task 3.0 in stage 1.0 (TID 17)".
+    #[rkyv(with = AsArchivedString)]
+    #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+    pub name: SharedStr,
+    /// Index of the task within its task set.
+    pub index: u32,
+    /// Partition the task computes.
+    pub partition_id: u32,
+    /// Files the task needs, with timestamps.
+    pub added_files: Vec<Dependency>,
+    /// Jars the task needs, with timestamps.
+    pub added_jars: Vec<Dependency>,
+    /// Local properties.
+    pub properties: Vec<Property>,
+    /// Cores the task uses (task.cpus).
+    pub cpus: u32,
+    /// The serialized task: names its function and carries its input. Opaque here.
+    #[cfg_attr(test, proptest(strategy = "arb_bytes()"))]
+    pub serialized_task: Bytes,
+}
+
+/// Metrics of one task, reported in heartbeats and with its result.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct TaskMetrics {
+    /// Time spent decoding the task before running it, in nanoseconds.
+    pub deserialize_time_ns: u64,
+    /// Wall time of the task function, in nanoseconds.
+    pub run_time_ns: u64,
+    /// CPU time of the task function, in nanoseconds.
+    pub cpu_time_ns: u64,
+    /// Size of the serialized result, in bytes.
+    pub result_size: u64,
+    /// Bytes the task read.
+    pub input_bytes: u64,
+    /// Bytes the task wrote.
+    pub output_bytes: u64,
+}
+
+/// The current value of one accumulator of a task.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct AccumulatorUpdate {
+    /// Accumulator id.
+    pub id: u64,
+    /// Optional display name.
+    pub name: Option<String>,
+    /// Value.
+    pub value: i64,
+}
+
+/// Metrics and accumulator values of one running task, in a heartbeat.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct TaskAccumUpdates {
+    /// The task.
+    pub task_id: u64,
+    /// Its metrics so far.
+    pub metrics: TaskMetrics,
+    /// Its accumulators' values so far.
+    pub accumulators: Vec<AccumulatorUpdate>,
+}
+
+/// Where an executor's block store can be reached.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct BlockManagerId {
+    /// The executor.
+    #[rkyv(with = AsArchivedString)]
+    #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+    pub executor_id: SharedStr,
+    /// Its host.
+    pub host: String,
+    /// Its RPC port.
+    pub port: u16,
+}
+
+/// Identifies a block in an executor's block store.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug), attr(allow(missing_docs)))]
+pub enum BlockId {
+    /// The result of a task too large to travel in its status update.
+    TaskResult {
+        /// The task.
+        task_id: u64,
+    },
+}
+
+impl std::fmt::Display for BlockId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BlockId::TaskResult { task_id } => write!(f, "taskresult_{task_id}"),
+        }
+    }
+}
+
+/// Why a task attempt failed.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug, Clone, Copy, PartialEq, Eq), attr(allow(missing_docs)))]
+pub enum TaskFailureKind {
+    /// The task function returned an error or panicked.
+    Exception,
+    /// The task's result could not be fetched.
+    ResultLost,
+    /// The task's executor was lost.
+    ExecutorLost,
+    /// The task was killed.
+    TaskKilled,
+    /// The task could not be decoded or its function is not registered.
+    Undeserializable,
+}
+
+/// What a task attempt produced: carried by [`StatusUpdate`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug), attr(allow(missing_docs)))]
+pub enum TaskOutcome {
+    /// No result (RUNNING, LAUNCHING).
+    None,
+    /// A result that fits in the message.
+    Direct {
+        /// The result value, opaque here.
+        #[cfg_attr(test, proptest(strategy = "arb_bytes()"))]
+        value: Bytes,
+        /// The task's metrics.
+        metrics: TaskMetrics,
+        /// Its final accumulator values.
+        accumulators: Vec<AccumulatorUpdate>,
+    },
+    /// A result kept in the executor's block store, to be fetched.
+    Indirect {
+        /// The block holding the result.
+        block_id: BlockId,
+        /// Its size in bytes.
+        size: u64,
+        /// The task's metrics.
+        metrics: TaskMetrics,
+    },
+    /// A failure (FAILED, KILLED, LOST).
+    Failure {
+        /// What kind of failure.
+        kind: TaskFailureKind,
+        /// Its description, shown to the user.
+        message: String,
+        /// Whether it counts towards task.maxFailures.
+        counts_towards_failures: bool,
+        /// The task's metrics up to the failure.
+        metrics: TaskMetrics,
+    },
+}
+
+/// An executor's report of a task's state (the seeds' `StatusUpdate`).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct StatusUpdate {
+    /// The reporting executor.
+    #[rkyv(with = AsArchivedString)]
+    #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+    pub executor_id: SharedStr,
+    /// The task attempt.
+    pub task_id: u64,
+    /// Its state.
+    pub state: TaskState,
+    /// Its result or failure, for finished states.
+    pub outcome: TaskOutcome,
+}
+
+/// An executor's registration (the seeds' `RegisterExecutor`).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct RegisterExecutor {
+    /// The executor's id.
+    #[rkyv(with = AsArchivedString)]
+    #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+    pub executor_id: SharedStr,
+    /// Address ("host:port") where the executor's RPC env listens.
+    pub executor_address: String,
+    /// Name of the executor's endpoint there.
+    pub endpoint_name: String,
+    /// The executor's host name.
+    pub hostname: String,
+    /// Cores the executor offers.
+    pub cores: u32,
+    /// Links to the executor's logs, by name.
+    pub log_urls: Vec<Property>,
+}
+
+/// An executor's periodic report (the seeds' `Heartbeat`).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct Heartbeat {
+    /// The executor.
+    #[rkyv(with = AsArchivedString)]
+    #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+    pub executor_id: SharedStr,
+    /// Metrics and accumulators of each running task.
+    pub accum_updates: Vec<TaskAccumUpdates>,
+    /// Where its block store is.
+    pub block_manager_id: BlockManagerId,
+}
+
+/// Every message flint sends. The variant decides the frame header's kind byte.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug), attr(allow(missing_docs)))]
+pub enum Message {
+    /// Executor to driver: register me.
+    RegisterExecutor(RegisterExecutor),
+    /// Driver to executor: you are registered.
+    RegisteredExecutor,
+    /// Driver to executor: registration refused, with the reason.
+    RegisterExecutorFailed {
+        /// e.g. "Duplicate executor ID: 3".
+        message: String,
+    },
+    /// Driver to executor: run this task.
+    LaunchTask(TaskDescription),
+    /// Executor to driver: a task's state changed.
+    StatusUpdate(StatusUpdate),
+    /// Kill a task attempt.
+    KillTask {
+        /// The task attempt.
+        task_id: u64,
+        /// The executor running it.
+        #[rkyv(with = AsArchivedString)]
+        #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+        executor_id: SharedStr,
+        /// Whether to interrupt the running thread.
+        interrupt_thread: bool,
+        /// Why, shown in the task's KILLED outcome.
+        reason: String,
+    },
+    /// Kill every executor on a host.
+    KillExecutorsOnHost {
+        /// The host.
+        host: String,
+    },
+    /// Make resource offers now.
+    ReviveOffers,
+    /// Stop the driver endpoint.
+    StopDriver,
+    /// Ask every executor to shut down.
+    StopExecutors,
+    /// Driver to executor: shut down.
+    StopExecutor,
+    /// Remove an executor, with the reason.
+    RemoveExecutor {
+        /// The executor.
+        #[rkyv(with = AsArchivedString)]
+        #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
+        executor_id: SharedStr,
+        /// Why.
+        reason: ExecutorLossReason,
+    },
+    /// Remove a worker (host), with the reason.
+    RemoveWorker {
+        /// The worker.
+        worker_id: String,
+        /// Its host.
+        host: String,
+        /// Why.
+        message: String,
+    },
+    /// Executor backend to itself: shut down now.
+    Shutdown,
+    /// Executor to driver: I am alive, here are my running tasks' metrics.
+    Heartbeat(Heartbeat),
+    /// Driver to executor: answer to a heartbeat.
+    HeartbeatResponse {
+        /// The driver does not know this executor: register again.
+        reregister_block_manager: bool,
+    },
+    /// Driver to executor: send a chunk of a block.
+    FetchBlockChunk {
+        /// The block.
+        block_id: BlockId,
+        /// Where the chunk starts.
+        offset: u64,
+        /// The most bytes to send.
+        max_len: u32,
+    },
+    /// Executor to driver: a chunk of a block.
+    BlockChunk {
+        /// The block.
+        block_id: BlockId,
+        /// Where this chunk starts.
+        offset: u64,
+        /// The block's whole size.
+        total_size: u64,
+        /// The chunk's bytes.
+        #[cfg_attr(test, proptest(strategy = "arb_bytes()"))]
+        data: Bytes,
+    },
+    /// Driver to executor: the block is no longer needed.
+    RemoveBlock {
+        /// The block.
+        block_id: BlockId,
+    },
+    /// A yes/no reply to an ask.
+    Ack {
+        /// The answer.
+        ok: bool,
+    },
+    /// A message with nothing in it (the body of error replies).
+    Empty,
+    /// Connection authentication, step 1 (connecting side): a fresh random nonce.
+    AuthChallenge {
+        /// 32 random bytes chosen by the connecting side.
+        nonce: [u8; 32],
+    },
+    /// Connection authentication, step 2 (accepting side): its own nonce, and proof that
+    /// it knows the shared secret (an HMAC-SHA256 over both nonces).
+    AuthResponse {
+        /// 32 random bytes chosen by the accepting side.
+        nonce: [u8; 32],
+        /// HMAC-SHA256 proof of the accepting side.
+        proof: [u8; 32],
+    },
+    /// Connection authentication, step 3 (connecting side): its proof of the secret.
+    AuthProof {
+        /// HMAC-SHA256 proof of the connecting side.
+        proof: [u8; 32],
+    },
+    /// An application's own message, for embedders of the transport.
+    Custom {
+        /// The application's message type.
+        tag: u32,
+        /// Its bytes, opaque here.
+        #[cfg_attr(test, proptest(strategy = "arb_bytes()"))]
+        body: Bytes,
+    },
+}

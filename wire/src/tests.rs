@@ -1,0 +1,407 @@
+//! Property and behaviour tests of the codec.
+
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+use rkyv::rancor;
+
+use crate::fuzzing::{sample_frames, sample_message, sample_route, sample_task};
+use crate::{
+    ArchivedMessage, Encoder, Envelope, Frame, FrameDecoder, Message, MessageKind, Route,
+    WireError, FRAME_ALIGN, HEADER_LEN,
+};
+
+const LIMIT: usize = 1 << 20;
+
+fn encode_all(envelopes: &[Envelope]) -> BytesMut {
+    let mut encoder = Encoder::new(LIMIT);
+    let mut out = BytesMut::new();
+    for envelope in envelopes {
+        encoder
+            .encode(&envelope.route, &envelope.message, &mut out)
+            .unwrap();
+    }
+    out
+}
+
+fn to_owned(frame: &Frame) -> Envelope {
+    rkyv::deserialize::<Envelope, rancor::Error>(frame.envelope().unwrap()).unwrap()
+}
+
+/// Feeds `stream` cut at `cuts` (positions, any order) and collects every frame.
+fn decode_chunked(stream: &[u8], cuts: &[usize]) -> Result<Vec<Frame>, WireError> {
+    let mut cuts: Vec<usize> = cuts.iter().map(|&c| c % (stream.len() + 1)).collect();
+    cuts.push(0);
+    cuts.push(stream.len());
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut decoder = FrameDecoder::new(LIMIT);
+    let mut frames = Vec::new();
+    for window in cuts.windows(2) {
+        decoder.feed(&stream[window[0]..window[1]])?;
+        while let Some(frame) = decoder.next_frame()? {
+            frames.push(frame);
+        }
+    }
+    decoder.finish()?;
+    assert_eq!(
+        decoder.stats().realigned,
+        0,
+        "a payload had to be copied to align it"
+    );
+    Ok(frames)
+}
+
+fn assert_aligned(frame: &Frame) {
+    assert_eq!(
+        frame.payload().as_ptr() as usize % FRAME_ALIGN,
+        0,
+        "payload of a {} frame is not {FRAME_ALIGN}-aligned",
+        frame.kind()
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_message_round_trips(envelope: Envelope) {
+        let stream = encode_all(std::slice::from_ref(&envelope));
+        let frames = decode_chunked(&stream, &[]).unwrap();
+        prop_assert_eq!(frames.len(), 1);
+        prop_assert_eq!(frames[0].kind(), envelope.message.kind());
+        prop_assert_eq!(to_owned(&frames[0]), envelope);
+    }
+
+    #[test]
+    fn streams_survive_any_chunking(
+        envelopes in proptest::collection::vec(any::<Envelope>(), 1..12),
+        cuts in proptest::collection::vec(any::<usize>(), 0..40),
+    ) {
+        let stream = encode_all(&envelopes);
+        let frames = decode_chunked(&stream, &cuts).unwrap();
+        prop_assert_eq!(frames.len(), envelopes.len());
+        for (frame, envelope) in frames.iter().zip(&envelopes) {
+            assert_aligned(frame);
+            prop_assert_eq!(&to_owned(frame), envelope);
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic(
+        data in proptest::collection::vec(any::<u8>(), 0..2048),
+        cuts in proptest::collection::vec(any::<usize>(), 0..16),
+    ) {
+        let _ = decode_chunked(&data, &cuts);
+        let mut input = vec![MessageKind::LaunchTask as u8];
+        input.extend_from_slice(&data);
+        crate::fuzzing::validate(&input);
+    }
+
+    #[test]
+    fn random_bytes_after_a_valid_header_never_panic(
+        kind in proptest::sample::select(MessageKind::ALL),
+        garbage in proptest::collection::vec(any::<u8>(), 0..512),
+    ) {
+        // A frame whose CRC is right but whose payload is garbage reaches validation.
+        let mut header = crate::FrameHeader {
+            kind, flags: 0, payload_len: garbage.len() as u32, crc: 0,
+        };
+        let mut bytes = [0u8; HEADER_LEN];
+        header.write(&mut bytes);
+        header.crc = crate::header::frame_crc(&bytes[..12], &garbage);
+        header.write(&mut bytes);
+        let mut stream = bytes.to_vec();
+        stream.extend_from_slice(&garbage);
+        stream.resize(header.frame_len(), 0);
+        let frames = decode_chunked(&stream, &[]).unwrap();
+        prop_assert_eq!(frames.len(), 1);
+        let _ = frames[0].envelope();
+    }
+
+}
+
+proptest! {
+    // Each case flips every byte of a frame in turn, so fewer cases cover a lot.
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_corrupted_frame_is_never_delivered(
+        which in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+    ) {
+        let frames = sample_frames();
+        let (_, frame) = &frames[which.index(frames.len())];
+        for position in 0..frame.len() {
+            let mut corrupted = frame.to_vec();
+            corrupted[position] ^= flip;
+            match decode_chunked(&corrupted, &[]) {
+                // A changed length can leave the decoder waiting: the stream is truncated.
+                Err(_) => {}
+                Ok(delivered) => prop_assert!(
+                    delivered.is_empty(),
+                    "flipping byte {} delivered a frame", position
+                ),
+            }
+        }
+    }
+}
+
+#[test]
+fn every_kind_has_a_sample_that_round_trips() {
+    for (kind, frame) in sample_frames() {
+        let decoded = decode_chunked(&frame, &[]).unwrap();
+        assert_eq!(decoded.len(), 1);
+        assert_eq!(decoded[0].kind(), kind);
+        let owned = to_owned(&decoded[0]);
+        assert_eq!(owned.message, sample_message(kind));
+        assert_eq!(owned.route, sample_route(kind));
+    }
+}
+
+#[test]
+fn launch_task_payload_is_a_view_of_the_frame() {
+    let route = Route::OneWay {
+        endpoint: "Executor".into(),
+    };
+    let mut out = BytesMut::new();
+    Encoder::new(LIMIT)
+        .encode(&route, &Message::LaunchTask(sample_task(100)), &mut out)
+        .unwrap();
+    let mut decoder = FrameDecoder::new(LIMIT);
+    decoder.feed(&out).unwrap();
+    let frame = decoder.next_frame().unwrap().unwrap();
+    let envelope = frame.envelope().unwrap();
+    let ArchivedMessage::LaunchTask(task) = &envelope.message else {
+        panic!("not a LaunchTask: {:?}", envelope.message);
+    };
+    let payload = frame.payload().as_ptr_range();
+    let serialized = task.serialized_task.as_slice().as_ptr_range();
+    assert!(payload.start <= serialized.start && serialized.end <= payload.end);
+    let view = frame.bytes_of(task.serialized_task.as_slice());
+    assert_eq!(view.as_ptr_range(), serialized, "bytes_of copied the task");
+    assert_eq!(&view[..], &[0x5A; 100][..]);
+}
+
+#[test]
+fn payloads_are_aligned_at_every_position_and_chunking() {
+    // Frames of every padding remainder, so that later frames start at every offset a
+    // misaligned layout could produce; then every single cut point and byte-at-a-time.
+    let mut envelopes = Vec::new();
+    for extra in 0..FRAME_ALIGN {
+        envelopes.push(Envelope {
+            route: Route::OneWay {
+                endpoint: "e".into(),
+            },
+            message: Message::Custom {
+                tag: extra as u32,
+                body: Bytes::from(vec![1u8; extra]),
+            },
+        });
+        envelopes.push(Envelope {
+            route: Route::Reply {
+                request_id: extra as u64,
+            },
+            message: Message::LaunchTask(sample_task(extra * 7)),
+        });
+    }
+    let stream = encode_all(&envelopes);
+    let check = |frames: Vec<Frame>| {
+        assert_eq!(frames.len(), envelopes.len());
+        for frame in &frames {
+            assert_aligned(frame);
+            frame.envelope().unwrap();
+        }
+    };
+    for cut in 0..=stream.len() {
+        check(decode_chunked(&stream, &[cut]).unwrap());
+    }
+    let every_byte: Vec<usize> = (0..stream.len()).collect();
+    check(decode_chunked(&stream, &every_byte).unwrap());
+}
+
+#[test]
+fn oversized_frame_is_refused_from_its_header_alone() {
+    let mut out = BytesMut::new();
+    Encoder::new(LIMIT)
+        .encode(
+            &Route::Reply { request_id: 1 },
+            &Message::Custom {
+                tag: 0,
+                body: Bytes::from(vec![0u8; 4096]),
+            },
+            &mut out,
+        )
+        .unwrap();
+    let mut decoder = FrameDecoder::new(1024);
+    decoder.feed(&out[..HEADER_LEN]).unwrap();
+    let error = decoder.next_frame().unwrap_err();
+    let WireError::FrameTooLarge { announced, limit } = error else {
+        panic!("expected FrameTooLarge, got {error:?}");
+    };
+    assert_eq!(limit, 1024);
+    assert!(announced > 4096);
+    let text = error.to_string();
+    assert!(text.contains("rpc.message.maxSize"), "{text}");
+    assert!(
+        text.contains(&announced.to_string()) && text.contains("1024"),
+        "{text}"
+    );
+    // Nothing more is accepted, and nothing was kept.
+    assert_eq!(decoder.buffered(), 0);
+    assert!(matches!(decoder.feed(&out), Err(WireError::Closed(_))));
+    assert!(matches!(decoder.next_frame(), Err(WireError::Closed(_))));
+}
+
+#[test]
+fn encoder_refuses_a_message_above_the_limit_and_leaves_the_buffer() {
+    let mut out = BytesMut::new();
+    let mut encoder = Encoder::new(256);
+    encoder
+        .encode(&Route::Reply { request_id: 1 }, &Message::Empty, &mut out)
+        .unwrap();
+    let before = out.clone();
+    let error = encoder
+        .encode(
+            &Route::Reply { request_id: 2 },
+            &Message::LaunchTask(sample_task(1000)),
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        WireError::MessageTooLarge { limit: 256, .. }
+    ));
+    assert!(error.to_string().contains("rpc.message.maxSize"));
+    assert_eq!(out, before);
+}
+
+#[test]
+fn nothing_after_a_bad_frame_is_processed() {
+    let frames = sample_frames();
+    let mut stream = BytesMut::new();
+    stream.extend_from_slice(&frames[0].1);
+    let mut bad = frames[1].1.to_vec();
+    bad[HEADER_LEN] ^= 0xFF; // a payload byte: the CRC no longer matches
+    stream.extend_from_slice(&bad);
+    stream.extend_from_slice(&frames[2].1);
+    let mut decoder = FrameDecoder::new(LIMIT);
+    decoder.feed(&stream).unwrap();
+    assert!(
+        decoder.next_frame().unwrap().is_some(),
+        "the good first frame"
+    );
+    let error = decoder.next_frame().unwrap_err();
+    assert!(
+        matches!(error, WireError::ChecksumMismatch { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("checksum"));
+    assert!(matches!(decoder.next_frame(), Err(WireError::Closed(_))));
+    assert_eq!(decoder.stats().frames, 1);
+}
+
+#[test]
+fn errors_say_what_was_expected_and_what_came() {
+    let (_, frame) = &sample_frames()[0];
+    let mut stream = frame.to_vec();
+    stream[0..4].copy_from_slice(b"HTTP");
+    let text = decode_chunked(&stream, &[]).unwrap_err().to_string();
+    assert!(
+        text.contains("FLNT") && text.contains("48, 54, 54, 50"),
+        "{text}"
+    );
+
+    let mut stream = frame.to_vec();
+    stream[4] = 2;
+    let text = decode_chunked(&stream, &[]).unwrap_err().to_string();
+    assert!(
+        text.contains("version 1") && text.contains("version 2"),
+        "{text}"
+    );
+
+    let mut stream = frame.to_vec();
+    stream[HEADER_LEN + 1] ^= 1;
+    let text = decode_chunked(&stream, &[]).unwrap_err().to_string();
+    assert!(
+        text.contains("header carries") && text.contains("bytes give"),
+        "{text}"
+    );
+}
+
+#[test]
+fn non_zero_padding_is_refused() {
+    let (_, frame) = sample_frames()
+        .into_iter()
+        .find(|(_, f)| {
+            let header = crate::FrameHeader::parse(f[..16].try_into().unwrap(), LIMIT).unwrap();
+            header.frame_len() > HEADER_LEN + header.payload_len as usize
+        })
+        .expect("a sample with padding");
+    let mut stream = frame.to_vec();
+    *stream.last_mut().unwrap() = 1;
+    assert!(matches!(
+        decode_chunked(&stream, &[]),
+        Err(WireError::BadPadding(_))
+    ));
+}
+
+#[test]
+fn truncated_stream_is_reported_at_the_end() {
+    let (_, frame) = &sample_frames()[3];
+    for cut in 1..frame.len() {
+        let mut decoder = FrameDecoder::new(LIMIT);
+        decoder.feed(&frame[..cut]).unwrap();
+        assert!(decoder.next_frame().unwrap().is_none());
+        assert_eq!(
+            decoder.finish().unwrap_err(),
+            WireError::Truncated { buffered: cut }
+        );
+    }
+}
+
+#[test]
+fn kind_mismatch_between_header_and_payload_is_refused() {
+    let (_, frame) = &sample_frames()[0];
+    let mut stream = frame.to_vec();
+    stream[5] = MessageKind::Shutdown as u8;
+    // Fix the CRC so that only the kind disagrees.
+    let payload_len = u32::from_le_bytes(stream[8..12].try_into().unwrap()) as usize;
+    let crc = crate::header::frame_crc(&stream[..12], &stream[16..16 + payload_len]);
+    stream[12..16].copy_from_slice(&crc.to_le_bytes());
+    let frames = decode_chunked(&stream, &[]).unwrap();
+    let error = frames[0].envelope().unwrap_err();
+    assert_eq!(
+        error,
+        WireError::KindMismatch {
+            header: "Shutdown",
+            payload: "RegisterExecutor"
+        }
+    );
+}
+
+#[test]
+fn read_from_fills_the_buffer_from_a_reader() {
+    let frames = sample_frames();
+    let stream: Vec<u8> = frames.iter().flat_map(|(_, f)| f.to_vec()).collect();
+    // A reader that hands out at most 5 bytes a call.
+    struct Trickle<'a>(&'a [u8]);
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(5).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+    let mut reader = Trickle(&stream);
+    let mut decoder = FrameDecoder::new(LIMIT);
+    let mut kinds = Vec::new();
+    while decoder.read_from(&mut reader).unwrap() > 0 {
+        while let Some(frame) = decoder.next_frame().unwrap() {
+            assert_aligned(&frame);
+            kinds.push(frame.kind());
+        }
+    }
+    decoder.finish().unwrap();
+    assert_eq!(kinds, MessageKind::ALL);
+}
