@@ -1,6 +1,7 @@
 //! Codec costs per message: encode, and decode plus validate, of a LaunchTask with a
-//! 100-byte task payload and of a StatusUpdate, each beside a plain copy of the same
-//! frame bytes (the floor any decoder pays to get bytes into its buffer).
+//! 100-byte task payload as flint's scheduler sends it, of the same with one added file,
+//! jar and property, and of a StatusUpdate, each beside a plain copy of the same frame
+//! bytes (the floor any decoder pays to get bytes into its buffer).
 //!
 //! `cargo bench --bench codec`
 
@@ -8,7 +9,9 @@ use std::hint::black_box;
 
 use bytes::BytesMut;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use flint_wire::fuzzing::{sample_message, sample_route, sample_task};
+use flint_wire::fuzzing::{
+    sample_message, sample_route, sample_task, sample_task_with_dependencies,
+};
 use flint_wire::{ArchivedMessage, Encoder, FrameDecoder, Message, MessageKind, Route};
 
 fn bench_message(c: &mut Criterion, name: &str, route: Route, message: Message) {
@@ -64,6 +67,12 @@ fn codec(c: &mut Criterion) {
         "launch_task_100b",
         sample_route(MessageKind::LaunchTask),
         Message::LaunchTask(sample_task(100)),
+    );
+    bench_message(
+        c,
+        "launch_task_100b_with_dependencies",
+        sample_route(MessageKind::LaunchTask),
+        Message::LaunchTask(sample_task_with_dependencies(100)),
     );
     bench_message(
         c,

@@ -28,7 +28,7 @@ fn main() -> std::io::Result<()> {
         std::fs::write(stream_dir.join(format!("seed-{name}")), stream_seed)?;
         all.extend_from_slice(&frame);
 
-        let payload_len = u32::from_le_bytes(frame[8..12].try_into().expect("4 bytes")) as usize;
+        let payload_len = u32::from_le_bytes(frame[12..16].try_into().expect("4 bytes")) as usize;
         let mut validate_seed = vec![kind as u8];
         validate_seed.extend_from_slice(&frame[HEADER_LEN..HEADER_LEN + payload_len]);
         std::fs::write(validate_dir.join(format!("seed-{name}")), validate_seed)?;

@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use rkyv::rancor;
 
 use crate::error::WireError;
-use crate::header::{frame_crc, FrameHeader, CRC_COVERED, FRAME_ALIGN, HEADER_LEN};
+use crate::header::{frame_crc, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN};
 use crate::kind::MessageKind;
 use crate::message::ArchivedEnvelope;
 
@@ -67,12 +67,15 @@ pub fn validate_envelope(
     kind: MessageKind,
     payload: &[u8],
 ) -> Result<&ArchivedEnvelope, WireError> {
-    let envelope = rkyv::access::<ArchivedEnvelope, rancor::Error>(payload).map_err(|error| {
-        WireError::InvalidPayload {
-            kind: kind.name(),
-            reason: error.to_string(),
-        }
-    })?;
+    // The low-level validator: no archived type here uses shared pointers, so the
+    // bookkeeping of the high-level one buys nothing.
+    let envelope =
+        rkyv::api::low::access::<ArchivedEnvelope, rancor::Error>(payload).map_err(|error| {
+            WireError::InvalidPayload {
+                kind: kind.name(),
+                reason: error.to_string(),
+            }
+        })?;
     let found = envelope.message.kind();
     if found != kind {
         return Err(WireError::KindMismatch {
@@ -254,7 +257,7 @@ impl FrameDecoder {
         if frame[payload_end..].iter().any(|&byte| byte != 0) {
             return Err(self.fail(WireError::BadPadding(header.kind.name())));
         }
-        let computed = frame_crc(&frame[..CRC_COVERED], &frame[HEADER_LEN..payload_end]);
+        let computed = frame_crc(&frame[CRC_START..payload_end]);
         if computed != header.crc {
             return Err(self.fail(WireError::ChecksumMismatch {
                 expected: header.crc,

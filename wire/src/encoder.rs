@@ -8,7 +8,7 @@ use rkyv::ser::{Positional, Writer};
 use rkyv::{Archive, Place, Serialize};
 
 use crate::error::WireError;
-use crate::header::{frame_crc, FrameHeader, CRC_COVERED, FRAME_ALIGN, HEADER_LEN};
+use crate::header::{frame_crc, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN};
 use crate::message::{ArchivedEnvelope, Message, Route};
 
 /// Encodes messages into frames.
@@ -105,9 +105,9 @@ impl Encoder {
         };
         let mut header_bytes = [0u8; HEADER_LEN];
         header.write(&mut header_bytes);
-        header.crc = frame_crc(&header_bytes[..CRC_COVERED], &out[start + HEADER_LEN..]);
-        header.write(&mut header_bytes);
         out[start..start + HEADER_LEN].copy_from_slice(&header_bytes);
+        header.crc = frame_crc(&out[start + CRC_START..]);
+        out[start + 4..start + 8].copy_from_slice(&header.crc.to_le_bytes());
         let frame_len = header.frame_len();
         out.resize(start + frame_len, 0);
         debug_assert_eq!(frame_len % FRAME_ALIGN, 0);

@@ -121,7 +121,7 @@ pub fn sample_message(kind: MessageKind) -> Message {
         MessageKind::RegisterExecutorFailed => Message::RegisterExecutorFailed {
             message: "Duplicate executor ID: exec-7".into(),
         },
-        MessageKind::LaunchTask => Message::LaunchTask(sample_task(100)),
+        MessageKind::LaunchTask => Message::LaunchTask(sample_task_with_dependencies(100)),
         MessageKind::StatusUpdate => Message::StatusUpdate(StatusUpdate {
             executor_id,
             task_id: 17,
@@ -209,7 +209,8 @@ pub fn sample_message(kind: MessageKind) -> Message {
     }
 }
 
-/// A task description with a serialized task of `payload_len` bytes.
+/// A task description as flint's scheduler sends it: no added files, jars or
+/// properties, and a serialized task of `payload_len` bytes.
 pub fn sample_task(payload_len: usize) -> TaskDescription {
     TaskDescription {
         task_id: 17,
@@ -218,17 +219,30 @@ pub fn sample_task(payload_len: usize) -> TaskDescription {
         name: "task 3.0 in stage 1.0 (TID 17)".into(),
         index: 3,
         partition_id: 3,
+        added_files: vec![],
+        added_jars: vec![],
+        properties: vec![],
+        cpus: 1,
+        serialized_task: Bytes::from(vec![0x5A; payload_len]),
+    }
+}
+
+/// [`sample_task`] with one added file, one added jar and one property.
+pub fn sample_task_with_dependencies(payload_len: usize) -> TaskDescription {
+    TaskDescription {
         added_files: vec![Dependency {
             name: "file:///data/lookup.csv".into(),
             timestamp: 1_700_000_000_000,
         }],
-        added_jars: vec![],
+        added_jars: vec![Dependency {
+            name: "file:///jobs/udfs.jar".into(),
+            timestamp: 1_700_000_000_001,
+        }],
         properties: vec![Property {
             key: "flint.job.description".into(),
             value: "count".into(),
         }],
-        cpus: 1,
-        serialized_task: Bytes::from(vec![0x5A; payload_len]),
+        ..sample_task(payload_len)
     }
 }
 

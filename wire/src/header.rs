@@ -23,8 +23,9 @@ pub const FRAME_ALIGN: usize = 16;
 /// Flag bits defined by this protocol version. Any other bit set is an error.
 pub const KNOWN_FLAGS: u16 = 0;
 
-/// Byte range of the header covered by the CRC (everything before the CRC field).
-pub(crate) const CRC_COVERED: usize = 12;
+/// Where the CRC-covered bytes start: the header after magic and CRC, then the payload,
+/// one contiguous range so that the CRC is a single pass.
+pub(crate) const CRC_START: usize = 8;
 
 /// The decoded fields of a frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +36,7 @@ pub struct FrameHeader {
     pub flags: u16,
     /// Payload length in bytes, without the padding that follows it.
     pub payload_len: u32,
-    /// CRC32 (IEEE) over header bytes 0..12 followed by the payload.
+    /// CRC32 (IEEE) over header bytes 8..16 followed by the payload.
     pub crc: u32,
 }
 
@@ -48,11 +49,11 @@ impl FrameHeader {
     /// Writes the header into `out`.
     pub fn write(&self, out: &mut [u8; HEADER_LEN]) {
         out[0..4].copy_from_slice(&MAGIC);
-        out[4] = PROTOCOL_VERSION;
-        out[5] = self.kind as u8;
-        out[6..8].copy_from_slice(&self.flags.to_le_bytes());
-        out[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
-        out[12..16].copy_from_slice(&self.crc.to_le_bytes());
+        out[4..8].copy_from_slice(&self.crc.to_le_bytes());
+        out[8] = PROTOCOL_VERSION;
+        out[9] = self.kind as u8;
+        out[10..12].copy_from_slice(&self.flags.to_le_bytes());
+        out[12..16].copy_from_slice(&self.payload_len.to_le_bytes());
     }
 
     /// Parses and checks a header: magic, version, kind, flags, and the announced payload
@@ -66,25 +67,25 @@ impl FrameHeader {
         if magic != MAGIC {
             return Err(WireError::BadMagic { found: magic });
         }
-        if bytes[4] != PROTOCOL_VERSION {
+        if bytes[8] != PROTOCOL_VERSION {
             return Err(WireError::VersionMismatch {
                 ours: PROTOCOL_VERSION,
-                theirs: bytes[4],
+                theirs: bytes[8],
             });
         }
-        let kind = MessageKind::from_code(bytes[5]).ok_or(WireError::UnknownKind(bytes[5]))?;
-        let flags = u16::from_le_bytes([bytes[6], bytes[7]]);
+        let kind = MessageKind::from_code(bytes[9]).ok_or(WireError::UnknownKind(bytes[9]))?;
+        let flags = u16::from_le_bytes([bytes[10], bytes[11]]);
         if flags & !KNOWN_FLAGS != 0 {
             return Err(WireError::UnknownFlags(flags));
         }
-        let payload_len = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        let payload_len = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
         if payload_len as usize > max_payload {
             return Err(WireError::FrameTooLarge {
                 announced: payload_len as usize,
                 limit: max_payload,
             });
         }
-        let crc = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
+        let crc = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
         Ok(FrameHeader {
             kind,
             flags,
@@ -99,12 +100,9 @@ pub fn padded_frame_len(payload_len: usize) -> usize {
     (HEADER_LEN + payload_len).next_multiple_of(FRAME_ALIGN)
 }
 
-/// The CRC a frame with this header prefix and payload must carry.
-pub(crate) fn frame_crc(header_prefix: &[u8], payload: &[u8]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(header_prefix);
-    hasher.update(payload);
-    hasher.finalize()
+/// The CRC a frame must carry, computed over `frame[CRC_START..16 + payload_len]`.
+pub(crate) fn frame_crc(covered: &[u8]) -> u32 {
+    crc32fast::hash(covered)
 }
 
 #[cfg(test)]
@@ -127,15 +125,15 @@ mod tests {
     fn layout_matches_the_documented_bytes() {
         let bytes = header(MessageKind::LaunchTask, 0x0102_0304);
         assert_eq!(&bytes[0..4], b"FLNT");
-        assert_eq!(bytes[4], 1);
-        assert_eq!(bytes[5], MessageKind::LaunchTask as u8);
-        assert_eq!(&bytes[6..8], &[0, 0]);
-        assert_eq!(&bytes[8..12], &[4, 3, 2, 1], "length is little-endian");
         assert_eq!(
-            &bytes[12..16],
+            &bytes[4..8],
             &[0xEF, 0xBE, 0xAD, 0xDE],
             "crc is little-endian"
         );
+        assert_eq!(bytes[8], 1);
+        assert_eq!(bytes[9], MessageKind::LaunchTask as u8);
+        assert_eq!(&bytes[10..12], &[0, 0]);
+        assert_eq!(&bytes[12..16], &[4, 3, 2, 1], "length is little-endian");
     }
 
     #[test]
@@ -161,7 +159,7 @@ mod tests {
     #[test]
     fn version_error_names_both_versions() {
         let mut bytes = header(MessageKind::LaunchTask, 1);
-        bytes[4] = 7;
+        bytes[8] = 7;
         let text = FrameHeader::parse(&bytes, 100).unwrap_err().to_string();
         assert!(
             text.contains("version 1") && text.contains("version 7"),
@@ -178,13 +176,13 @@ mod tests {
             Err(WireError::BadMagic { .. })
         ));
         let mut bytes = header(MessageKind::LaunchTask, 1);
-        bytes[5] = 0xEE;
+        bytes[9] = 0xEE;
         assert!(matches!(
             FrameHeader::parse(&bytes, 100),
             Err(WireError::UnknownKind(0xEE))
         ));
         let mut bytes = header(MessageKind::LaunchTask, 1);
-        bytes[7] = 0x80;
+        bytes[11] = 0x80;
         assert!(matches!(
             FrameHeader::parse(&bytes, 100),
             Err(WireError::UnknownFlags(0x8000))

@@ -46,11 +46,11 @@
 //! | offset | size | field | meaning |
 //! | --- | --- | --- | --- |
 //! | 0 | 4 | magic | the bytes `F` `L` `N` `T` (`46 4C 4E 54`) |
-//! | 4 | 1 | version | protocol version, `1` |
-//! | 5 | 1 | kind | [`MessageKind`] code of the message in the payload |
-//! | 6 | 2 | flags | `u16`; no flag is defined in version 1, every bit must be 0 |
-//! | 8 | 4 | payload length | `u32`, bytes of payload, padding excluded |
-//! | 12 | 4 | crc | `u32` CRC-32 (IEEE, as `crc32fast`) of header bytes 0..12 followed by the payload |
+//! | 4 | 4 | crc | `u32` CRC-32 (IEEE, as `crc32fast`) of bytes 8..16 of the header followed by the payload: one contiguous range |
+//! | 8 | 1 | version | protocol version, `1` |
+//! | 9 | 1 | kind | [`MessageKind`] code of the message in the payload |
+//! | 10 | 2 | flags | `u16`; no flag is defined in version 1, every bit must be 0 |
+//! | 12 | 4 | payload length | `u32`, bytes of payload, padding excluded |
 //! | 16 | n | payload | an rkyv 0.8 archive of an [`Envelope`] (little-endian, aligned, 32-bit relative pointers), root at its end |
 //! | 16 + n | 0..15 | padding | zero bytes up to the next multiple of 16 |
 //!

@@ -103,15 +103,15 @@ proptest! {
         garbage in proptest::collection::vec(any::<u8>(), 0..512),
     ) {
         // A frame whose CRC is right but whose payload is garbage reaches validation.
-        let mut header = crate::FrameHeader {
+        let header = crate::FrameHeader {
             kind, flags: 0, payload_len: garbage.len() as u32, crc: 0,
         };
         let mut bytes = [0u8; HEADER_LEN];
         header.write(&mut bytes);
-        header.crc = crate::header::frame_crc(&bytes[..12], &garbage);
-        header.write(&mut bytes);
         let mut stream = bytes.to_vec();
         stream.extend_from_slice(&garbage);
+        let crc = crate::header::frame_crc(&stream[8..]);
+        stream[4..8].copy_from_slice(&crc.to_le_bytes());
         stream.resize(header.frame_len(), 0);
         let frames = decode_chunked(&stream, &[]).unwrap();
         prop_assert_eq!(frames.len(), 1);
@@ -312,7 +312,7 @@ fn errors_say_what_was_expected_and_what_came() {
     );
 
     let mut stream = frame.to_vec();
-    stream[4] = 2;
+    stream[8] = 2;
     let text = decode_chunked(&stream, &[]).unwrap_err().to_string();
     assert!(
         text.contains("version 1") && text.contains("version 2"),
@@ -363,11 +363,11 @@ fn truncated_stream_is_reported_at_the_end() {
 fn kind_mismatch_between_header_and_payload_is_refused() {
     let (_, frame) = &sample_frames()[0];
     let mut stream = frame.to_vec();
-    stream[5] = MessageKind::Shutdown as u8;
+    stream[9] = MessageKind::Shutdown as u8;
     // Fix the CRC so that only the kind disagrees.
-    let payload_len = u32::from_le_bytes(stream[8..12].try_into().unwrap()) as usize;
-    let crc = crate::header::frame_crc(&stream[..12], &stream[16..16 + payload_len]);
-    stream[12..16].copy_from_slice(&crc.to_le_bytes());
+    let payload_len = u32::from_le_bytes(stream[12..16].try_into().unwrap()) as usize;
+    let crc = crate::header::frame_crc(&stream[8..16 + payload_len]);
+    stream[4..8].copy_from_slice(&crc.to_le_bytes());
     let frames = decode_chunked(&stream, &[]).unwrap();
     let error = frames[0].envelope().unwrap_err();
     assert_eq!(
