@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use rkyv::{Archive, Deserialize, Serialize};
 
-use crate::shared_str::{AsArchivedString, SharedStr};
+use crate::shared_str::{AsArchivedString, LeanVec, SharedStr};
 
 #[cfg(test)]
 use proptest::prelude::*;
@@ -236,10 +236,13 @@ pub struct TaskDescription {
     /// Partition the task computes.
     pub partition_id: u32,
     /// Files the task needs, with timestamps.
+    #[rkyv(with = LeanVec)]
     pub added_files: Vec<Dependency>,
     /// Jars the task needs, with timestamps.
+    #[rkyv(with = LeanVec)]
     pub added_jars: Vec<Dependency>,
     /// Local properties.
+    #[rkyv(with = LeanVec)]
     pub properties: Vec<Property>,
     /// Cores the task uses (task.cpus).
     pub cpus: u32,
@@ -360,6 +363,7 @@ pub enum TaskOutcome {
         /// The task's metrics.
         metrics: TaskMetrics,
         /// Its final accumulator values.
+        #[rkyv(with = LeanVec)]
         accumulators: Vec<AccumulatorUpdate>,
     },
     /// A result kept in the executor's block store, to be fetched.
