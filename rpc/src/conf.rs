@@ -279,6 +279,13 @@ const fn optional(key: &str) -> &'static str {
     find(key).key
 }
 
+/// The key of [`Conf::ask_timeout`], named in ask timeout errors.
+pub const ASK_TIMEOUT_KEY: &str = optional("rpc.askTimeout");
+/// The key of [`Conf::connect_timeout`], named in connect timeout errors.
+pub const CONNECT_TIMEOUT_KEY: &str = optional("rpc.connect.timeout");
+/// The key of [`Conf::outbox_max_bytes`], named in full-outbox errors.
+pub const OUTBOX_MAX_BYTES_KEY: &str = optional("rpc.outbox.maxBytes");
+
 const AUTHENTICATE: Key = defaulted("authenticate");
 const AUTHENTICATE_SECRET: &str = optional("authenticate.secret");
 const DEFAULT_PARALLELISM: &str = optional("default.parallelism");

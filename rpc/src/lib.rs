@@ -1,33 +1,75 @@
-//! flint-rpc: the transport under flint's driver and executors.
+//! flint-rpc: the transport under flint's driver and executors, and one that can be
+//! embedded on its own.
 //!
-//! This crate is to hold flint's RPC layer over [mio]: the event loop, endpoints, one-way
-//! `send` and request/reply `ask`, timers, authentication, and the configuration they
-//! read. Only the configuration, [`conf`], exists yet; the frames themselves are
-//! [`flint_wire`]'s.
+//! An [`RpcEnv`] owns one [mio] event loop thread and a listener. Endpoints ([`Endpoint`])
+//! are registered by name and run on that thread, one message at a time; an
+//! [`EndpointRef`] (address and name) offers one-way [`EndpointRef::send`] and
+//! request/reply [`EndpointRef::ask`] with a timeout (`rpc.askTimeout`). Endpoints of the
+//! same environment are reached without a socket. Frames are [`flint_wire`]'s: messages
+//! arrive validated and are read in place.
+//!
+//! How it is put together:
+//!
+//! - any thread encodes a message straight into the connection's bounded outbox
+//!   ([`outbox`]) and, if the loop was not already told, hands it a wake-up through a
+//!   queue and a mio `Waker` ([`handoff`], model-checked with loom);
+//! - the loop writes each outbox with vectored writes, reads each socket until it would
+//!   block, and hands every whole frame to its endpoint or to the ask it answers;
+//! - an ask ends exactly once: by its reply, its timeout (a loop timer), or the loss of
+//!   its connection ([`ask`], model-checked with loom);
+//! - with `authenticate=true`, a connection delivers nothing before the peer proved it
+//!   knows `authenticate.secret` ([`auth`]);
+//! - the configuration is [`Conf`].
 //!
 //! [mio]: https://docs.rs/mio
 //!
 //! ```
-//! use std::time::Duration;
-//! use flint_rpc::conf::{Conf, SchedulingMode};
+//! use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv};
+//! use flint_wire::{ArchivedMessage, Message};
 //!
-//! // As from `--conf` on a command line; the `spark.` prefix is accepted and dropped.
-//! let conf = Conf::from_pairs(["spark.network.timeout=60s", "scheduler.mode=fair"])?;
-//! assert_eq!(conf.get("network.timeout"), Some("60s"));
-//! assert_eq!(conf.network_timeout()?, Duration::from_secs(60));
-//! assert_eq!(conf.ask_timeout()?, Duration::from_secs(60)); // falls back to network.timeout
-//! assert_eq!(conf.scheduler_mode()?, SchedulingMode::Fair);
-//! assert_eq!(conf.message_max_size()?, flint_wire::DEFAULT_MAX_MESSAGE_SIZE); // the default
+//! /// Counts the messages it gets and answers asks with the count.
+//! struct Counter(u64);
 //!
-//! let bad = Conf::from_pairs(["rpc.message.maxSize=4096"])?;
-//! assert_eq!(
-//!     bad.message_max_size().unwrap_err().to_string(),
-//!     "rpc.message.maxSize should not be greater than 2047 MB",
-//! );
-//! # Ok::<(), flint_rpc::conf::ConfError>(())
+//! impl Endpoint for Counter {
+//!     fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+//!         self.0 += 1;
+//!         if message.is_ask() {
+//!             let _ = message.reply(&Message::Custom { tag: self.0 as u32, body: Default::default() });
+//!         }
+//!     }
+//! }
+//!
+//! let conf = Conf::from_pairs(["spark.rpc.askTimeout=10s"])?;
+//! let server = RpcEnv::new(&conf)?;
+//! server.handle().register("counter", Counter(0))?;
+//!
+//! let client = RpcEnv::new(&conf)?;
+//! let counter = client.handle().endpoint_ref(server.address(), "counter");
+//! counter.send(&Message::ReviveOffers)?;
+//! let reply = counter.ask(&Message::ReviveOffers)?;
+//! assert!(matches!(reply.message(), ArchivedMessage::Custom { tag, .. } if *tag == 2));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod ask;
+pub mod auth;
 pub mod conf;
+mod endpoint;
+mod env;
+mod error;
+mod event_loop;
+pub mod handoff;
+pub mod outbox;
+mod socket;
+mod sync;
+pub mod timer;
+
+pub use conf::Conf;
+pub use endpoint::{Endpoint, EndpointContext, Incoming, Reply, ReplyHandle};
+pub use env::{EndpointRef, RpcEnv, RpcEnvHandle, RpcStats, Settings};
+pub use error::{RpcError, Target};
+pub use socket::SocketOptions;
+pub use timer::TimerId;

@@ -1,0 +1,211 @@
+//! What endpoints implement and what they are handed: the [`Endpoint`] trait, incoming
+//! messages, reply handles, and the context of a call.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flint_wire::{ArchivedMessage, Frame, Message, Route, SharedStr};
+use rkyv::rancor;
+
+use crate::env::{EndpointRef, RpcEnvHandle};
+use crate::error::RpcError;
+use crate::outbox::Outbox;
+use crate::timer::{TimerId, TimerQueue};
+
+/// A named receiver of messages, run by the event loop.
+///
+/// As the seeds' `ThreadSafeRpcEndpoint`: an endpoint handles one message at a time,
+/// `on_start` runs before its first message and `on_stop` when it is unregistered or the
+/// environment stops. Every call runs on the event loop thread, so a handler must not
+/// block: hand long work to other threads and reply later through a [`ReplyHandle`].
+pub trait Endpoint: Send + 'static {
+    /// Called once, before the first message.
+    fn on_start(&mut self, _ctx: &mut EndpointContext<'_>) {}
+
+    /// A message arrived. Asks are answered with [`Incoming::reply`], now or later.
+    fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>);
+
+    /// A timer this endpoint scheduled fired.
+    fn on_timer(&mut self, _ctx: &mut EndpointContext<'_>, _timer: TimerId) {}
+
+    /// A remote peer connected (after authentication, where it is required).
+    fn on_connected(&mut self, _ctx: &mut EndpointContext<'_>, _remote: SocketAddr) {}
+
+    /// A remote peer's connection closed (end of stream, reset, protocol error).
+    fn on_disconnected(&mut self, _ctx: &mut EndpointContext<'_>, _remote: SocketAddr) {}
+
+    /// Called once, when the endpoint stops.
+    fn on_stop(&mut self) {}
+}
+
+/// A message delivered to an endpoint. Borrowed from the receive buffer: nothing of it
+/// was copied, and [`Incoming::frame`] turns parts of it into `Bytes` without copying.
+pub struct Incoming<'a> {
+    pub(crate) frame: &'a Frame,
+    pub(crate) message: &'a ArchivedMessage,
+    pub(crate) sender: Option<SocketAddr>,
+    pub(crate) connection: &'a Arc<Outbox>,
+    pub(crate) request_id: Option<u64>,
+    pub(crate) env: &'a RpcEnvHandle,
+}
+
+impl<'a> Incoming<'a> {
+    /// The message, validated and read in place.
+    pub fn message(&self) -> &'a ArchivedMessage {
+        self.message
+    }
+
+    /// The frame it came in, for zero-copy views of its blobs ([`Frame::bytes_of`]).
+    pub fn frame(&self) -> &'a Frame {
+        self.frame
+    }
+
+    /// The remote address it came from; `None` for a message from this environment.
+    pub fn sender(&self) -> Option<SocketAddr> {
+        self.sender
+    }
+
+    /// Whether the sender waits for a reply.
+    pub fn is_ask(&self) -> bool {
+        self.request_id.is_some()
+    }
+
+    /// A handle to answer this ask later, from any thread; `None` for a one-way message.
+    pub fn reply_handle(&self) -> Option<ReplyHandle> {
+        Some(ReplyHandle {
+            connection: self.connection.clone(),
+            request_id: self.request_id?,
+            env: self.env.clone(),
+        })
+    }
+
+    /// Answers this ask now. A one-way message has nobody to answer: that is ignored.
+    pub fn reply(&self, message: &Message) -> Result<(), RpcError> {
+        match self.reply_handle() {
+            Some(handle) => handle.reply(message),
+            None => Ok(()),
+        }
+    }
+
+    /// Answers this ask with an error the asker sees as [`RpcError::Remote`].
+    pub fn reply_error(&self, error: impl Into<String>) -> Result<(), RpcError> {
+        match self.reply_handle() {
+            Some(handle) => handle.fail(error),
+            None => Ok(()),
+        }
+    }
+
+    /// A reference to the endpoint `name` of the sender, reached over the connection this
+    /// message came on (no new connection). For a local message, the local endpoint.
+    pub fn sender_ref(&self, name: &str) -> EndpointRef {
+        EndpointRef::over(self.env.clone(), self.connection.clone(), name.into())
+    }
+
+    /// Deserializes the message into an owned [`Message`] (a copy; handlers usually read
+    /// the archived form instead).
+    pub fn to_message(&self) -> Message {
+        rkyv::deserialize::<Message, rancor::Error>(self.message)
+            .expect("a validated message deserializes")
+    }
+}
+
+/// The means to answer an ask, possibly after the handler returned and from another
+/// thread. Answering consumes it: an ask is answered once.
+#[derive(Debug)]
+pub struct ReplyHandle {
+    connection: Arc<Outbox>,
+    request_id: u64,
+    env: RpcEnvHandle,
+}
+
+impl ReplyHandle {
+    /// Sends `message` as the reply.
+    pub fn reply(self, message: &Message) -> Result<(), RpcError> {
+        let route = Route::Reply {
+            request_id: self.request_id,
+        };
+        self.env.push(&self.connection, &route, message)
+    }
+
+    /// Sends an error reply with this text.
+    pub fn fail(self, error: impl Into<String>) -> Result<(), RpcError> {
+        let route = Route::ErrorReply {
+            request_id: self.request_id,
+            error: error.into(),
+        };
+        self.env.push(&self.connection, &route, &Message::Empty)
+    }
+}
+
+/// The answer to an ask: the reply frame, kept whole so the message is read in place.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub(crate) frame: Frame,
+}
+
+impl Reply {
+    /// The reply message.
+    pub fn message(&self) -> &ArchivedMessage {
+        // The frame was validated when it arrived and its bytes are immutable.
+        &self
+            .frame
+            .envelope()
+            .expect("a reply frame is validated on receipt")
+            .message
+    }
+
+    /// The frame, for zero-copy views of the reply's blobs.
+    pub fn frame(&self) -> &Frame {
+        &self.frame
+    }
+
+    /// The reply as an owned [`Message`].
+    pub fn to_message(&self) -> Message {
+        rkyv::deserialize::<Message, rancor::Error>(self.message())
+            .expect("a validated message deserializes")
+    }
+}
+
+/// What an endpoint can do while it handles a call: schedule timers, reach other
+/// endpoints, stop itself.
+pub struct EndpointContext<'a> {
+    pub(crate) env: &'a RpcEnvHandle,
+    pub(crate) timers: &'a mut TimerQueue<usize>,
+    pub(crate) me: usize,
+    pub(crate) name: &'a SharedStr,
+    pub(crate) now: std::time::Instant,
+    pub(crate) stop_me: &'a mut bool,
+}
+
+impl EndpointContext<'_> {
+    /// The environment, to make references to other endpoints.
+    pub fn env(&self) -> &RpcEnvHandle {
+        self.env
+    }
+
+    /// This endpoint's name.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
+    /// Calls [`Endpoint::on_timer`] once, after `delay`.
+    pub fn schedule_once(&mut self, delay: Duration) -> TimerId {
+        self.timers.schedule(self.now, delay, None, self.me)
+    }
+
+    /// Calls [`Endpoint::on_timer`] after `first`, then every `period`.
+    pub fn schedule_every(&mut self, first: Duration, period: Duration) -> TimerId {
+        self.timers.schedule(self.now, first, Some(period), self.me)
+    }
+
+    /// Cancels a timer of this endpoint.
+    pub fn cancel_timer(&mut self, timer: TimerId) -> bool {
+        self.timers.cancel(timer)
+    }
+
+    /// Stops this endpoint once the current call returns (`on_stop` follows).
+    pub fn stop(&mut self) {
+        *self.stop_me = true;
+    }
+}

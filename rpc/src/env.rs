@@ -1,0 +1,536 @@
+//! The RPC environment: its shared state, the handle other threads use, and references
+//! to endpoints.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
+
+use flint_wire::{Message, Route, SharedStr};
+
+use crate::ask::{PendingAsks, ReplySlot};
+use crate::conf::Conf;
+use crate::endpoint::{Endpoint, Reply};
+use crate::error::RpcError;
+use crate::event_loop::EventLoop;
+use crate::handoff::{Handoff, Notify};
+use crate::outbox::{ConnKey, Outbox, OutboxKind};
+use crate::socket::SocketOptions;
+
+/// Key of the local outbox (messages between endpoints of one environment).
+pub(crate) const LOCAL_KEY: ConnKey = 2;
+/// The first key given to a connection.
+pub(crate) const FIRST_CONNECTION_KEY: ConnKey = 3;
+
+/// The settings an environment runs with, read from a [`Conf`] once.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// rpc.message.maxSize, in bytes.
+    pub max_payload: usize,
+    /// rpc.outbox.maxBytes.
+    pub outbox_limit: usize,
+    /// rpc.askTimeout (falling back to network.timeout).
+    pub ask_timeout: Duration,
+    /// rpc.connect.timeout.
+    pub connect_timeout: Duration,
+    /// Socket buffer sizes.
+    pub socket: SocketOptions,
+    /// The shared secret, when authenticate=true.
+    pub secret: Option<Arc<[u8]>>,
+    /// The listener's address (rpc.bindAddress, rpc.port).
+    pub bind: SocketAddr,
+    /// How long stopping waits for outboxes to drain.
+    pub shutdown_flush: Duration,
+}
+
+impl Settings {
+    /// Reads and checks the settings from `conf`.
+    pub fn from_conf(conf: &Conf) -> Result<Self, RpcError> {
+        conf.validate()?;
+        let secret = if conf.authenticate()? {
+            let secret = conf.authenticate_secret().unwrap_or_default();
+            Some(Arc::from(secret.as_bytes()))
+        } else {
+            None
+        };
+        Ok(Settings {
+            max_payload: conf.message_max_size()?,
+            outbox_limit: conf.outbox_max_bytes()?,
+            ask_timeout: conf.ask_timeout()?,
+            connect_timeout: conf.connect_timeout()?,
+            socket: SocketOptions {
+                send_buffer: conf.send_buffer_size()?,
+                receive_buffer: conf.receive_buffer_size()?,
+            },
+            secret,
+            bind: SocketAddr::new(conf.bind_address()?, conf.port()?),
+            shutdown_flush: Duration::from_secs(2),
+        })
+    }
+}
+
+/// How an ask ends up with its asker.
+pub(crate) enum AskWaiter {
+    /// A thread blocked in [`EndpointRef::ask`].
+    Blocking(Arc<ReplySlot<Result<Reply, RpcError>>>),
+    /// A callback run on the loop thread.
+    Callback(Box<dyn FnOnce(Result<Reply, RpcError>) + Send>),
+}
+
+/// An outstanding ask's waiter, with what error texts need.
+pub(crate) struct AskCompletion {
+    pub(crate) target: String,
+    pub(crate) waiter: AskWaiter,
+}
+
+impl AskCompletion {
+    pub(crate) fn complete(self, result: Result<Reply, RpcError>) {
+        match self.waiter {
+            AskWaiter::Blocking(slot) => {
+                slot.complete(result);
+            }
+            AskWaiter::Callback(callback) => callback(result),
+        }
+    }
+}
+
+/// Work handed to the loop thread.
+pub(crate) enum Command {
+    /// An outbox has frames to write (a new outgoing one also needs its connection).
+    Flush(Arc<Outbox>),
+    /// Register an endpoint; the slot says whether it worked.
+    Register(
+        SharedStr,
+        Box<dyn Endpoint>,
+        Arc<ReplySlot<Result<(), RpcError>>>,
+    ),
+    /// Stop an endpoint.
+    Unregister(SharedStr),
+    /// Stop the environment.
+    Stop,
+}
+
+pub(crate) struct WakerNotify(pub(crate) mio::Waker);
+
+impl Notify for WakerNotify {
+    fn notify(&self) {
+        // A failed wake-up can only mean the loop is gone, which stop() handles.
+        let _ = self.0.wake();
+    }
+}
+
+/// State shared by the loop thread and every handle.
+pub(crate) struct Shared {
+    pub(crate) settings: Settings,
+    pub(crate) handoff: Handoff<Command, WakerNotify>,
+    pub(crate) asks: Mutex<PendingAsks<AskCompletion, ConnKey>>,
+    outgoing: Mutex<HashMap<SocketAddr, Arc<Outbox>>>,
+    pub(crate) local: Arc<Outbox>,
+    next_key: AtomicU64,
+    pub(crate) loop_thread: OnceLock<ThreadId>,
+    pub(crate) address: SocketAddr,
+    pub(crate) stopped: AtomicBool,
+    pub(crate) accepted: AtomicU64,
+    pub(crate) connected: AtomicU64,
+}
+
+/// Counters of an environment's connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RpcStats {
+    /// Connections accepted from remote peers.
+    pub accepted: u64,
+    /// Outgoing connections established.
+    pub connected: u64,
+}
+
+impl Shared {
+    pub(crate) fn new_key(&self) -> ConnKey {
+        self.next_key.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn on_loop_thread(&self) -> bool {
+        self.loop_thread.get() == Some(&std::thread::current().id())
+    }
+
+    /// Hands a command to the loop; from the loop thread itself no wake-up is needed,
+    /// because the loop drains its queue before it next sleeps.
+    pub(crate) fn command(&self, command: Command) {
+        if self.on_loop_thread() {
+            self.handoff.push_quiet(command);
+        } else {
+            self.handoff.push(command);
+        }
+    }
+
+    /// Forgets an outgoing outbox once its connection is gone, so the next send
+    /// reconnects.
+    pub(crate) fn forget_outgoing(&self, outbox: &Arc<Outbox>) {
+        if let OutboxKind::Outgoing(address) = outbox.kind() {
+            let mut outgoing = self.outgoing.lock().unwrap_or_else(|e| e.into_inner());
+            if outgoing
+                .get(&address)
+                .is_some_and(|current| Arc::ptr_eq(current, outbox))
+            {
+                outgoing.remove(&address);
+            }
+        }
+    }
+
+    /// The outbox of the connection to `address`, opened on first use.
+    fn outgoing(&self, address: SocketAddr) -> Arc<Outbox> {
+        let mut outgoing = self.outgoing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(outbox) = outgoing.get(&address) {
+            if !outbox.is_closed() {
+                return outbox.clone();
+            }
+        }
+        let outbox = Arc::new(Outbox::new(
+            self.new_key(),
+            OutboxKind::Outgoing(address),
+            address,
+            self.settings.max_payload,
+            self.settings.outbox_limit,
+        ));
+        outgoing.insert(address, outbox.clone());
+        outbox
+    }
+}
+
+/// A cheap, clonable handle on an environment, usable from any thread.
+#[derive(Clone)]
+pub struct RpcEnvHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RpcEnvHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcEnvHandle")
+            .field("address", &self.shared.address)
+            .finish()
+    }
+}
+
+impl RpcEnvHandle {
+    /// The address this environment listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.shared.address
+    }
+
+    /// Counters of its connections.
+    pub fn stats(&self) -> RpcStats {
+        RpcStats {
+            accepted: self.shared.accepted.load(Ordering::Relaxed),
+            connected: self.shared.connected.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The settings it runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.shared.settings
+    }
+
+    /// A reference to the endpoint `name` of the environment listening at `address`.
+    /// Its own address gives a local reference.
+    pub fn endpoint_ref(&self, address: SocketAddr, name: &str) -> EndpointRef {
+        if address == self.shared.address {
+            return self.local_ref(name);
+        }
+        EndpointRef {
+            env: self.clone(),
+            name: name.into(),
+            target: RefTarget::Remote(address),
+        }
+    }
+
+    /// A reference to the endpoint `name` of this environment, reached without a socket.
+    pub fn local_ref(&self, name: &str) -> EndpointRef {
+        EndpointRef {
+            env: self.clone(),
+            name: name.into(),
+            target: RefTarget::Connection(self.shared.local.clone()),
+        }
+    }
+
+    /// Registers `endpoint` under `name` and waits until its `on_start` has run. From the
+    /// loop thread (inside a handler) it does not wait: the endpoint starts right after
+    /// the current call.
+    pub fn register(&self, name: &str, endpoint: impl Endpoint) -> Result<EndpointRef, RpcError> {
+        if self.shared.stopped.load(Ordering::Acquire) {
+            return Err(RpcError::Stopped);
+        }
+        let done = Arc::new(ReplySlot::new());
+        self.shared.command(Command::Register(
+            name.into(),
+            Box::new(endpoint),
+            done.clone(),
+        ));
+        if !self.shared.on_loop_thread() {
+            done.wait().unwrap_or(Err(RpcError::Stopped))?;
+        }
+        Ok(self.local_ref(name))
+    }
+
+    /// Stops the endpoint `name` (its `on_stop` runs on the loop).
+    pub fn unregister(&self, name: &str) {
+        self.shared.command(Command::Unregister(name.into()));
+    }
+
+    pub(crate) fn push(
+        &self,
+        outbox: &Arc<Outbox>,
+        route: &Route,
+        message: &Message,
+    ) -> Result<(), RpcError> {
+        if self.shared.stopped.load(Ordering::Acquire) {
+            return Err(RpcError::Stopped);
+        }
+        if outbox.push(route, message)? {
+            self.shared.command(Command::Flush(outbox.clone()));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug)]
+enum RefTarget {
+    /// A remote listener; the connection is looked up (and opened) per send.
+    Remote(SocketAddr),
+    /// A given connection (or the local outbox).
+    Connection(Arc<Outbox>),
+}
+
+/// A reference to an endpoint, local or remote: an address and a name.
+#[derive(Clone)]
+pub struct EndpointRef {
+    env: RpcEnvHandle,
+    name: SharedStr,
+    target: RefTarget,
+}
+
+impl std::fmt::Debug for EndpointRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EndpointRef({})", self.describe())
+    }
+}
+
+impl EndpointRef {
+    pub(crate) fn over(env: RpcEnvHandle, connection: Arc<Outbox>, name: SharedStr) -> Self {
+        EndpointRef {
+            env,
+            name,
+            target: RefTarget::Connection(connection),
+        }
+    }
+
+    /// The endpoint's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The remote address, or `None` for an endpoint of this environment.
+    pub fn address(&self) -> Option<SocketAddr> {
+        match &self.target {
+            RefTarget::Remote(address) => Some(*address),
+            RefTarget::Connection(outbox) if outbox.kind() == OutboxKind::Local => None,
+            RefTarget::Connection(outbox) => Some(outbox.peer()),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.address() {
+            Some(address) => format!("endpoint {} at {address}", self.name),
+            None => format!("local endpoint {}", self.name),
+        }
+    }
+
+    fn outbox(&self) -> Arc<Outbox> {
+        match &self.target {
+            RefTarget::Remote(address) => self.env.shared.outgoing(*address),
+            RefTarget::Connection(outbox) => outbox.clone(),
+        }
+    }
+
+    /// Sends a one-way message. Fails at once if the connection's outbox is full
+    /// ([`RpcError::OutboxFull`]), the connection is gone, or the message is too large.
+    pub fn send(&self, message: &Message) -> Result<(), RpcError> {
+        let route = Route::OneWay {
+            endpoint: self.name.clone(),
+        };
+        self.env.push(&self.outbox(), &route, message)
+    }
+
+    /// Asks and waits for the reply, at most rpc.askTimeout.
+    pub fn ask(&self, message: &Message) -> Result<Reply, RpcError> {
+        self.ask_timeout(message, self.env.shared.settings.ask_timeout)
+    }
+
+    /// Asks and waits for the reply, at most `timeout`. Not for the loop thread, which
+    /// would wait on itself: handlers use [`EndpointRef::ask_then`].
+    pub fn ask_timeout(&self, message: &Message, timeout: Duration) -> Result<Reply, RpcError> {
+        assert!(
+            !self.env.shared.on_loop_thread(),
+            "a blocking ask on the event loop thread would wait forever; use ask_then"
+        );
+        let slot = Arc::new(ReplySlot::new());
+        self.start_ask(message, timeout, AskWaiter::Blocking(slot.clone()))?;
+        slot.wait().unwrap_or(Err(RpcError::Stopped))
+    }
+
+    /// Asks, and calls `then` on the loop thread with the reply, the timeout or the loss
+    /// of the connection, whichever comes first.
+    pub fn ask_then(
+        &self,
+        message: &Message,
+        timeout: Duration,
+        then: impl FnOnce(Result<Reply, RpcError>) + Send + 'static,
+    ) -> Result<(), RpcError> {
+        self.start_ask(message, timeout, AskWaiter::Callback(Box::new(then)))
+    }
+
+    fn start_ask(
+        &self,
+        message: &Message,
+        timeout: Duration,
+        waiter: AskWaiter,
+    ) -> Result<(), RpcError> {
+        let outbox = self.outbox();
+        let completion = AskCompletion {
+            target: self.describe(),
+            waiter,
+        };
+        let request_id = self
+            .env
+            .shared
+            .asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(Instant::now(), timeout, outbox.key(), completion);
+        let route = Route::Ask {
+            request_id,
+            endpoint: self.name.clone(),
+        };
+        if let Err(error) = self.env.push(&outbox, &route, message) {
+            // Never sent: take the ask back so nothing completes it later.
+            self.env
+                .shared
+                .asks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(request_id);
+            return Err(error);
+        }
+        Ok(())
+    }
+}
+
+/// An RPC environment: one mio event loop thread, a listener, endpoints by name, and
+/// connections opened on first use.
+///
+/// ```
+/// use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv};
+/// use flint_wire::{ArchivedMessage, Message};
+///
+/// struct Echo;
+/// impl Endpoint for Echo {
+///     fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+///         if let ArchivedMessage::Custom { tag, .. } = message.message() {
+///             let _ = message.reply(&Message::Ack { ok: *tag == 7 });
+///         }
+///     }
+/// }
+///
+/// let server = RpcEnv::new(&Conf::new())?;
+/// server.handle().register("echo", Echo)?;
+/// let client = RpcEnv::new(&Conf::new())?;
+/// let echo = client.handle().endpoint_ref(server.address(), "echo");
+/// let reply = echo.ask(&Message::Custom { tag: 7, body: bytes::Bytes::new() })?;
+/// assert!(matches!(reply.message(), ArchivedMessage::Ack { ok: true }));
+/// client.stop();
+/// server.stop();
+/// # Ok::<(), flint_rpc::RpcError>(())
+/// ```
+pub struct RpcEnv {
+    handle: RpcEnvHandle,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for RpcEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcEnv")
+            .field("address", &self.address())
+            .finish()
+    }
+}
+
+impl RpcEnv {
+    /// Binds the listener (rpc.bindAddress, rpc.port) and starts the loop thread.
+    pub fn new(conf: &Conf) -> Result<RpcEnv, RpcError> {
+        Self::with_settings(Settings::from_conf(conf)?)
+    }
+
+    /// As [`RpcEnv::new`], with settings already read.
+    pub fn with_settings(settings: Settings) -> Result<RpcEnv, RpcError> {
+        let listener = crate::socket::listen(settings.bind, &settings.socket)?;
+        let address = listener.local_addr()?;
+        let poll = mio::Poll::new()?;
+        let waker = mio::Waker::new(poll.registry(), crate::event_loop::WAKER)?;
+        let local = Arc::new(Outbox::new(
+            LOCAL_KEY,
+            OutboxKind::Local,
+            address,
+            settings.max_payload,
+            settings.outbox_limit,
+        ));
+        let shared = Arc::new(Shared {
+            settings,
+            handoff: Handoff::new(WakerNotify(waker)),
+            asks: Mutex::new(PendingAsks::new()),
+            outgoing: Mutex::new(HashMap::new()),
+            local,
+            next_key: AtomicU64::new(FIRST_CONNECTION_KEY),
+            loop_thread: OnceLock::new(),
+            address,
+            stopped: AtomicBool::new(false),
+            accepted: AtomicU64::new(0),
+            connected: AtomicU64::new(0),
+        });
+        let event_loop = EventLoop::new(poll, listener, shared.clone())?;
+        let thread = std::thread::Builder::new()
+            .name(format!("flint-rpc-{}", address.port()))
+            .spawn(move || event_loop.run())?;
+        let _ = shared.loop_thread.set(thread.thread().id());
+        Ok(RpcEnv {
+            handle: RpcEnvHandle { shared },
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// The address the listener is bound to.
+    pub fn address(&self) -> SocketAddr {
+        self.handle.address()
+    }
+
+    /// A handle for other threads and for endpoints.
+    pub fn handle(&self) -> RpcEnvHandle {
+        self.handle.clone()
+    }
+
+    /// Stops the environment: every endpoint's `on_stop` runs, outboxes get a bounded
+    /// time to drain, sockets close and the loop thread is joined. Idempotent.
+    pub fn stop(&self) {
+        self.handle.shared.stopped.store(true, Ordering::Release);
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(thread) = thread {
+            self.handle.shared.handoff.push(Command::Stop);
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for RpcEnv {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

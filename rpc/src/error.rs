@@ -1,0 +1,109 @@
+//! The errors of the RPC layer.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use flint_wire::WireError;
+
+use crate::auth::AuthError;
+
+/// Where a message was going, for error texts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// An endpoint in this process.
+    Local(String),
+    /// An endpoint at a remote address.
+    Remote(SocketAddr, String),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Local(name) => write!(f, "local endpoint {name}"),
+            Target::Remote(address, name) => write!(f, "endpoint {name} at {address}"),
+        }
+    }
+}
+
+/// Everything a send, an ask or the RPC environment can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// No reply came in time.
+    #[error(
+        "ask to {target} timed out after {timeout:?}; the timeout is set by {key}",
+        key = crate::conf::ASK_TIMEOUT_KEY
+    )]
+    AskTimeout {
+        /// Where the ask went.
+        target: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
+    /// The remote endpoint answered with an error.
+    #[error("{target} replied with an error: {message}")]
+    Remote {
+        /// Who answered.
+        target: String,
+        /// The error's text.
+        message: String,
+    },
+    /// The connection closed before the reply came.
+    #[error("connection to {peer} closed before the reply to an ask arrived")]
+    Disconnected {
+        /// The peer.
+        peer: SocketAddr,
+    },
+    /// The connection's outbox holds as many bytes as it may.
+    #[error(
+        "outbox to {peer} is full: {queued} bytes queued, the limit ({key}) is {limit} bytes",
+        key = crate::conf::OUTBOX_MAX_BYTES_KEY
+    )]
+    OutboxFull {
+        /// The peer.
+        peer: SocketAddr,
+        /// Bytes waiting to be written.
+        queued: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Connecting failed.
+    #[error("cannot connect to {peer}: {source}")]
+    Connect {
+        /// The peer.
+        peer: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Connecting took longer than allowed.
+    #[error(
+        "connecting to {peer} timed out after {timeout:?}; the timeout is set by {key}",
+        key = crate::conf::CONNECT_TIMEOUT_KEY
+    )]
+    ConnectTimeout {
+        /// The peer.
+        peer: SocketAddr,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// No endpoint of that name is registered.
+    #[error("no endpoint named {0} is registered")]
+    EndpointNotFound(String),
+    /// An endpoint of that name is already registered.
+    #[error("an endpoint named {0} is already registered")]
+    EndpointExists(String),
+    /// A message could not be encoded or decoded.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// The handshake failed.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// A socket operation failed.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Conf(#[from] crate::conf::ConfError),
+    /// The environment has stopped.
+    #[error("the RPC environment has stopped")]
+    Stopped,
+}

@@ -1,0 +1,878 @@
+//! The event loop thread: sockets, dispatch to endpoints, timers, ask expiry.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, Write};
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use flint_wire::{ArchivedRoute, Encoder, Frame, FrameDecoder, Message, Route, SharedStr};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use tracing::{debug, error, info, warn};
+
+use crate::ask::PendingAsk;
+use crate::auth::{is_handshake, random_nonce, AuthError, Handshake, Step};
+use crate::endpoint::{Endpoint, EndpointContext, Incoming, Reply};
+use crate::env::{AskCompletion, Command, RpcEnvHandle, Shared, LOCAL_KEY};
+use crate::error::RpcError;
+use crate::outbox::{ConnKey, Outbox, OutboxKind};
+use crate::timer::TimerQueue;
+
+/// Token of the waker that other threads use.
+pub(crate) const WAKER: Token = Token(0);
+const LISTENER: Token = Token(1);
+/// Most buffers handed to one `writev`.
+const MAX_IOVECS: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnState {
+    Connecting { deadline: Instant },
+    Open,
+}
+
+struct Connection {
+    stream: TcpStream,
+    outbox: Arc<Outbox>,
+    decoder: FrameDecoder,
+    /// Bytes taken from the outbox (or handshake frames), in order, the first one
+    /// possibly part-written.
+    writing: VecDeque<Bytes>,
+    peer: SocketAddr,
+    state: ConnState,
+    /// Present while the peer has not yet proved it knows the secret.
+    handshake: Option<Handshake>,
+    /// Whether endpoints were told of this connection (and so must hear of its end).
+    announced: bool,
+}
+
+/// Why a connection is being closed: decides the log level and what pending asks see.
+enum CloseReason {
+    EndOfStream,
+    Io(io::Error),
+    Wire(flint_wire::WireError),
+    Auth(AuthError),
+    ConnectFailed(io::Error),
+    ConnectTimeout(Duration),
+    Stopping,
+}
+
+impl CloseReason {
+    fn ask_error(&self, peer: SocketAddr) -> RpcError {
+        match self {
+            CloseReason::ConnectFailed(e) => RpcError::Connect {
+                peer,
+                source: io::Error::new(e.kind(), e.to_string()),
+            },
+            CloseReason::ConnectTimeout(timeout) => RpcError::ConnectTimeout {
+                peer,
+                timeout: *timeout,
+            },
+            CloseReason::Stopping => RpcError::Stopped,
+            _ => RpcError::Disconnected { peer },
+        }
+    }
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CloseReason::EndOfStream => f.write_str("end of stream"),
+            CloseReason::Io(e) => write!(f, "{e}"),
+            CloseReason::Wire(e) => write!(f, "{e}"),
+            CloseReason::Auth(e) => write!(f, "{e}"),
+            CloseReason::ConnectFailed(e) => write!(f, "connect failed: {e}"),
+            CloseReason::ConnectTimeout(t) => write!(f, "connect timed out after {t:?}"),
+            CloseReason::Stopping => f.write_str("the RPC environment is stopping"),
+        }
+    }
+}
+
+/// Endpoints and their timers: everything a handler call touches.
+struct Endpoints {
+    env: RpcEnvHandle,
+    slots: Vec<Option<Box<dyn Endpoint>>>,
+    names: Vec<SharedStr>,
+    by_name: HashMap<SharedStr, usize>,
+    timers: TimerQueue<usize>,
+}
+
+impl Endpoints {
+    /// Runs `call` on endpoint `index`, isolating a panic: the endpoint is stopped and the
+    /// loop goes on.
+    fn call(
+        &mut self,
+        index: usize,
+        now: Instant,
+        call: impl FnOnce(&mut dyn Endpoint, &mut EndpointContext<'_>),
+    ) -> bool {
+        let Some(endpoint) = self.slots.get_mut(index).and_then(|slot| slot.as_mut()) else {
+            return false;
+        };
+        let mut stop = false;
+        let mut ctx = EndpointContext {
+            env: &self.env,
+            timers: &mut self.timers,
+            me: index,
+            name: &self.names[index],
+            now,
+            stop_me: &mut stop,
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| call(endpoint.as_mut(), &mut ctx)));
+        if outcome.is_err() {
+            error!(endpoint = %self.names[index], "endpoint panicked; stopping it");
+            stop = true;
+        }
+        if stop {
+            self.stop(index);
+        }
+        outcome.is_ok()
+    }
+
+    fn stop(&mut self, index: usize) {
+        if let Some(mut endpoint) = self.slots.get_mut(index).and_then(Option::take) {
+            let name = self.names[index].clone();
+            self.by_name.remove(&name);
+            self.timers.cancel_target(|&target| target == index);
+            if catch_unwind(AssertUnwindSafe(|| endpoint.on_stop())).is_err() {
+                error!(endpoint = %name, "endpoint panicked in on_stop");
+            }
+        }
+    }
+
+    fn register(
+        &mut self,
+        name: SharedStr,
+        endpoint: Box<dyn Endpoint>,
+        now: Instant,
+    ) -> Result<(), RpcError> {
+        if self.by_name.contains_key(&name) {
+            return Err(RpcError::EndpointExists(name.to_string()));
+        }
+        let index = self.slots.len();
+        self.slots.push(Some(endpoint));
+        self.names.push(name.clone());
+        self.by_name.insert(name, index);
+        self.call(index, now, |endpoint, ctx| endpoint.on_start(ctx));
+        Ok(())
+    }
+
+    fn each(
+        &mut self,
+        now: Instant,
+        mut call: impl FnMut(&mut dyn Endpoint, &mut EndpointContext<'_>),
+    ) {
+        for index in 0..self.slots.len() {
+            self.call(index, now, &mut call);
+        }
+    }
+
+    /// Hands a routed message to its endpoint; an ask to a missing endpoint is answered
+    /// with an error.
+    fn deliver(&mut self, incoming: Incoming<'_>, endpoint: &str, now: Instant) {
+        match self.by_name.get(endpoint) {
+            Some(&index) => {
+                let request = incoming.reply_handle();
+                let delivered =
+                    self.call(index, now, |endpoint, ctx| endpoint.receive(ctx, incoming));
+                if !delivered {
+                    if let Some(request) = request {
+                        let _ = request.fail(format!(
+                            "endpoint {endpoint} failed while handling the request"
+                        ));
+                    }
+                }
+            }
+            None => {
+                let error = RpcError::EndpointNotFound(endpoint.to_owned());
+                if incoming.is_ask() {
+                    let _ = incoming.reply_error(error.to_string());
+                } else {
+                    warn!(sender = ?incoming.sender(), "dropping a message: {error}");
+                }
+            }
+        }
+    }
+}
+
+/// The loop: owns the poller, the listener, the connections and the endpoints.
+pub(crate) struct EventLoop {
+    poll: Poll,
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    connections: HashMap<ConnKey, Connection>,
+    endpoints: Endpoints,
+    local_decoder: FrameDecoder,
+    /// Encodes handshake frames, which bypass the outbox.
+    control: Encoder,
+    commands: Vec<Command>,
+    ended_asks: Vec<PendingAsk<AskCompletion, ConnKey>>,
+    stopping: bool,
+}
+
+impl EventLoop {
+    pub(crate) fn new(
+        poll: Poll,
+        mut listener: TcpListener,
+        shared: Arc<Shared>,
+    ) -> io::Result<Self> {
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let max_payload = shared.settings.max_payload;
+        Ok(EventLoop {
+            poll,
+            listener,
+            endpoints: Endpoints {
+                env: RpcEnvHandle {
+                    shared: shared.clone(),
+                },
+                slots: Vec::new(),
+                names: Vec::new(),
+                by_name: HashMap::new(),
+                timers: TimerQueue::new(),
+            },
+            shared,
+            connections: HashMap::new(),
+            local_decoder: FrameDecoder::new(max_payload),
+            control: Encoder::new(max_payload),
+            commands: Vec::new(),
+            ended_asks: Vec::new(),
+            stopping: false,
+        })
+    }
+
+    pub(crate) fn run(mut self) {
+        let _ = self.shared.loop_thread.set(std::thread::current().id());
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let timeout = self.next_timeout();
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                error!("event loop poll failed: {e}");
+                break;
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => {}
+                    LISTENER => self.accept(),
+                    Token(key) => {
+                        let key = key as ConnKey;
+                        let readable =
+                            event.is_readable() || event.is_read_closed() || event.is_error();
+                        if self.connection_ready(key, event.is_writable() || event.is_error())
+                            && readable
+                        {
+                            self.read(key);
+                        }
+                        self.flush(key);
+                    }
+                }
+            }
+            let now = Instant::now();
+            self.fire_timers(now);
+            self.expire(now);
+            self.process_commands();
+            if self.stopping {
+                break;
+            }
+        }
+        self.shutdown();
+    }
+
+    fn next_timeout(&mut self) -> Option<Duration> {
+        let mut next = self.endpoints.timers.next_deadline();
+        let asks = self
+            .shared
+            .asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next_deadline();
+        for deadline in asks
+            .into_iter()
+            .chain(self.connections.values().filter_map(|c| match c.state {
+                ConnState::Connecting { deadline } => Some(deadline),
+                ConnState::Open => None,
+            }))
+        {
+            next = Some(next.map_or(deadline, |n| n.min(deadline)));
+        }
+        next.map(|deadline| deadline.saturating_duration_since(Instant::now()))
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        while let Some((timer, index)) = self.endpoints.timers.pop_due(now) {
+            self.endpoints
+                .call(index, now, |endpoint, ctx| endpoint.on_timer(ctx, timer));
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        self.shared
+            .asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_expired(now, &mut self.ended_asks);
+        for ask in self.ended_asks.drain(..) {
+            let target = ask.completion.target.clone();
+            ask.completion.complete(Err(RpcError::AskTimeout {
+                target,
+                timeout: ask.timeout,
+            }));
+        }
+        let late: Vec<(ConnKey, Duration)> = self
+            .connections
+            .iter()
+            .filter_map(|(&key, c)| match c.state {
+                ConnState::Connecting { deadline } if deadline <= now => {
+                    Some((key, self.shared.settings.connect_timeout))
+                }
+                _ => None,
+            })
+            .collect();
+        for (key, timeout) in late {
+            self.close(key, CloseReason::ConnectTimeout(timeout));
+        }
+    }
+
+    fn process_commands(&mut self) {
+        loop {
+            self.shared.handoff.drain(&mut self.commands);
+            if self.commands.is_empty() {
+                return;
+            }
+            let mut commands = std::mem::take(&mut self.commands);
+            for command in commands.drain(..) {
+                self.command(command);
+            }
+            self.commands = commands;
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        let now = Instant::now();
+        match command {
+            Command::Flush(outbox) => match outbox.kind() {
+                OutboxKind::Local => self.deliver_local(),
+                _ if self.connections.contains_key(&outbox.key()) => self.flush(outbox.key()),
+                OutboxKind::Outgoing(address) if !outbox.is_closed() && !self.stopping => {
+                    self.connect(address, outbox, now)
+                }
+                _ => {}
+            },
+            Command::Register(name, endpoint, done) => {
+                let result = if self.stopping {
+                    Err(RpcError::Stopped)
+                } else {
+                    self.endpoints.register(name, endpoint, now)
+                };
+                done.complete(result);
+            }
+            Command::Unregister(name) => {
+                if let Some(&index) = self.endpoints.by_name.get(&name) {
+                    self.endpoints.stop(index);
+                }
+            }
+            Command::Stop => self.stopping = true,
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, peer)) => {
+                    if let Err(e) = self
+                        .shared
+                        .settings
+                        .socket
+                        .apply(socket2::SockRef::from(&stream))
+                    {
+                        warn!(%peer, "cannot set up an accepted socket: {e}");
+                        continue;
+                    }
+                    let key = self.shared.new_key();
+                    if let Err(e) = self.poll.registry().register(
+                        &mut stream,
+                        Token(key as usize),
+                        Interest::READABLE | Interest::WRITABLE,
+                    ) {
+                        warn!(%peer, "cannot register an accepted socket: {e}");
+                        continue;
+                    }
+                    let handshake = match &self.shared.settings.secret {
+                        Some(secret) => match random_nonce() {
+                            Ok(nonce) => Some(Handshake::accepting(secret.clone(), nonce)),
+                            Err(e) => {
+                                error!(%peer, "{e}");
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
+                    let outbox = Arc::new(Outbox::new(
+                        key,
+                        OutboxKind::Incoming,
+                        peer,
+                        self.shared.settings.max_payload,
+                        self.shared.settings.outbox_limit,
+                    ));
+                    debug!(%peer, "accepted a connection");
+                    self.shared.accepted.fetch_add(1, Ordering::Relaxed);
+                    let authenticated = handshake.is_none();
+                    self.connections.insert(
+                        key,
+                        Connection {
+                            stream,
+                            outbox,
+                            decoder: FrameDecoder::new(self.shared.settings.max_payload),
+                            writing: VecDeque::new(),
+                            peer,
+                            state: ConnState::Open,
+                            handshake,
+                            announced: false,
+                        },
+                    );
+                    if authenticated {
+                        self.announce(key);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors and the like: try again on the next event.
+                    warn!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn connect(&mut self, address: SocketAddr, outbox: Arc<Outbox>, now: Instant) {
+        let key = outbox.key();
+        let stream =
+            crate::socket::connect(address, &self.shared.settings.socket).and_then(|mut stream| {
+                self.poll.registry().register(
+                    &mut stream,
+                    Token(key as usize),
+                    Interest::READABLE | Interest::WRITABLE,
+                )?;
+                Ok(stream)
+            });
+        match stream {
+            Ok(stream) => {
+                debug!(peer = %address, "connecting");
+                self.connections.insert(
+                    key,
+                    Connection {
+                        stream,
+                        outbox,
+                        decoder: FrameDecoder::new(self.shared.settings.max_payload),
+                        writing: VecDeque::new(),
+                        peer: address,
+                        state: ConnState::Connecting {
+                            deadline: now + self.shared.settings.connect_timeout,
+                        },
+                        handshake: None,
+                        announced: false,
+                    },
+                );
+            }
+            Err(e) => {
+                warn!(peer = %address, "cannot connect: {e}");
+                self.fail_outbox(&outbox, &CloseReason::ConnectFailed(e));
+            }
+        }
+    }
+
+    /// Completes a pending connect when the socket says so. Returns whether the
+    /// connection is open and may be read.
+    fn connection_ready(&mut self, key: ConnKey, writable: bool) -> bool {
+        let Some(conn) = self.connections.get_mut(&key) else {
+            return false;
+        };
+        if conn.state == ConnState::Open {
+            return true;
+        }
+        if !writable {
+            return false;
+        }
+        match conn.stream.take_error() {
+            Ok(None) => {}
+            Ok(Some(e)) | Err(e) => {
+                self.close(key, CloseReason::ConnectFailed(e));
+                return false;
+            }
+        }
+        match conn.stream.peer_addr() {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => return false,
+            Err(e) => {
+                self.close(key, CloseReason::ConnectFailed(e));
+                return false;
+            }
+        }
+        conn.state = ConnState::Open;
+        debug!(peer = %conn.peer, "connected");
+        self.shared.connected.fetch_add(1, Ordering::Relaxed);
+        match &self.shared.settings.secret {
+            Some(secret) => match random_nonce() {
+                Ok(nonce) => {
+                    let (handshake, challenge) = Handshake::connecting(secret.clone(), nonce);
+                    conn.handshake = Some(handshake);
+                    if let Err(e) = send_control(&mut self.control, conn, &challenge) {
+                        self.close(key, CloseReason::Wire(e));
+                        return false;
+                    }
+                }
+                Err(e) => {
+                    self.close(key, CloseReason::Auth(e));
+                    return false;
+                }
+            },
+            None => self.announce(key),
+        }
+        true
+    }
+
+    fn announce(&mut self, key: ConnKey) {
+        let Some(conn) = self.connections.get_mut(&key) else {
+            return;
+        };
+        conn.announced = true;
+        let peer = conn.peer;
+        self.endpoints.each(Instant::now(), |endpoint, ctx| {
+            endpoint.on_connected(ctx, peer)
+        });
+        self.flush(key);
+    }
+
+    fn read(&mut self, key: ConnKey) {
+        loop {
+            let Some(conn) = self.connections.get_mut(&key) else {
+                return;
+            };
+            let reason = match conn.decoder.read_from(&mut conn.stream) {
+                Ok(0) => Some(CloseReason::EndOfStream),
+                Ok(_) => None,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Some(CloseReason::Io(e)),
+            };
+            // Whole frames first: what arrived before an end of stream still counts.
+            if let Err(reason) = self.handle_frames(key) {
+                self.close(key, reason);
+                return;
+            }
+            if let Some(reason) = reason {
+                if let (CloseReason::EndOfStream, Some(conn)) =
+                    (&reason, self.connections.get_mut(&key))
+                {
+                    if let Err(e) = conn.decoder.finish() {
+                        debug!(peer = %conn.peer, "{e}");
+                    }
+                }
+                self.close(key, reason);
+                return;
+            }
+        }
+    }
+
+    fn handle_frames(&mut self, key: ConnKey) -> Result<(), CloseReason> {
+        loop {
+            let Some(conn) = self.connections.get_mut(&key) else {
+                return Ok(());
+            };
+            let frame = match conn.decoder.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(CloseReason::Wire(e)),
+            };
+            let envelope = frame.envelope().map_err(CloseReason::Wire)?;
+            if let Some(handshake) = conn.handshake.as_mut() {
+                let step = handshake
+                    .on_message(&envelope.message)
+                    .map_err(CloseReason::Auth)?;
+                let reply = match step {
+                    Step::Send(message) | Step::SendAndDone(message) => Some(message),
+                    Step::Done => None,
+                };
+                let done = handshake.is_done();
+                if let Some(reply) = reply {
+                    send_control(&mut self.control, conn, &reply).map_err(CloseReason::Wire)?;
+                }
+                if done {
+                    conn.handshake = None;
+                    debug!(peer = %conn.peer, "authenticated");
+                    self.announce(key);
+                } else {
+                    self.flush(key);
+                }
+                continue;
+            }
+            if is_handshake(frame.kind()) {
+                return Err(CloseReason::Auth(AuthError::NotEnabled(
+                    frame.kind().name(),
+                )));
+            }
+            let sender = Some(conn.peer);
+            let outbox = conn.outbox.clone();
+            self.route(&frame, sender, &outbox, key);
+        }
+    }
+
+    /// Delivers one validated frame: to an endpoint, or to the ask it answers.
+    fn route(
+        &mut self,
+        frame: &Frame,
+        sender: Option<SocketAddr>,
+        connection: &Arc<Outbox>,
+        key: ConnKey,
+    ) {
+        let Ok(envelope) = frame.envelope() else {
+            return;
+        };
+        let now = Instant::now();
+        let (endpoint, request_id) = match &envelope.route {
+            ArchivedRoute::OneWay { endpoint } => (endpoint.as_str(), None),
+            ArchivedRoute::Ask {
+                request_id,
+                endpoint,
+            } => (endpoint.as_str(), Some(request_id.to_native())),
+            ArchivedRoute::Reply { request_id } => {
+                if let Some(ask) = self.take_ask(request_id.to_native(), key, sender) {
+                    ask.completion.complete(Ok(Reply {
+                        frame: frame.clone(),
+                    }));
+                }
+                return;
+            }
+            ArchivedRoute::ErrorReply { request_id, error } => {
+                if let Some(ask) = self.take_ask(request_id.to_native(), key, sender) {
+                    let target = ask.completion.target.clone();
+                    ask.completion.complete(Err(RpcError::Remote {
+                        target,
+                        message: error.to_string(),
+                    }));
+                }
+                return;
+            }
+        };
+        let incoming = Incoming {
+            frame,
+            message: &envelope.message,
+            sender,
+            connection,
+            request_id,
+            env: &self.endpoints.env.clone(),
+        };
+        self.endpoints.deliver(incoming, endpoint, now);
+    }
+
+    /// Takes the ask a reply answers, but only if it travelled on the connection the
+    /// reply came on: a peer cannot answer asks sent to somebody else.
+    fn take_ask(
+        &self,
+        request_id: u64,
+        key: ConnKey,
+        sender: Option<SocketAddr>,
+    ) -> Option<PendingAsk<AskCompletion, ConnKey>> {
+        let ask = self
+            .shared
+            .asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_on(request_id, key);
+        if ask.is_none() {
+            debug!(
+                ?sender,
+                request_id, "a reply to no outstanding ask (it timed out, or was never asked)"
+            );
+        }
+        ask
+    }
+
+    fn deliver_local(&mut self) {
+        let local = self.shared.local.clone();
+        while let Some(bytes) = local.take() {
+            local.written(bytes.len());
+            if let Err(e) = self.local_decoder.feed(&bytes) {
+                error!("local delivery failed: {e}");
+                return;
+            }
+            loop {
+                match self.local_decoder.next_frame() {
+                    Ok(Some(frame)) => self.route(&frame, None, &local, LOCAL_KEY),
+                    Ok(None) => break,
+                    Err(e) => {
+                        error!("local delivery failed: {e}");
+                        self.local_decoder = FrameDecoder::new(self.shared.settings.max_payload);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes what the connection has queued, with vectored writes, until done or the
+    /// socket is full.
+    fn flush(&mut self, key: ConnKey) {
+        let Some(conn) = self.connections.get_mut(&key) else {
+            return;
+        };
+        if conn.state != ConnState::Open {
+            return;
+        }
+        // Until the peer is authenticated only handshake frames leave.
+        if conn.handshake.is_none() && conn.announced {
+            if let Some(bytes) = conn.outbox.take() {
+                conn.writing.push_back(bytes);
+            }
+        }
+        if let Err(e) = write_queued(conn) {
+            self.close(key, CloseReason::Io(e));
+        }
+    }
+
+    fn close(&mut self, key: ConnKey, reason: CloseReason) {
+        let Some(mut conn) = self.connections.remove(&key) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        match &reason {
+            CloseReason::EndOfStream | CloseReason::Stopping => {
+                debug!(peer = %conn.peer, "connection closed: {reason}")
+            }
+            CloseReason::Auth(_) => warn!(peer = %conn.peer, "closing connection: {reason}"),
+            _ => warn!(peer = %conn.peer, "closing connection: {reason}"),
+        }
+        self.fail_outbox(&conn.outbox, &reason);
+        if conn.announced {
+            let peer = conn.peer;
+            self.endpoints.each(Instant::now(), |endpoint, ctx| {
+                endpoint.on_disconnected(ctx, peer)
+            });
+        }
+    }
+
+    /// Closes an outbox and fails the asks that travelled on it.
+    fn fail_outbox(&mut self, outbox: &Arc<Outbox>, reason: &CloseReason) {
+        outbox.close();
+        self.shared.forget_outgoing(outbox);
+        self.shared
+            .asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_connection(outbox.key(), &mut self.ended_asks);
+        for ask in self.ended_asks.drain(..) {
+            ask.completion
+                .complete(Err(reason.ask_error(outbox.peer())));
+        }
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stopped.store(true, Ordering::Release);
+        let now = Instant::now();
+        for index in 0..self.endpoints.slots.len() {
+            self.endpoints.stop(index);
+        }
+        // Give queued frames a bounded time to leave.
+        let deadline = now + self.shared.settings.shutdown_flush;
+        let keys: Vec<ConnKey> = self.connections.keys().copied().collect();
+        for &key in &keys {
+            self.flush(key);
+        }
+        let mut events = Events::with_capacity(256);
+        while Instant::now() < deadline
+            && self
+                .connections
+                .values()
+                .any(|c| c.state == ConnState::Open && !c.writing.is_empty())
+        {
+            let _ = self.poll.poll(
+                &mut events,
+                Some(deadline.saturating_duration_since(Instant::now())),
+            );
+            let ready: Vec<ConnKey> = events
+                .iter()
+                .filter(|e| e.is_writable())
+                .map(|e| e.token().0 as ConnKey)
+                .collect();
+            for key in ready {
+                self.flush(key);
+            }
+        }
+        for key in keys {
+            self.close(key, CloseReason::Stopping);
+        }
+        // Whatever is still queued or asked cannot be served any more.
+        self.shared.handoff.drain(&mut self.commands);
+        for command in self.commands.drain(..) {
+            if let Command::Register(_, _, done) = command {
+                done.complete(Err(RpcError::Stopped));
+            }
+        }
+        let mut asks = self.shared.asks.lock().unwrap_or_else(|e| e.into_inner());
+        asks.take_expired(
+            Instant::now() + Duration::from_secs(u32::MAX as u64),
+            &mut self.ended_asks,
+        );
+        drop(asks);
+        for ask in self.ended_asks.drain(..) {
+            ask.completion.complete(Err(RpcError::Stopped));
+        }
+        info!(address = %self.shared.address, "RPC environment stopped");
+    }
+}
+
+/// Queues a handshake frame ahead of any application data.
+fn send_control(
+    encoder: &mut Encoder,
+    conn: &mut Connection,
+    message: &Message,
+) -> Result<(), flint_wire::WireError> {
+    let mut out = BytesMut::new();
+    let len = encoder.encode(&Route::Reply { request_id: 0 }, message, &mut out)?;
+    conn.outbox.add_queued(len);
+    conn.writing.push_back(out.freeze());
+    Ok(())
+}
+
+/// Writes the connection's queued buffers until they are gone or the socket would block.
+fn write_queued(conn: &mut Connection) -> io::Result<()> {
+    while !conn.writing.is_empty() {
+        let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+        let count = conn.writing.len().min(MAX_IOVECS);
+        for (slice, bytes) in slices.iter_mut().zip(conn.writing.iter()) {
+            *slice = IoSlice::new(bytes);
+        }
+        match conn.stream.write_vectored(&slices[..count]) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "socket accepted no bytes",
+                ))
+            }
+            Ok(mut written) => {
+                conn.outbox.written(written);
+                while written > 0 {
+                    let front = conn.writing.front_mut().expect("written bytes were queued");
+                    if written >= front.len() {
+                        written -= front.len();
+                        conn.writing.pop_front();
+                    } else {
+                        front.advance(written);
+                        written = 0;
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,212 @@
+//! A connection's outbox: frames encoded by any thread, waiting for the loop to write
+//! them. Bounded by `rpc.outbox.maxBytes`; a full outbox refuses the send.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use bytes::{Bytes, BytesMut};
+use flint_wire::{Encoder, Message, Route};
+
+use crate::error::RpcError;
+
+/// Identifies a connection (and its outbox) for the life of an RPC environment.
+pub type ConnKey = u64;
+
+/// Where an outbox's frames go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxKind {
+    /// Endpoints of this environment, without a socket.
+    Local,
+    /// A connection this environment opened to a remote listener at this address.
+    Outgoing(SocketAddr),
+    /// A connection a remote peer opened to this environment.
+    Incoming,
+}
+
+#[derive(Debug)]
+struct OutboxState {
+    buf: BytesMut,
+    encoder: Encoder,
+    closed: bool,
+}
+
+/// Frames waiting to be written to one connection.
+#[derive(Debug)]
+pub struct Outbox {
+    key: ConnKey,
+    kind: OutboxKind,
+    peer: SocketAddr,
+    limit: usize,
+    state: Mutex<OutboxState>,
+    /// Bytes queued and not yet written: in `state.buf` or taken by the loop.
+    queued: AtomicUsize,
+    /// Whether the loop has been told that this outbox has something to write.
+    flush_requested: AtomicBool,
+}
+
+impl Outbox {
+    /// An empty outbox.
+    pub fn new(
+        key: ConnKey,
+        kind: OutboxKind,
+        peer: SocketAddr,
+        max_payload: usize,
+        limit: usize,
+    ) -> Self {
+        Outbox {
+            key,
+            kind,
+            peer,
+            limit,
+            state: Mutex::new(OutboxState {
+                buf: BytesMut::new(),
+                encoder: Encoder::new(max_payload),
+                closed: false,
+            }),
+            queued: AtomicUsize::new(0),
+            flush_requested: AtomicBool::new(false),
+        }
+    }
+
+    /// The connection's key.
+    pub fn key(&self) -> ConnKey {
+        self.key
+    }
+
+    /// Where the frames go.
+    pub fn kind(&self) -> OutboxKind {
+        self.kind
+    }
+
+    /// The remote address (this environment's own for the local outbox).
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, OutboxState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Encodes a frame into the outbox. Returns whether the caller must tell the loop
+    /// (the first frame since the loop last took the outbox).
+    pub fn push(&self, route: &Route, message: &Message) -> Result<bool, RpcError> {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(RpcError::Disconnected { peer: self.peer });
+        }
+        let queued = self.queued.load(Ordering::Acquire);
+        if queued >= self.limit {
+            return Err(RpcError::OutboxFull {
+                peer: self.peer,
+                queued,
+                limit: self.limit,
+            });
+        }
+        let OutboxState { buf, encoder, .. } = &mut *state;
+        let written = encoder.encode(route, message, buf)?;
+        self.queued.fetch_add(written, Ordering::AcqRel);
+        drop(state);
+        Ok(!self.flush_requested.swap(true, Ordering::AcqRel))
+    }
+
+    /// The loop takes everything queued so far (frames stay counted until `written`).
+    pub fn take(&self) -> Option<Bytes> {
+        self.flush_requested.store(false, Ordering::Release);
+        let mut state = self.lock();
+        if state.buf.is_empty() {
+            return None;
+        }
+        Some(state.buf.split().freeze())
+    }
+
+    /// Notes that `n` taken bytes left for the socket (or were delivered locally).
+    pub fn written(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Counts `n` bytes the loop queued itself (handshake frames) until `written`.
+    pub fn add_queued(&self, n: usize) {
+        self.queued.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Refuses further frames and drops what is queued (the connection is gone).
+    pub fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        state.buf = BytesMut::new();
+        self.queued.store(0, Ordering::Release);
+    }
+
+    /// Whether the outbox was closed.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn outbox(limit: usize) -> Outbox {
+        Outbox::new(
+            3,
+            OutboxKind::Incoming,
+            "127.0.0.1:1".parse().unwrap(),
+            1 << 20,
+            limit,
+        )
+    }
+
+    #[test]
+    fn first_push_asks_for_a_flush_and_later_ones_do_not() {
+        let outbox = outbox(1 << 20);
+        let route = Route::Reply { request_id: 1 };
+        assert!(outbox.push(&route, &Message::Empty).unwrap());
+        assert!(!outbox.push(&route, &Message::Empty).unwrap());
+        let taken = outbox.take().unwrap();
+        assert_eq!(outbox.queued(), taken.len());
+        outbox.written(taken.len());
+        assert_eq!(outbox.queued(), 0);
+        assert!(outbox.push(&route, &Message::Empty).unwrap());
+    }
+
+    #[test]
+    fn a_full_outbox_refuses_and_names_the_limit() {
+        let outbox = outbox(100);
+        let route = Route::Reply { request_id: 1 };
+        let mut accepted = 0;
+        let error = loop {
+            match outbox.push(&route, &Message::Empty) {
+                Ok(_) => accepted += 1,
+                Err(error) => break error,
+            }
+        };
+        assert!(accepted >= 1);
+        assert!(outbox.queued() >= 100);
+        let text = error.to_string();
+        assert!(
+            text.contains("rpc.outbox.maxBytes") && text.contains("100"),
+            "{text}"
+        );
+        // Writing frees room again.
+        let taken = outbox.take().unwrap();
+        outbox.written(taken.len());
+        assert!(outbox.push(&route, &Message::Empty).is_ok());
+    }
+
+    #[test]
+    fn a_closed_outbox_refuses() {
+        let outbox = outbox(100);
+        outbox.close();
+        assert!(matches!(
+            outbox.push(&Route::Reply { request_id: 1 }, &Message::Empty),
+            Err(RpcError::Disconnected { .. })
+        ));
+    }
+}

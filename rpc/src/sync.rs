@@ -1,0 +1,12 @@
+//! The synchronisation primitives the cross-thread parts use: std's normally, loom's
+//! under `--cfg loom`, so that the same code is model-checked.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Arc, Condvar, Mutex};
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar, Mutex};

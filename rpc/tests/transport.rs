@@ -1,0 +1,613 @@
+//! The transport over real sockets on 127.0.0.1: asks and sends, timeouts, dead and
+//! misbehaving peers, authentication, ordering, back-pressure and shutdown.
+//!
+//! Every wait is bounded in time; every environment is stopped by its Drop.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError, TimerId};
+use flint_wire::{ArchivedMessage, Encoder, Message, Route, HEADER_LEN};
+
+/// What a [`Probe`] saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Started,
+    Message(u32),
+    Connected(SocketAddr),
+    Disconnected(SocketAddr),
+    Timer,
+    Stopped,
+}
+
+/// An endpoint that records what happens to it and answers asks for `Custom { tag }`
+/// with `Custom { tag }` (tag 999: never answers; tag 998: answers with an error).
+#[derive(Clone, Default)]
+struct Probe {
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Probe {
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn record(&self, event: Seen) {
+        self.seen.lock().unwrap().push(event);
+    }
+
+    /// Waits (bounded) until `check` holds for what was seen.
+    fn wait_for(&self, what: &str, check: impl Fn(&[Seen]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !check(&self.seen()) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {:?}",
+                self.seen()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Endpoint for Probe {
+    fn on_start(&mut self, _ctx: &mut EndpointContext<'_>) {
+        self.record(Seen::Started);
+    }
+
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        if let ArchivedMessage::Custom { tag, body } = message.message() {
+            let tag = tag.to_native();
+            self.record(Seen::Message(tag));
+            match tag {
+                999 => {}
+                998 => message.reply_error("no such partition: 7").unwrap(),
+                _ => message
+                    .reply(&Message::Custom {
+                        tag,
+                        body: message.frame().bytes_of(body.as_slice()),
+                    })
+                    .unwrap(),
+            }
+        }
+    }
+
+    fn on_timer(&mut self, _ctx: &mut EndpointContext<'_>, _timer: TimerId) {
+        self.record(Seen::Timer);
+    }
+
+    fn on_connected(&mut self, _ctx: &mut EndpointContext<'_>, remote: SocketAddr) {
+        self.record(Seen::Connected(remote));
+    }
+
+    fn on_disconnected(&mut self, _ctx: &mut EndpointContext<'_>, remote: SocketAddr) {
+        self.record(Seen::Disconnected(remote));
+    }
+
+    fn on_stop(&mut self) {
+        self.record(Seen::Stopped);
+    }
+}
+
+fn custom(tag: u32) -> Message {
+    Message::Custom {
+        tag,
+        body: Bytes::from(vec![tag as u8; 128]),
+    }
+}
+
+fn conf(pairs: &[&str]) -> Conf {
+    Conf::from_pairs(pairs.iter().copied()).unwrap()
+}
+
+fn env(pairs: &[&str]) -> RpcEnv {
+    RpcEnv::new(&conf(pairs)).unwrap()
+}
+
+fn server_with_probe(pairs: &[&str]) -> (RpcEnv, Probe) {
+    let server = env(pairs);
+    let probe = Probe::default();
+    server.handle().register("probe", probe.clone()).unwrap();
+    (server, probe)
+}
+
+fn tag_of(reply: &flint_rpc::Reply) -> u32 {
+    match reply.message() {
+        ArchivedMessage::Custom { tag, .. } => tag.to_native(),
+        other => panic!("unexpected reply {other:?}"),
+    }
+}
+
+/// A frame of `message` as raw bytes.
+fn frame(route: &Route, message: &Message) -> BytesMut {
+    let mut out = BytesMut::new();
+    Encoder::new(usize::MAX)
+        .encode(route, message, &mut out)
+        .unwrap();
+    out
+}
+
+#[test]
+fn ask_round_trips_and_the_reply_is_read_in_place() {
+    let (server, probe) = server_with_probe(&[]);
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    let reply = remote.ask(&custom(5)).unwrap();
+    assert_eq!(tag_of(&reply), 5);
+    let ArchivedMessage::Custom { body, .. } = reply.message() else {
+        unreachable!()
+    };
+    let view = reply.frame().bytes_of(body.as_slice());
+    assert_eq!(view.len(), 128);
+    let payload = reply.frame().payload().as_ptr_range();
+    assert!(
+        payload.contains(&view.as_ptr()),
+        "the reply body is a view of the frame"
+    );
+    assert!(probe.seen().contains(&Seen::Started));
+}
+
+#[test]
+fn a_local_endpoint_is_reached_without_a_socket() {
+    let (server, probe) = server_with_probe(&[]);
+    let local = server.handle().local_ref("probe");
+    assert_eq!(local.address(), None);
+    assert_eq!(tag_of(&local.ask(&custom(3)).unwrap()), 3);
+    // The same environment's own address also resolves to the local path.
+    let by_address = server.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&by_address.ask(&custom(4)).unwrap()), 4);
+    let stats = server.handle().stats();
+    assert_eq!(
+        (stats.accepted, stats.connected),
+        (0, 0),
+        "no socket was opened"
+    );
+    assert!(!probe.seen().iter().any(|s| matches!(s, Seen::Connected(_))));
+}
+
+#[test]
+fn an_error_reply_reaches_the_asker_with_its_text() {
+    let (server, _probe) = server_with_probe(&[]);
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    let error = remote.ask(&custom(998)).unwrap_err();
+    assert!(matches!(error, RpcError::Remote { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("no such partition: 7"),
+        "{error}"
+    );
+
+    let missing = client.handle().endpoint_ref(server.address(), "nobody");
+    let error = missing.ask(&custom(1)).unwrap_err();
+    assert!(
+        error.to_string().contains("no endpoint named nobody"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_ask_without_reply_times_out_naming_the_key() {
+    let (server, probe) = server_with_probe(&["rpc.askTimeout=300ms"]);
+    let client = env(&["rpc.askTimeout=300ms"]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    let started = Instant::now();
+    let error = remote.ask(&custom(999)).unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        matches!(error, RpcError::AskTimeout { timeout, .. } if timeout == Duration::from_millis(300))
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("rpc.askTimeout") && text.contains("300ms"),
+        "{text}"
+    );
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    assert!(probe.seen().contains(&Seen::Message(999)));
+    // The environment goes on serving.
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+}
+
+#[test]
+fn a_reply_can_come_later_from_another_thread() {
+    struct Deferred;
+    impl Endpoint for Deferred {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+            let handle = message.reply_handle().expect("an ask");
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                handle.reply(&Message::Ack { ok: true }).unwrap();
+            });
+        }
+    }
+    let server = env(&[]);
+    server.handle().register("deferred", Deferred).unwrap();
+    let client = env(&[]);
+    let reply = client
+        .handle()
+        .endpoint_ref(server.address(), "deferred")
+        .ask(&Message::ReviveOffers)
+        .unwrap();
+    assert!(matches!(reply.message(), ArchivedMessage::Ack { ok: true }));
+}
+
+#[test]
+fn two_hundred_concurrent_connections_are_served() {
+    let (server, probe) = server_with_probe(&[]);
+    let address = server.address();
+    let clients: Vec<_> = (0..200u32)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let client = env(&[]);
+                let remote = client.handle().endpoint_ref(address, "probe");
+                let reply = remote.ask(&custom(i)).unwrap();
+                assert_eq!(tag_of(&reply), i);
+                client
+            })
+        })
+        .collect();
+    let clients: Vec<RpcEnv> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    assert_eq!(server.handle().stats().accepted, 200);
+    let connected = probe
+        .seen()
+        .iter()
+        .filter(|s| matches!(s, Seen::Connected(_)))
+        .count();
+    assert_eq!(connected, 200);
+    drop(clients);
+    probe.wait_for("200 disconnects", |seen| {
+        seen.iter()
+            .filter(|s| matches!(s, Seen::Disconnected(_)))
+            .count()
+            == 200
+    });
+}
+
+#[test]
+fn a_peer_killed_mid_frame_is_dropped_and_others_are_served() {
+    let (server, probe) = server_with_probe(&[]);
+    let mut raw = TcpStream::connect(server.address()).unwrap();
+    let local = raw.local_addr().unwrap();
+    let bytes = frame(
+        &Route::OneWay {
+            endpoint: "probe".into(),
+        },
+        &custom(1),
+    );
+    raw.write_all(&bytes[..bytes.len() / 2]).unwrap();
+    probe.wait_for("the raw peer to connect", |seen| {
+        seen.contains(&Seen::Connected(local))
+    });
+    drop(raw);
+    probe.wait_for("the raw peer to go", |seen| {
+        seen.contains(&Seen::Disconnected(local))
+    });
+    assert!(
+        !probe.seen().contains(&Seen::Message(1)),
+        "half a frame was delivered"
+    );
+
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+}
+
+#[test]
+fn asks_fail_at_once_when_their_peer_dies() {
+    // A raw server that reads an ask and then closes without answering.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut buf = [0u8; HEADER_LEN];
+        socket.read_exact(&mut buf).unwrap();
+    });
+    let client = env(&["rpc.askTimeout=60s"]);
+    let remote = client.handle().endpoint_ref(address, "anyone");
+    let started = Instant::now();
+    let error = remote.ask(&custom(1)).unwrap_err();
+    assert!(
+        matches!(error, RpcError::Disconnected { peer } if peer == address),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "failed at once, not at the timeout"
+    );
+    server.join().unwrap();
+}
+
+#[test]
+fn oversized_and_garbage_peers_are_cut_off_while_others_are_served() {
+    let (server, probe) = server_with_probe(&["rpc.message.maxSize=1"]);
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+
+    // A header announcing 2 MiB against a 1 MiB limit: refused from the header alone.
+    let mut big = frame(
+        &Route::OneWay {
+            endpoint: "probe".into(),
+        },
+        &custom(7),
+    );
+    big[12..16].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    let mut raw = TcpStream::connect(server.address()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw.write_all(&big[..HEADER_LEN]).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        raw.read(&mut buf).unwrap_or(0),
+        0,
+        "the server closes the connection"
+    );
+
+    // Garbage that is not flint at all.
+    let mut raw = TcpStream::connect(server.address()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        raw.read(&mut buf).unwrap_or(0),
+        0,
+        "the server closes the connection"
+    );
+
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+    assert!(!probe.seen().contains(&Seen::Message(7)));
+}
+
+#[test]
+fn authentication_passes_with_the_secret_and_fails_without() {
+    let secret = [
+        "authenticate=true",
+        "authenticate.secret=correct horse",
+        "rpc.askTimeout=5s",
+    ];
+    let (server, probe) = server_with_probe(&secret);
+
+    let friend = env(&secret);
+    let remote = friend.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+
+    let stranger = env(&[
+        "authenticate=true",
+        "authenticate.secret=battery staple",
+        "rpc.askTimeout=5s",
+    ]);
+    let remote = stranger.handle().endpoint_ref(server.address(), "probe");
+    let error = remote.ask(&custom(2)).unwrap_err();
+    assert!(matches!(error, RpcError::Disconnected { .. }), "{error:?}");
+
+    let plain = env(&["rpc.askTimeout=5s"]);
+    let remote = plain.handle().endpoint_ref(server.address(), "probe");
+    let error = remote.ask(&custom(3)).unwrap_err();
+    assert!(matches!(error, RpcError::Disconnected { .. }), "{error:?}");
+
+    let seen = probe.seen();
+    assert!(seen.contains(&Seen::Message(1)));
+    assert!(
+        !seen.contains(&Seen::Message(2)) && !seen.contains(&Seen::Message(3)),
+        "{seen:?}"
+    );
+    let connected = seen
+        .iter()
+        .filter(|s| matches!(s, Seen::Connected(_)))
+        .count();
+    assert_eq!(
+        connected, 1,
+        "only the authenticated peer counts as connected"
+    );
+}
+
+#[test]
+fn a_million_one_way_messages_arrive_all_once_in_order() {
+    struct InOrder {
+        next: Arc<AtomicU64>,
+        out_of_order: Arc<AtomicUsize>,
+    }
+    impl Endpoint for InOrder {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+            if let ArchivedMessage::Custom { tag, .. } = message.message() {
+                let expected = self.next.load(Ordering::Relaxed);
+                if u64::from(tag.to_native()) != expected {
+                    self.out_of_order.fetch_add(1, Ordering::Relaxed);
+                }
+                self.next.store(expected + 1, Ordering::Relaxed);
+            }
+            if message.is_ask() {
+                let count = self.next.load(Ordering::Relaxed);
+                message
+                    .reply(&Message::Custom {
+                        tag: count as u32,
+                        body: Bytes::new(),
+                    })
+                    .unwrap();
+            }
+        }
+    }
+    const COUNT: u32 = 1_000_000;
+    let next = Arc::new(AtomicU64::new(0));
+    let out_of_order = Arc::new(AtomicUsize::new(0));
+    let server = env(&[]);
+    server
+        .handle()
+        .register(
+            "in-order",
+            InOrder {
+                next: next.clone(),
+                out_of_order: out_of_order.clone(),
+            },
+        )
+        .unwrap();
+    let client = env(&["rpc.outbox.maxBytes=4m"]);
+    let remote = client.handle().endpoint_ref(server.address(), "in-order");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut full = 0u64;
+    for i in 0..COUNT {
+        let message = Message::Custom {
+            tag: i,
+            body: Bytes::new(),
+        };
+        loop {
+            match remote.send(&message) {
+                Ok(()) => break,
+                Err(RpcError::OutboxFull { .. }) => {
+                    full += 1;
+                    assert!(Instant::now() < deadline, "stuck at message {i}");
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("send {i} failed: {e}"),
+            }
+        }
+    }
+    // The ask travels behind every message on the same connection.
+    let reply = remote.ask(&Message::ReviveOffers).unwrap();
+    assert_eq!(tag_of(&reply), COUNT);
+    assert_eq!(out_of_order.load(Ordering::Relaxed), 0);
+    assert_eq!(next.load(Ordering::Relaxed), u64::from(COUNT));
+    eprintln!("the outbox was full {full} times");
+}
+
+#[test]
+fn a_full_outbox_is_reported_to_the_sender() {
+    // A peer that accepts and never reads: the kernel buffers fill, then the outbox.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let holder = std::thread::spawn(move || listener.accept().map(|(socket, _)| socket));
+    let client = env(&["rpc.outbox.maxBytes=64k", "rpc.io.sendBufferSize=16k"]);
+    let remote = client.handle().endpoint_ref(address, "sink");
+    let big = Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![0u8; 16 * 1024]),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let error = loop {
+        match remote.send(&big) {
+            Ok(()) => assert!(Instant::now() < deadline, "the outbox never filled"),
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        matches!(error, RpcError::OutboxFull { limit: 65536, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("rpc.outbox.maxBytes"));
+    let _socket = holder.join().unwrap().unwrap();
+}
+
+#[test]
+fn the_next_send_reconnects_after_the_connection_is_lost() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(address, "anyone");
+    remote.send(&custom(1)).unwrap();
+    let (first, _) = listener.accept().unwrap();
+    drop(first);
+    // Sends fail or are lost while the loss is noticed; then a new connection comes.
+    listener.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = remote.send(&custom(2));
+        if listener.accept().is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no second connection");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(client.handle().stats().connected, 2);
+}
+
+#[test]
+fn timers_fire_on_the_loop() {
+    struct Ticker(Probe);
+    impl Endpoint for Ticker {
+        fn on_start(&mut self, ctx: &mut EndpointContext<'_>) {
+            ctx.schedule_every(Duration::from_millis(1), Duration::from_millis(5));
+        }
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, _message: Incoming<'_>) {}
+        fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
+            self.0.record(Seen::Timer);
+            if self.0.seen().len() == 3 {
+                ctx.cancel_timer(timer);
+            }
+        }
+    }
+    let server = env(&[]);
+    let probe = Probe::default();
+    server
+        .handle()
+        .register("ticker", Ticker(probe.clone()))
+        .unwrap();
+    probe.wait_for("three ticks", |seen| seen.len() == 3);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        probe.seen(),
+        vec![Seen::Timer; 3],
+        "the cancelled timer stopped"
+    );
+}
+
+#[test]
+fn stopping_flushes_what_was_sent_and_stops_every_endpoint() {
+    let (server, probe) = server_with_probe(&[]);
+    let client = env(&[]);
+    let client_probe = Probe::default();
+    client
+        .handle()
+        .register("local-probe", client_probe.clone())
+        .unwrap();
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    for tag in 0..1000 {
+        remote.send(&custom(tag)).unwrap();
+    }
+    client.stop();
+    assert!(client_probe.seen().contains(&Seen::Stopped));
+    assert!(matches!(remote.send(&custom(1)), Err(RpcError::Stopped)));
+    probe.wait_for("all 1000 messages", |seen| {
+        seen.iter()
+            .filter(|s| matches!(s, Seen::Message(_)))
+            .count()
+            == 1000
+    });
+    server.stop();
+    assert_eq!(probe.seen().last(), Some(&Seen::Stopped));
+}
+
+#[test]
+fn an_endpoint_that_panics_is_stopped_and_the_loop_goes_on() {
+    struct Fragile;
+    impl Endpoint for Fragile {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, _message: Incoming<'_>) {
+            panic!("fragile endpoint panicked on purpose");
+        }
+    }
+    let (server, _probe) = server_with_probe(&[]);
+    server.handle().register("fragile", Fragile).unwrap();
+    let client = env(&[]);
+    let error = client
+        .handle()
+        .endpoint_ref(server.address(), "fragile")
+        .ask(&custom(1))
+        .unwrap_err();
+    assert!(matches!(error, RpcError::Remote { .. }), "{error:?}");
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+}
+
+#[test]
+fn registering_a_name_twice_is_refused() {
+    let (server, _probe) = server_with_probe(&[]);
+    let error = server
+        .handle()
+        .register("probe", Probe::default())
+        .unwrap_err();
+    assert!(matches!(error, RpcError::EndpointExists(ref name) if name == "probe"));
+}
