@@ -3,8 +3,10 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, Ordering};
+#[cfg(all(loom, test))]
+pub(crate) use loom::sync::Arc;
 #[cfg(loom)]
-pub(crate) use loom::sync::{Arc, Condvar, Mutex};
+pub(crate) use loom::sync::{Condvar, Mutex};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
