@@ -257,21 +257,7 @@ impl EventLoop {
                 break;
             }
             for event in events.iter() {
-                match event.token() {
-                    WAKER => {}
-                    LISTENER => self.accept(),
-                    Token(key) => {
-                        let key = key as ConnKey;
-                        let readable =
-                            event.is_readable() || event.is_read_closed() || event.is_error();
-                        if self.connection_ready(key, event.is_writable() || event.is_error())
-                            && readable
-                        {
-                            self.read(key);
-                        }
-                        self.flush(key);
-                    }
-                }
+                self.handle_event(event);
             }
             let now = Instant::now();
             self.fire_timers(now);
@@ -282,6 +268,33 @@ impl EventLoop {
             }
         }
         self.shutdown();
+    }
+
+    fn handle_event(&mut self, event: &mio::event::Event) {
+        match event.token() {
+            WAKER => {}
+            LISTENER => {
+                if !self.stopping {
+                    self.accept()
+                }
+            }
+            Token(key) => {
+                let key = key as ConnKey;
+                let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                if self.connection_ready(key, event.is_writable() || event.is_error()) && readable {
+                    self.read(key);
+                }
+                self.flush(key);
+            }
+        }
+    }
+
+    /// Whether a connection still has bytes to send, or is still being set up to send
+    /// them.
+    fn has_pending_output(&self) -> bool {
+        self.connections
+            .values()
+            .any(|c| matches!(c.state, ConnState::Connecting { .. }) || c.outbox.queued() > 0)
     }
 
     fn next_timeout(&mut self) -> Option<Duration> {
@@ -779,32 +792,29 @@ impl EventLoop {
         for index in 0..self.endpoints.slots.len() {
             self.endpoints.stop(index);
         }
-        // Give queued frames a bounded time to leave.
+        // Give queued frames a bounded time to leave, finishing connects and handshakes
+        // under way, so that what was sent before stop() is delivered.
         let deadline = now + self.shared.settings.shutdown_flush;
-        let keys: Vec<ConnKey> = self.connections.keys().copied().collect();
-        for &key in &keys {
-            self.flush(key);
-        }
+        self.process_commands();
         let mut events = Events::with_capacity(256);
-        while Instant::now() < deadline
-            && self
-                .connections
-                .values()
-                .any(|c| c.state == ConnState::Open && !c.writing.is_empty())
-        {
-            let _ = self.poll.poll(
-                &mut events,
-                Some(deadline.saturating_duration_since(Instant::now())),
-            );
-            let ready: Vec<ConnKey> = events
-                .iter()
-                .filter(|e| e.is_writable())
-                .map(|e| e.token().0 as ConnKey)
-                .collect();
-            for key in ready {
+        loop {
+            let keys: Vec<ConnKey> = self.connections.keys().copied().collect();
+            for key in keys {
                 self.flush(key);
             }
+            let now = Instant::now();
+            if !self.has_pending_output() || now >= deadline {
+                break;
+            }
+            if self.poll.poll(&mut events, Some(deadline - now)).is_err() {
+                break;
+            }
+            for event in events.iter() {
+                self.handle_event(event);
+            }
+            self.process_commands();
         }
+        let keys: Vec<ConnKey> = self.connections.keys().copied().collect();
         for key in keys {
             self.close(key, CloseReason::Stopping);
         }

@@ -1,0 +1,182 @@
+//! The transport against the floor, in one run:
+//!
+//! - `ask_round_trip/flint`: an ask over loopback to an endpoint that answers with the
+//!   same 128-byte payload;
+//! - `ask_round_trip/raw_tcp`: a blocking std::net ping-pong of byte counts equal to the
+//!   ask's and the reply's frames, with TCP_NODELAY (the floor the issue names);
+//! - `ask_round_trip/raw_tcp_client_spins`: the same, but the client polls for the reply
+//!   as flint's asker does (spinning keeps a virtual CPU from halting, which on some
+//!   machines costs more than the whole round trip): the like-for-like floor;
+//! - `one_way/flint`: one-way sends of 128-byte messages to a counting endpoint, in
+//!   batches closed by an ask (so every message arrived);
+//! - `local_ask/flint`: an ask to an endpoint of the same environment (no socket).
+//!
+//! `cargo bench --bench rpc`
+
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError};
+use flint_wire::{ArchivedMessage, Encoder, Message, Route};
+
+const PAYLOAD: usize = 128;
+
+/// Answers an ask with its own payload (a view of the request frame, not a copy), any
+/// other ask with an Ack, and counts every message.
+struct Echo {
+    received: Arc<AtomicU64>,
+}
+
+impl Endpoint for Echo {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        self.received.fetch_add(1, Ordering::Relaxed);
+        if !message.is_ask() {
+            return;
+        }
+        let _ = match message.message() {
+            ArchivedMessage::Custom { tag, body } => {
+                let body = message.frame().bytes_of(body.as_slice());
+                message.reply(&Message::Custom {
+                    tag: tag.to_native(),
+                    body,
+                })
+            }
+            _ => message.reply(&Message::Ack { ok: true }),
+        };
+    }
+}
+
+fn message() -> Message {
+    Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![0x42; PAYLOAD]),
+    }
+}
+
+fn frame_len(route: &Route) -> usize {
+    let mut out = BytesMut::new();
+    Encoder::new(usize::MAX)
+        .encode(route, &message(), &mut out)
+        .unwrap()
+}
+
+/// A raw ping-pong over std::net with frames of the ask's and the reply's sizes: the
+/// server thread blocks in read, as flint's loop blocks in epoll. With `client_spins`
+/// the client polls a non-blocking socket, yielding, as flint's asker spins for its
+/// reply; without, it blocks in read.
+fn raw_ping_pong(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    client_spins: bool,
+) {
+    let request = frame_len(&Route::Ask {
+        request_id: 1,
+        endpoint: "echo".into(),
+    });
+    let reply = frame_len(&Route::Reply { request_id: 1 });
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        socket.set_nodelay(true).unwrap();
+        let mut inbound = vec![0u8; request];
+        let outbound = vec![0x24u8; reply];
+        while socket.read_exact(&mut inbound).is_ok() {
+            if socket.write_all(&outbound).is_err() {
+                break;
+            }
+        }
+    });
+    let mut socket = TcpStream::connect(address).unwrap();
+    socket.set_nodelay(true).unwrap();
+    socket.set_nonblocking(client_spins).unwrap();
+    let outbound = vec![0x42u8; request];
+    let mut inbound = vec![0u8; reply];
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            socket.write_all(&outbound).unwrap();
+            let mut got = 0;
+            while got < reply {
+                match socket.read(&mut inbound[got..]) {
+                    Ok(0) => panic!("the raw server went away"),
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::yield_now()
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            black_box(inbound[0])
+        })
+    });
+    drop(socket);
+    server.join().unwrap();
+}
+
+fn rpc(c: &mut Criterion) {
+    let conf = Conf::new();
+    let server = RpcEnv::new(&conf).unwrap();
+    let received = Arc::new(AtomicU64::new(0));
+    server
+        .handle()
+        .register(
+            "echo",
+            Echo {
+                received: received.clone(),
+            },
+        )
+        .unwrap();
+    let client = RpcEnv::new(&conf).unwrap();
+    let echo = client.handle().endpoint_ref(server.address(), "echo");
+    let request = message();
+
+    let mut group = c.benchmark_group("ask_round_trip");
+    group.bench_function("flint", |b| {
+        b.iter(|| black_box(echo.ask(&request).unwrap()))
+    });
+    raw_ping_pong(&mut group, "raw_tcp", false);
+    raw_ping_pong(&mut group, "raw_tcp_client_spins", true);
+    group.finish();
+
+    let mut group = c.benchmark_group("one_way");
+    const BATCH: u64 = 10_000;
+    group.throughput(Throughput::Elements(BATCH));
+    group.bench_function("flint", |b| {
+        b.iter_custom(|iterations| {
+            let start = Instant::now();
+            for _ in 0..iterations {
+                for _ in 0..BATCH {
+                    loop {
+                        match echo.send(&request) {
+                            Ok(()) => break,
+                            Err(RpcError::OutboxFull { .. }) => std::thread::yield_now(),
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                // The ask travels behind the batch: when it returns, all of it arrived.
+                black_box(echo.ask(&Message::ReviveOffers).unwrap());
+            }
+            start.elapsed()
+        })
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("local_ask");
+    let local = server.handle().local_ref("echo");
+    group.bench_function("flint", |b| {
+        b.iter(|| black_box(local.ask(&request).unwrap()))
+    });
+    group.finish();
+    client.stop();
+    server.stop();
+}
+
+criterion_group!(benches, rpc);
+criterion_main!(benches);
