@@ -611,3 +611,25 @@ fn registering_a_name_twice_is_refused() {
         .unwrap_err();
     assert!(matches!(error, RpcError::EndpointExists(ref name) if name == "probe"));
 }
+
+#[test]
+fn an_ask_to_a_closed_port_fails_with_the_connect_error() {
+    // Bind then drop a listener: nothing listens on that port any more.
+    let address = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let client = env(&["rpc.askTimeout=60s"]);
+    let started = Instant::now();
+    let error = client
+        .handle()
+        .endpoint_ref(address, "anyone")
+        .ask(&custom(1))
+        .unwrap_err();
+    assert!(
+        matches!(error, RpcError::Connect { peer, .. } if peer == address),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("cannot connect to"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
