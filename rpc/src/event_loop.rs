@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use flint_wire::{ArchivedRoute, Encoder, Frame, FrameDecoder, Message, Route, SharedStr};
+use flint_wire::{
+    ArchivedEnvelope, ArchivedRoute, Encoder, Frame, FrameDecoder, Message, Route, SharedStr,
+};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use tracing::{debug, error, info, warn};
@@ -633,21 +635,20 @@ impl EventLoop {
             }
             let sender = Some(conn.peer);
             let outbox = conn.outbox.clone();
-            self.route(&frame, sender, &outbox, key);
+            self.route(&frame, envelope, sender, &outbox, key);
         }
     }
 
-    /// Delivers one validated frame: to an endpoint, or to the ask it answers.
+    /// Delivers one frame, already validated into `envelope`: to an endpoint, or to the
+    /// ask it answers.
     fn route(
         &mut self,
         frame: &Frame,
+        envelope: &ArchivedEnvelope,
         sender: Option<SocketAddr>,
         connection: &Arc<Outbox>,
         key: ConnKey,
     ) {
-        let Ok(envelope) = frame.envelope() else {
-            return;
-        };
         let now = Instant::now();
         let (endpoint, request_id) = match &envelope.route {
             ArchivedRoute::OneWay { endpoint } => (endpoint.as_str(), None),
@@ -718,7 +719,10 @@ impl EventLoop {
             }
             loop {
                 match self.local_decoder.next_frame() {
-                    Ok(Some(frame)) => self.route(&frame, None, &local, LOCAL_KEY),
+                    Ok(Some(frame)) => match frame.envelope() {
+                        Ok(envelope) => self.route(&frame, envelope, None, &local, LOCAL_KEY),
+                        Err(e) => error!("local delivery failed: {e}"),
+                    },
                     Ok(None) => break,
                     Err(e) => {
                         error!("local delivery failed: {e}");

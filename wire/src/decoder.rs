@@ -13,6 +13,8 @@ use crate::message::ArchivedEnvelope;
 /// Smallest and largest number of bytes asked of a reader in one [`FrameDecoder::read_from`].
 const MIN_READ: usize = 4 * 1024;
 const MAX_READ: usize = 256 * 1024;
+/// The most room reserved for a frame on the word of its header alone.
+const PREALLOCATE_MAX: usize = 256 * 1024;
 
 /// One whole frame, its payload a view of the decoder's receive buffer.
 #[derive(Debug, Clone)]
@@ -158,6 +160,11 @@ impl FrameDecoder {
         self.buf.len()
     }
 
+    /// Bytes the receive buffer holds room for (its memory, for accounting).
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// The error that closed this decoder, if one did.
     pub fn failure(&self) -> Option<&WireError> {
         self.failure.as_ref()
@@ -240,8 +247,12 @@ impl FrameDecoder {
                     Err(error) => return Err(self.fail(error)),
                 };
                 let frame_len = header.frame_len();
-                if self.buf.capacity() < frame_len {
-                    self.buf.reserve(frame_len - self.buf.len());
+                // Room for the frame, up to a cap: beyond it the buffer grows with what
+                // actually arrives, so a peer that announces a large frame and then
+                // trickles costs only what it sent.
+                let want = frame_len.min(PREALLOCATE_MAX);
+                if self.buf.capacity() < want {
+                    self.buf.reserve(want - self.buf.len());
                 }
                 self.pending = Some(header);
                 header

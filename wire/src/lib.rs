@@ -61,7 +61,8 @@
 //!    ([`WireError::UnknownKind`]), the flags ([`WireError::UnknownFlags`]), and the
 //!    payload length against `rpc.message.maxSize` ([`WireError::FrameTooLarge`], naming
 //!    the key, the announced size and the limit). No byte of the payload is buffered
-//!    before these pass; room for the whole frame is reserved once they do.
+//!    before these pass; once they do, room for up to 256 KiB of the frame is reserved and
+//!    the rest grows with the bytes that actually arrive.
 //! 2. Once the whole frame is in: the padding is zero ([`WireError::BadPadding`]) and the
 //!    CRC matches ([`WireError::ChecksumMismatch`]).
 //! 3. When the receiver reads the message ([`Frame::envelope`]): the payload is a valid

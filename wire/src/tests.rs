@@ -405,3 +405,25 @@ fn read_from_fills_the_buffer_from_a_reader() {
     decoder.finish().unwrap();
     assert_eq!(kinds, MessageKind::ALL);
 }
+
+#[test]
+fn a_trickling_peer_costs_what_it_sent_not_what_it_announced() {
+    let mut header = [0u8; HEADER_LEN];
+    crate::FrameHeader {
+        kind: MessageKind::Custom,
+        flags: 0,
+        payload_len: 64 << 20,
+        crc: 0,
+    }
+    .write(&mut header);
+    let mut decoder = FrameDecoder::new(128 << 20);
+    decoder.feed(&header).unwrap();
+    assert!(decoder.next_frame().unwrap().is_none(), "a 64 MiB frame within the limit waits");
+    decoder.feed(&[0u8; 100]).unwrap();
+    assert!(decoder.next_frame().unwrap().is_none());
+    assert!(
+        decoder.buffer_capacity() <= 512 * 1024,
+        "the decoder reserved {} bytes on the word of a header",
+        decoder.buffer_capacity()
+    );
+}
