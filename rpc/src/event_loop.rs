@@ -51,6 +51,28 @@ struct Connection {
     announced: bool,
 }
 
+impl Connection {
+    /// A connection that has sent and received nothing yet, and is not authenticating.
+    fn new(
+        stream: TcpStream,
+        outbox: Arc<Outbox>,
+        peer: SocketAddr,
+        state: ConnState,
+        max_payload: usize,
+    ) -> Self {
+        Connection {
+            stream,
+            outbox,
+            decoder: FrameDecoder::new(max_payload),
+            writing: VecDeque::new(),
+            peer,
+            state,
+            handshake: None,
+            announced: false,
+        }
+    }
+}
+
 /// Why a connection is being closed: decides the log level and what pending asks see.
 enum CloseReason {
     EndOfStream,
@@ -438,19 +460,10 @@ impl EventLoop {
                     debug!(%peer, "accepted a connection");
                     self.shared.accepted.fetch_add(1, Ordering::Relaxed);
                     let authenticated = handshake.is_none();
-                    self.connections.insert(
-                        key,
-                        Connection {
-                            stream,
-                            outbox,
-                            decoder: FrameDecoder::new(self.shared.settings.max_payload),
-                            writing: VecDeque::new(),
-                            peer,
-                            state: ConnState::Open,
-                            handshake,
-                            announced: false,
-                        },
-                    );
+                    let max_payload = self.shared.settings.max_payload;
+                    let conn = Connection::new(stream, outbox, peer, ConnState::Open, max_payload);
+                    self.connections
+                        .insert(key, Connection { handshake, ..conn });
                     if authenticated {
                         self.announce(key);
                     }
@@ -480,21 +493,12 @@ impl EventLoop {
         match stream {
             Ok(stream) => {
                 debug!(peer = %address, "connecting");
-                self.connections.insert(
-                    key,
-                    Connection {
-                        stream,
-                        outbox,
-                        decoder: FrameDecoder::new(self.shared.settings.max_payload),
-                        writing: VecDeque::new(),
-                        peer: address,
-                        state: ConnState::Connecting {
-                            deadline: now + self.shared.settings.connect_timeout,
-                        },
-                        handshake: None,
-                        announced: false,
-                    },
-                );
+                let state = ConnState::Connecting {
+                    deadline: now + self.shared.settings.connect_timeout,
+                };
+                let max_payload = self.shared.settings.max_payload;
+                let conn = Connection::new(stream, outbox, address, state, max_payload);
+                self.connections.insert(key, conn);
             }
             Err(e) => {
                 warn!(peer = %address, "cannot connect: {e}");
