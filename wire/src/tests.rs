@@ -418,7 +418,10 @@ fn a_trickling_peer_costs_what_it_sent_not_what_it_announced() {
     .write(&mut header);
     let mut decoder = FrameDecoder::new(128 << 20);
     decoder.feed(&header).unwrap();
-    assert!(decoder.next_frame().unwrap().is_none(), "a 64 MiB frame within the limit waits");
+    assert!(
+        decoder.next_frame().unwrap().is_none(),
+        "a 64 MiB frame within the limit waits"
+    );
     decoder.feed(&[0u8; 100]).unwrap();
     assert!(decoder.next_frame().unwrap().is_none());
     assert!(
