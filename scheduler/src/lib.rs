@@ -1,13 +1,80 @@
-//! flint-scheduler: the driver side of flint.
+//! flint-scheduler: the driver side of flint — which task runs where, and when.
 //!
-//! It will hold the task scheduler, task set managers and pools as pure state machines
-//! (events in, actions out, an injected clock), and the scheduler backend, driver
-//! endpoint and heartbeat receiver that connect them to flint-rpc. Nothing is here yet
-//! beyond the message types it schedules with, re-exported from flint-wire.
+//! The decision-making is written as deterministic state machines, like quinn-proto
+//! beside quinn: no sockets, no threads, no clock reads. The caller passes `now`, feeds
+//! events in (task sets, offers of free cores, status updates, executor losses, timers)
+//! and carries out the [`Action`]s that come out (kill a task, revive offers, tell
+//! listeners). The same code runs in the driver and in simulations that replay
+//! thousands of seeded scenarios.
+//!
+//! - [`TaskScheduler`] (the seeds' `TaskSchedulerImpl`): registries of task sets,
+//!   running tasks, executors, hosts and racks; resource offers with delay scheduling;
+//!   status updates; executor loss; speculation; the starvation warning.
+//! - [`TaskSetManager`]: one task set's pending tasks per locality level, retries up to
+//!   `task.maxFailures`, results recorded exactly once, failure exclusion.
+//! - [`pool`]: FIFO and FAIR ordering of task sets, and the pools file.
+//! - [`events`]: [`Action`], [`SchedulerEvent`] and the [`SchedulerListener`] a driver
+//!   program implements.
 //!
 //! ```
-//! use flint_scheduler::TaskState;
-//! assert!(TaskState::Finished.is_finished());
+//! use std::time::{Duration, Instant};
+//! use bytes::Bytes;
+//! use flint_scheduler::{Action, SchedulerConfig, TaskScheduler, TaskSet, WorkerOffer};
+//! use flint_wire::{TaskOutcome, TaskState};
+//!
+//! let start = Instant::now(); // the caller's clock; the scheduler never reads one
+//! let mut scheduler = TaskScheduler::new(SchedulerConfig::default());
+//! scheduler.submit_tasks(start, TaskSet::new(0, 0, 3, Bytes::from_static(b"noop")))?;
+//!
+//! // Two executors offer 2 and 1 free cores: all three tasks launch.
+//! let offers = [WorkerOffer::new("1", "host-a", 2), WorkerOffer::new("2", "host-b", 1)];
+//! let launched = scheduler.resource_offers(start, &offers);
+//! assert_eq!(launched[0].len() + launched[1].len(), 3);
+//!
+//! // Each task reports its result; the job then ends.
+//! let done = start + Duration::from_millis(5);
+//! for task in launched.iter().flatten() {
+//!     let outcome = TaskOutcome::Direct {
+//!         value: Bytes::from_static(b"42"),
+//!         metrics: Default::default(),
+//!         accumulators: Vec::new(),
+//!     };
+//!     scheduler.status_update(done, task.task_id, TaskState::Finished, outcome);
+//! }
+//! let job_ended = scheduler.drain_actions().any(|action| {
+//!     matches!(action, Action::Event(flint_scheduler::SchedulerEvent::JobEnd { .. }))
+//! });
+//! assert!(job_ended);
+//! # Ok::<(), flint_scheduler::SchedulerError>(())
 //! ```
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod error;
+pub mod events;
+mod exclusion;
+mod fx_hash;
+pub mod locality;
+mod pending;
+pub mod pool;
+mod registry;
+pub mod rng;
+pub mod speculation;
+pub mod task_scheduler;
+pub mod task_set;
+pub mod task_set_manager;
+
+pub use config::{SchedulerConfig, SpeculationConfig};
+pub use error::SchedulerError;
+pub use events::{Action, JobResult, SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
+pub use exclusion::ExclusionPolicy;
+pub use flint_rpc::conf::SchedulingMode;
 pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};
+pub use locality::{TaskLocality, TaskLocation};
+pub use pool::{PoolConfig, PoolsFileError};
+pub use rng::SplitMix64;
+pub use task_scheduler::{TaskScheduler, STARVATION_WARNING};
+pub use task_set::{TaskSet, TaskSetId, TaskSpec, WorkerOffer};
+pub use task_set_manager::TaskSetManager;

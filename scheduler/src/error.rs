@@ -1,0 +1,31 @@
+//! The scheduler's errors.
+
+use flint_rpc::conf::ConfError;
+
+use crate::pool::PoolsFileError;
+
+/// What the scheduler refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedulerError {
+    /// A stage may have one active (non-zombie) task set at a time; the text is the
+    /// seeds'. `task_set_ids` lists the stage's active task sets and the refused one.
+    #[error("more than one active taskSet for stage {stage_id}: {task_set_ids}")]
+    MoreThanOneActiveTaskSet {
+        /// The stage.
+        stage_id: u32,
+        /// The ids, comma separated, e.g. `1.0,1.1`.
+        task_set_ids: String,
+    },
+    /// The same stage attempt was submitted twice.
+    #[error("task set {task_set} was already submitted")]
+    DuplicateTaskSet {
+        /// The stage attempt, e.g. `1.0`.
+        task_set: String,
+    },
+    /// A bad configuration value.
+    #[error(transparent)]
+    Conf(#[from] ConfError),
+    /// A bad pools file.
+    #[error(transparent)]
+    PoolsFile(#[from] PoolsFileError),
+}

@@ -1,0 +1,832 @@
+//! The task scheduler (the seeds' `TaskSchedulerImpl`): task sets in, launches, kills and
+//! events out.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use flint_rpc::conf::{Conf, SchedulingMode};
+use flint_wire::{
+    ExecutorLossReason, SharedStr, TaskDescription, TaskFailureKind, TaskOutcome, TaskState,
+};
+use tracing::{debug, error, info, warn};
+
+use crate::config::SchedulerConfig;
+use crate::error::SchedulerError;
+use crate::events::{Action, JobResult, SchedulerEvent, TaskResult};
+use crate::fx_hash::FxHashMap;
+use crate::locality::TaskLocality;
+use crate::pool::{PoolConfig, Pools, TaskSetStats};
+use crate::registry::ExecutorRegistry;
+use crate::rng::SplitMix64;
+use crate::task_set::{TaskSet, TaskSetId, WorkerOffer};
+use crate::task_set_manager::{Failure, ManagerSettings, TaskSetManager, STAGE_CANCELLED};
+
+/// The seeds' starvation warning.
+pub const STARVATION_WARNING: &str = "Initial job has not accepted any resources; check your cluster UI to ensure that workers are registered and have sufficient resources";
+
+/// The task scheduler: a deterministic state machine.
+///
+/// It reads no clock (every method that needs the time takes `now`), opens no socket and
+/// starts no thread. The driver's glue calls it on each message and timer, launches what
+/// [`resource_offers`](Self::resource_offers) returns, and carries out what
+/// [`poll_action`](Self::poll_action) yields until it yields `None`; it calls
+/// [`handle_timeout`](Self::handle_timeout) when [`poll_timeout`](Self::poll_timeout)
+/// comes.
+#[derive(Debug)]
+pub struct TaskScheduler {
+    config: SchedulerConfig,
+    rng: SplitMix64,
+    registry: ExecutorRegistry,
+    task_sets: FxHashMap<u32, TaskSetManager>,
+    /// Stage id to stage attempt to task set key (the seeds' `taskSetsByStageIdAndAttempt`).
+    task_sets_by_stage: BTreeMap<u32, BTreeMap<u32, u32>>,
+    /// Task id to the key of its task set (the seeds' `taskIdToTaskSetManager`); the
+    /// seeds' `taskIdToExecutorId` is the task set's running attempt, so that a launch
+    /// inserts into one map and clones no executor id for it.
+    task_owners: FxHashMap<u64, u32>,
+    pools: Pools,
+    /// Jobs seen and whether they ended.
+    jobs: FxHashMap<u32, bool>,
+    next_task_id: u64,
+    next_key: u32,
+    actions: VecDeque<Action>,
+    has_received_task: bool,
+    has_launched_task: bool,
+    starvation_deadline: Option<Instant>,
+    next_speculation_check: Option<Instant>,
+    locality_revive_at: Option<Instant>,
+    sorted_scratch: Vec<u32>,
+    duration_scratch: Vec<u64>,
+}
+
+impl TaskScheduler {
+    /// A scheduler with `config`; its pools are `config.pools` (FAIR mode).
+    pub fn new(config: SchedulerConfig) -> Self {
+        let pools = Pools::new(config.mode, &config.pools);
+        TaskScheduler {
+            rng: SplitMix64::new(config.seed),
+            config,
+            registry: ExecutorRegistry::default(),
+            task_sets: FxHashMap::default(),
+            task_sets_by_stage: BTreeMap::new(),
+            task_owners: FxHashMap::default(),
+            pools,
+            jobs: FxHashMap::default(),
+            next_task_id: 0,
+            next_key: 0,
+            actions: VecDeque::new(),
+            has_received_task: false,
+            has_launched_task: false,
+            starvation_deadline: None,
+            next_speculation_check: None,
+            locality_revive_at: None,
+            sorted_scratch: Vec::new(),
+            duration_scratch: Vec::new(),
+        }
+    }
+
+    /// A scheduler configured from `conf` (see [`SchedulerConfig::from_conf`]).
+    pub fn from_conf(conf: &Conf) -> Result<Self, SchedulerError> {
+        Ok(TaskScheduler::new(SchedulerConfig::from_conf(conf)?))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// FIFO or FAIR.
+    pub fn scheduling_mode(&self) -> SchedulingMode {
+        self.pools.mode()
+    }
+
+    /// Adds a FAIR pool, or changes an existing pool's settings. FIFO mode has no pools
+    /// but its root, and ignores this.
+    pub fn add_pool(&mut self, config: PoolConfig) {
+        self.pools.add_pool(config);
+    }
+
+    /// Adds every pool of a pools file (format in [`crate::pool`]).
+    pub fn add_pools_file(&mut self, text: &str) -> Result<(), SchedulerError> {
+        for pool in PoolConfig::parse_file(text)? {
+            self.add_pool(pool);
+        }
+        Ok(())
+    }
+
+    /// The FAIR pools' settings (FIFO: the root pool, named "").
+    pub fn pools(&self) -> impl Iterator<Item = &PoolConfig> {
+        self.pools.pool_configs()
+    }
+
+    // ---- queries -------------------------------------------------------------------
+
+    /// The task set of a stage attempt, while it is registered.
+    pub fn task_set(&self, id: TaskSetId) -> Option<&TaskSetManager> {
+        let key = self
+            .task_sets_by_stage
+            .get(&id.stage_id)?
+            .get(&id.stage_attempt_id)?;
+        self.task_sets.get(key)
+    }
+
+    /// Every registered task set.
+    pub fn task_sets(&self) -> impl Iterator<Item = &TaskSetManager> {
+        self.task_sets.values()
+    }
+
+    /// The task set a running task belongs to.
+    pub fn task_set_of(&self, task_id: u64) -> Option<TaskSetId> {
+        let key = self.task_owners.get(&task_id)?;
+        self.task_sets.get(key).map(|t| t.id())
+    }
+
+    /// The executor a running task runs on.
+    pub fn executor_of(&self, task_id: u64) -> Option<&SharedStr> {
+        let key = self.task_owners.get(&task_id)?;
+        self.task_sets
+            .get(key)?
+            .running_attempt(task_id)
+            .map(|a| &a.executor_id)
+    }
+
+    /// The tasks running on an executor, in no particular order.
+    pub fn running_tasks_on(&self, executor_id: &str) -> impl Iterator<Item = u64> + '_ {
+        self.registry
+            .get(executor_id)
+            .into_iter()
+            .flat_map(|r| r.running.iter().copied())
+    }
+
+    /// The number of tasks running anywhere.
+    pub fn running_tasks(&self) -> usize {
+        self.task_owners.len()
+    }
+
+    /// Whether an executor is registered and not lost.
+    pub fn is_executor_alive(&self, executor_id: &str) -> bool {
+        self.registry.is_executor_alive(executor_id)
+    }
+
+    /// The host of a live executor.
+    pub fn host_of(&self, executor_id: &str) -> Option<&SharedStr> {
+        self.registry.get(executor_id).map(|r| &r.host)
+    }
+
+    /// The live executors on a host.
+    pub fn executors_on_host(&self, host: &str) -> impl Iterator<Item = &SharedStr> {
+        self.registry
+            .executors_by_host()
+            .get(host)
+            .into_iter()
+            .flatten()
+    }
+
+    /// Whether a host has a live executor.
+    pub fn has_executors_alive_on_host(&self, host: &str) -> bool {
+        self.registry.has_executors_alive_on_host(host)
+    }
+
+    /// Whether a rack has a host with a live executor.
+    pub fn has_host_alive_on_rack(&self, rack: &str) -> bool {
+        self.registry.has_host_alive_on_rack(rack)
+    }
+
+    /// Whether a task has been launched yet.
+    pub fn has_launched_task(&self) -> bool {
+        self.has_launched_task
+    }
+
+    /// `default.parallelism` if set, else the live executors' cores, at least 2.
+    pub fn default_parallelism(&self) -> usize {
+        self.config
+            .default_parallelism
+            .unwrap_or_else(|| self.registry.total_cores().max(2))
+    }
+
+    // ---- actions and timers --------------------------------------------------------
+
+    /// The next thing to do, oldest first.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Everything to do, oldest first.
+    pub fn drain_actions(&mut self) -> impl Iterator<Item = Action> + '_ {
+        self.actions.drain(..)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should next be called, if ever:
+    /// the starvation warning, the speculation check, or the end of a locality wait.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [
+            self.starvation_deadline,
+            self.next_speculation_check,
+            self.locality_revive_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Does what is due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(deadline) = self.starvation_deadline {
+            if deadline <= now {
+                if self.has_launched_task {
+                    self.starvation_deadline = None;
+                } else {
+                    warn!("{STARVATION_WARNING}");
+                    let next = deadline + self.config.starvation_timeout;
+                    self.starvation_deadline = Some(if next > now {
+                        next
+                    } else {
+                        now + self.config.starvation_timeout
+                    });
+                }
+            }
+        }
+        if let (Some(check), Some(speculation)) =
+            (self.next_speculation_check, self.config.speculation)
+        {
+            if check <= now {
+                self.next_speculation_check =
+                    (!self.task_sets.is_empty()).then(|| now + speculation.interval);
+                if self.check_speculatable_tasks(now) {
+                    self.actions.push_back(Action::ReviveOffers);
+                }
+            }
+        }
+        if let Some(at) = self.locality_revive_at {
+            if at <= now {
+                self.locality_revive_at = None;
+                self.actions.push_back(Action::ReviveOffers);
+            }
+        }
+    }
+
+    /// Spark's `checkSpeculatableTasks`, over every task set in key order.
+    fn check_speculatable_tasks(&mut self, now: Instant) -> bool {
+        let Some(speculation) = self.config.speculation else {
+            return false;
+        };
+        let mut keys: Vec<u32> = self.task_sets.keys().copied().collect();
+        keys.sort_unstable();
+        let mut found = false;
+        for key in keys {
+            if let Some(manager) = self.task_sets.get_mut(&key) {
+                found |= manager.check_speculatable(now, &speculation, &mut self.duration_scratch);
+            }
+        }
+        found
+    }
+
+    // ---- task sets -----------------------------------------------------------------
+
+    /// Registers a task set (the seeds' `submitTasks`) and asks for offers.
+    ///
+    /// A stage has at most one active (non-zombie) task set: a second is refused with
+    /// "more than one active taskSet for stage S: ids".
+    pub fn submit_tasks(&mut self, now: Instant, task_set: TaskSet) -> Result<(), SchedulerError> {
+        let id = task_set.id;
+        let num_tasks = task_set.tasks.len();
+        info!("Adding task set {id} with {num_tasks} tasks");
+        if let Some(attempts) = self.task_sets_by_stage.get(&id.stage_id) {
+            if attempts.contains_key(&id.stage_attempt_id) {
+                return Err(SchedulerError::DuplicateTaskSet {
+                    task_set: id.to_string(),
+                });
+            }
+            let active: Vec<String> = attempts
+                .values()
+                .filter_map(|key| self.task_sets.get(key))
+                .filter(|m| !m.is_zombie())
+                .map(|m| m.id().to_string())
+                .collect();
+            if !active.is_empty() {
+                let mut ids = active;
+                ids.push(id.to_string());
+                let error = SchedulerError::MoreThanOneActiveTaskSet {
+                    stage_id: id.stage_id,
+                    task_set_ids: ids.join(","),
+                };
+                error!("{error}");
+                return Err(error);
+            }
+        }
+
+        let key = self.next_key;
+        self.next_key += 1;
+        let job_id = task_set.job_id;
+        let pool = self.pools.add_task_set(key, task_set.pool.as_ref());
+        let settings = ManagerSettings {
+            max_task_failures: self.config.max_task_failures,
+            task_cpus: self.config.task_cpus,
+            locality_wait: self.config.locality_wait,
+            exclusion: self.config.exclusion,
+        };
+        let manager = TaskSetManager::new(task_set, pool, settings, &self.registry, now);
+        self.task_sets.insert(key, manager);
+        self.task_sets_by_stage
+            .entry(id.stage_id)
+            .or_default()
+            .insert(id.stage_attempt_id, key);
+
+        let job_running = self.jobs.insert(job_id, false) == Some(false);
+        if !job_running {
+            self.actions
+                .push_back(Action::Event(SchedulerEvent::JobStart { job_id }));
+        }
+        self.actions
+            .push_back(Action::Event(SchedulerEvent::StageSubmitted {
+                task_set: id,
+                job_id,
+                num_tasks: u32::try_from(num_tasks).unwrap_or(u32::MAX),
+            }));
+
+        if !self.has_received_task {
+            self.has_received_task = true;
+            if !self.has_launched_task {
+                self.starvation_deadline = Some(now + self.config.starvation_timeout);
+            }
+        }
+        if let Some(speculation) = self.config.speculation {
+            if self.next_speculation_check.is_none() {
+                self.next_speculation_check = Some(now + speculation.interval);
+            }
+        }
+        // An empty task set is complete at once.
+        self.after_task_set_change(key);
+        self.actions.push_back(Action::ReviveOffers);
+        Ok(())
+    }
+
+    /// Reports a task set's completion once, and drops it when nothing of it runs.
+    fn after_task_set_change(&mut self, key: u32) {
+        let Some(manager) = self.task_sets.get_mut(&key) else {
+            return;
+        };
+        if manager.take_completion() {
+            let failure = manager.failure().map(str::to_owned);
+            let job_id = manager.job_id();
+            let ends_job = failure.is_some() || manager.is_final_stage();
+            self.actions
+                .push_back(Action::Event(SchedulerEvent::StageCompleted {
+                    task_set: manager.id(),
+                    job_id,
+                    failure: failure.clone(),
+                }));
+            if ends_job && self.jobs.insert(job_id, true) == Some(false) {
+                let result = match failure {
+                    Some(message) => JobResult::Failed(message),
+                    None => JobResult::Succeeded,
+                };
+                self.actions
+                    .push_back(Action::Event(SchedulerEvent::JobEnd { job_id, result }));
+            }
+        }
+        if manager.is_finished() {
+            self.task_set_finished(key);
+        }
+    }
+
+    /// Drops a finished task set (the seeds' `taskSetFinished`).
+    fn task_set_finished(&mut self, key: u32) {
+        let Some(manager) = self.task_sets.remove(&key) else {
+            return;
+        };
+        let id = manager.id();
+        if let Some(attempts) = self.task_sets_by_stage.get_mut(&id.stage_id) {
+            attempts.remove(&id.stage_attempt_id);
+            if attempts.is_empty() {
+                self.task_sets_by_stage.remove(&id.stage_id);
+            }
+        }
+        self.pools.remove_task_set(key);
+        info!(
+            "Removed TaskSet {id}, whose tasks have all completed, from pool {}",
+            manager.pool()
+        );
+        if self.task_sets.is_empty() {
+            self.next_speculation_check = None;
+            self.locality_revive_at = None;
+        }
+    }
+
+    /// Cancels every task set of a stage (the seeds' `cancelTasks`): running attempts are
+    /// killed and the task sets aborted with "Stage S cancelled".
+    pub fn cancel_tasks(&mut self, stage_id: u32, interrupt_thread: bool) {
+        info!("Cancelling stage {stage_id}");
+        let keys: Vec<u32> = self
+            .task_sets_by_stage
+            .get(&stage_id)
+            .map(|attempts| attempts.values().copied().collect())
+            .unwrap_or_default();
+        for key in keys {
+            if let Some(manager) = self.task_sets.get_mut(&key) {
+                manager.kill_running(interrupt_thread, STAGE_CANCELLED, &mut self.actions);
+                manager.abort_quietly(format!("Stage {stage_id} cancelled"));
+                info!("Stage {stage_id} was cancelled");
+            }
+            self.after_task_set_change(key);
+        }
+    }
+
+    /// Asks for one task attempt to be killed; false if no such task runs.
+    pub fn kill_task_attempt(
+        &mut self,
+        task_id: u64,
+        interrupt_thread: bool,
+        reason: &str,
+    ) -> bool {
+        info!("Killing task {task_id}: {reason}");
+        match self.executor_of(task_id).cloned() {
+            Some(executor_id) => {
+                self.actions.push_back(Action::KillTask {
+                    task_id,
+                    executor_id,
+                    interrupt_thread,
+                    reason: reason.to_owned(),
+                });
+                true
+            }
+            None => {
+                warn!("Could not kill task {task_id} because no task with that ID was found.");
+                false
+            }
+        }
+    }
+
+    // ---- offers --------------------------------------------------------------------
+
+    /// Picks tasks for the offered cores (the seeds' `resourceOffers`); the result has
+    /// one list per offer, in the offers' order.
+    ///
+    /// Unknown executors in the offers are registered. Offers are shuffled, task sets
+    /// taken in pool order, and each offered its locality levels in turn, most local
+    /// first, with delay scheduling; each launch takes `task.cpus` of its offer's cores.
+    pub fn resource_offers(
+        &mut self,
+        now: Instant,
+        offers: &[WorkerOffer],
+    ) -> Vec<Vec<TaskDescription>> {
+        let mut new_executor = false;
+        for offer in offers {
+            if self
+                .registry
+                .add(&offer.executor_id, &offer.host, offer.cores)
+            {
+                new_executor = true;
+                self.actions
+                    .push_back(Action::Event(SchedulerEvent::ExecutorAdded {
+                        executor_id: offer.executor_id.clone(),
+                        host: offer.host.clone(),
+                        cores: offer.cores,
+                    }));
+            }
+        }
+        if new_executor {
+            for manager in self.task_sets.values_mut() {
+                manager.recompute_locality(&self.registry);
+            }
+        }
+
+        let cpus = self.config.task_cpus.max(1);
+        let mut order: Vec<usize> = (0..offers.len()).collect();
+        self.rng.shuffle(&mut order);
+        let mut available: Vec<u32> = offers.iter().map(|o| o.cores).collect();
+        let mut launched: Vec<Vec<TaskDescription>> = offers
+            .iter()
+            .map(|o| Vec::with_capacity((o.cores / cpus) as usize))
+            .collect();
+
+        let mut sorted = std::mem::take(&mut self.sorted_scratch);
+        {
+            let task_sets = &self.task_sets;
+            self.pools.sorted_task_sets(
+                |key| {
+                    let m = &task_sets[&key];
+                    TaskSetStats {
+                        key,
+                        job_id: m.job_id(),
+                        stage_id: m.id().stage_id,
+                        name: m.name(),
+                        running_tasks: m.running_tasks(),
+                    }
+                },
+                &mut sorted,
+            );
+        }
+
+        // Room for this round's launches up front: growing the maps as tasks launch
+        // would rehash them several times in one big round.
+        let slots: usize = available.iter().map(|&a| (a / cpus) as usize).sum();
+        let pending: usize = self.task_sets.values().map(|m| m.pending_tasks()).sum();
+        let expected = slots.min(pending);
+        self.task_owners.reserve(expected);
+        self.actions.reserve(expected);
+
+        let mut launched_any_task = false;
+        for &key in &sorted {
+            let Some(manager) = self.task_sets.get_mut(&key) else {
+                continue;
+            };
+            debug!(
+                "parentName: {}, name: {}, runningTasks: {}",
+                manager.pool(),
+                manager.name(),
+                manager.running_tasks()
+            );
+            if manager.is_zombie() {
+                continue;
+            }
+            manager.reserve_launches(slots);
+            let mut levels = [TaskLocality::Any; 5];
+            let num_levels = manager.locality_levels().len();
+            levels[..num_levels].copy_from_slice(manager.locality_levels());
+            let mut launched_for_set = false;
+            for &level in &levels[..num_levels] {
+                loop {
+                    // Spark's `resourceOfferSingleTaskSet`: one pass over the offers.
+                    let mut launched_in_pass = false;
+                    for &i in &order {
+                        if available[i] < cpus {
+                            continue;
+                        }
+                        let offer = &offers[i];
+                        if let Some(task) = manager.resource_offer(
+                            now,
+                            &offer.executor_id,
+                            &offer.host,
+                            level,
+                            &self.registry,
+                            &mut self.next_task_id,
+                            &mut self.actions,
+                            true,
+                        ) {
+                            self.task_owners.insert(task.task_id, key);
+                            launched[i].push(task);
+                            available[i] -= cpus;
+                            launched_in_pass = true;
+                        }
+                    }
+                    launched_for_set |= launched_in_pass;
+                    if !launched_in_pass {
+                        break;
+                    }
+                }
+            }
+            if !launched_for_set {
+                manager.abort_if_completely_excluded(&self.registry, &mut self.actions);
+                self.after_task_set_change(key);
+            }
+            launched_any_task |= launched_for_set;
+        }
+        self.sorted_scratch = sorted;
+
+        for (offer, tasks) in offers.iter().zip(&launched) {
+            if tasks.is_empty() {
+                continue;
+            }
+            if let Some(record) = self.registry.get_mut(&offer.executor_id) {
+                record.running.extend(tasks.iter().map(|t| t.task_id));
+            }
+        }
+        if launched_any_task {
+            self.has_launched_task = true;
+            self.starvation_deadline = None;
+        }
+        // Cores are left and a task set waits for locality: offer again when it may
+        // take a less local level, rather than at the next revive tick.
+        let cores_left = available.iter().any(|&a| a >= cpus);
+        self.locality_revive_at = if cores_left {
+            self.task_sets
+                .values()
+                .filter_map(|m| m.locality_deadline())
+                .filter(|&at| at > now)
+                .min()
+        } else {
+            None
+        };
+        launched
+    }
+
+    // ---- executors -----------------------------------------------------------------
+
+    /// Registers an executor (also done for unknown executors in offers).
+    pub fn executor_added(
+        &mut self,
+        executor_id: impl Into<SharedStr>,
+        host: impl Into<SharedStr>,
+        cores: u32,
+    ) {
+        let executor_id = executor_id.into();
+        let host = host.into();
+        if self.registry.add(&executor_id, &host, cores) {
+            self.actions
+                .push_back(Action::Event(SchedulerEvent::ExecutorAdded {
+                    executor_id,
+                    host,
+                    cores,
+                }));
+            for manager in self.task_sets.values_mut() {
+                manager.recompute_locality(&self.registry);
+            }
+        }
+    }
+
+    /// Says which rack a host is in (racks are unknown unless said).
+    pub fn set_rack(&mut self, host: impl Into<SharedStr>, rack: impl Into<SharedStr>) {
+        self.registry.set_rack(&host.into(), &rack.into());
+    }
+
+    /// An executor's heartbeat; false if the executor is not known (it should register
+    /// again).
+    pub fn executor_heartbeat_received(&mut self, executor_id: &str) -> bool {
+        self.registry.is_executor_alive(executor_id)
+    }
+
+    /// An executor is gone (the seeds' `executorLost`): its running tasks are pending
+    /// again. They count towards `task.maxFailures` only if the application caused the
+    /// loss ([`ExecutorLossReason::counts_towards_task_failures`]).
+    pub fn executor_lost(&mut self, now: Instant, executor_id: &str, reason: ExecutorLossReason) {
+        let Some(record) = self.registry.remove(executor_id) else {
+            error!("Lost an executor {executor_id} (already removed): {reason}");
+            return;
+        };
+        error!("Lost executor {executor_id} on {}: {reason}", record.host);
+        let counts = reason.counts_towards_task_failures();
+        let message = format!(
+            "ExecutorLostFailure (executor {executor_id} {}) Reason: {reason}",
+            if counts {
+                "exited caused by one of the running tasks"
+            } else {
+                "exited unrelated to the running tasks"
+            }
+        );
+        let mut task_ids: Vec<u64> = record.running.into_iter().collect();
+        task_ids.sort_unstable();
+        for task_id in task_ids {
+            let Some(key) = self.task_owners.remove(&task_id) else {
+                continue;
+            };
+            if let Some(manager) = self.task_sets.get_mut(&key) {
+                manager.handle_failed_task(
+                    now,
+                    task_id,
+                    TaskState::Lost,
+                    Failure {
+                        kind: TaskFailureKind::ExecutorLost,
+                        message: message.clone(),
+                        counts,
+                    },
+                    &self.registry,
+                    &mut self.actions,
+                );
+            }
+            self.after_task_set_change(key);
+        }
+        for manager in self.task_sets.values_mut() {
+            manager.recompute_locality(&self.registry);
+        }
+        self.actions
+            .push_back(Action::Event(SchedulerEvent::ExecutorRemoved {
+                executor_id: SharedStr::from(executor_id),
+                reason: reason.to_string(),
+            }));
+        self.actions.push_back(Action::ReviveOffers);
+    }
+
+    /// A worker (host) was removed (the seeds' `workerRemoved`). Its executors are
+    /// removed by their own `executor_lost` calls.
+    pub fn worker_removed(&mut self, worker_id: &str, host: &str, message: &str) {
+        info!("Handle removed worker {worker_id}: {message}");
+        debug!("Worker {worker_id} was on host {host}");
+    }
+
+    // ---- status updates ------------------------------------------------------------
+
+    /// An executor's report on a task (the seeds' `statusUpdate`). Finished states end
+    /// the attempt: FINISHED records the result, FAILED and KILLED make the task pending
+    /// again, LOST also marks its executor lost.
+    pub fn status_update(
+        &mut self,
+        now: Instant,
+        task_id: u64,
+        state: TaskState,
+        outcome: TaskOutcome,
+    ) {
+        if !self.task_owners.contains_key(&task_id) {
+            error!(
+                "Ignoring update with state {state} for TID {task_id} because its task set is gone (this is likely the result of receiving duplicate task finished status updates)"
+            );
+            return;
+        }
+        if !state.is_finished() {
+            return;
+        }
+        let Some(key) = self.task_owners.remove(&task_id) else {
+            return;
+        };
+        let Some(executor_id) = self
+            .task_sets
+            .get(&key)
+            .and_then(|m| m.running_attempt(task_id))
+            .map(|a| a.executor_id.clone())
+        else {
+            return;
+        };
+        if let Some(record) = self.registry.get_mut(&executor_id) {
+            record.running.remove(&task_id);
+        }
+        let result = match (state, outcome) {
+            (TaskState::Finished, TaskOutcome::Direct { value, metrics, .. }) => {
+                Ok(TaskResult::Direct { value, metrics })
+            }
+            (
+                TaskState::Finished,
+                TaskOutcome::Indirect {
+                    block_id,
+                    size,
+                    metrics,
+                },
+            ) => Ok(TaskResult::Indirect {
+                executor_id: executor_id.clone(),
+                block_id,
+                size,
+                metrics,
+            }),
+            (TaskState::Finished, TaskOutcome::None) => Ok(TaskResult::Direct {
+                value: bytes::Bytes::new(),
+                metrics: Default::default(),
+            }),
+            (
+                _,
+                TaskOutcome::Failure {
+                    kind,
+                    message,
+                    counts_towards_failures,
+                    ..
+                },
+            ) => Err(Failure {
+                kind: if state == TaskState::Killed {
+                    TaskFailureKind::TaskKilled
+                } else {
+                    kind
+                },
+                message,
+                counts: counts_towards_failures && state != TaskState::Killed,
+            }),
+            (TaskState::Killed, _) => Err(Failure {
+                kind: TaskFailureKind::TaskKilled,
+                message: "TaskKilled".to_owned(),
+                counts: false,
+            }),
+            (TaskState::Lost, _) => Err(Failure {
+                kind: TaskFailureKind::ExecutorLost,
+                message: format!("Task {task_id} was lost"),
+                counts: false,
+            }),
+            (_, _) => Err(Failure {
+                kind: TaskFailureKind::Exception,
+                message: "Task failed".to_owned(),
+                counts: true,
+            }),
+        };
+        let mut revive = false;
+        if let Some(manager) = self.task_sets.get_mut(&key) {
+            match result {
+                Ok(result) => {
+                    manager.handle_successful_task(now, task_id, result, &mut self.actions)
+                }
+                Err(failure) => {
+                    manager.handle_failed_task(
+                        now,
+                        task_id,
+                        state,
+                        failure,
+                        &self.registry,
+                        &mut self.actions,
+                    );
+                    // The task is pending again, perhaps for another executor.
+                    revive = !manager.is_zombie();
+                }
+            }
+        }
+        self.after_task_set_change(key);
+        if state == TaskState::Lost {
+            self.executor_lost(
+                now,
+                &executor_id,
+                ExecutorLossReason::SlaveLost {
+                    message: format!(
+                        "Task {task_id} was lost, so marking the executor as lost as well."
+                    ),
+                    worker_lost: false,
+                },
+            );
+        } else if revive {
+            self.actions.push_back(Action::ReviveOffers);
+        }
+    }
+}
