@@ -97,4 +97,7 @@ pub enum WireError {
     /// The decoder already failed; it accepts nothing more.
     #[error("decoder closed after an earlier error: {0}")]
     Closed(Box<WireError>),
+    /// A task's serialized form is malformed (see [`crate::TaskPayload`]).
+    #[error("bad serialized task: {0}")]
+    BadTaskPayload(String),
 }

@@ -92,6 +92,7 @@ mod kind;
 #[allow(missing_docs)]
 mod message;
 mod shared_str;
+mod task_payload;
 #[cfg(test)]
 mod tests;
 
@@ -104,6 +105,9 @@ pub use header::{
 pub use kind::MessageKind;
 pub use message::*;
 pub use shared_str::{AsArchivedString, SharedStr};
+pub use task_payload::{
+    TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAX_FUNCTION_NAME,
+};
 
 /// The default `rpc.message.maxSize`: 128 MiB.
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
