@@ -114,6 +114,12 @@ const KNOWN_KEYS: &[KeyInfo] = &[
          (launch pipelining); 0 is the seeds' semantics.",
     ),
     info(
+        "excludeOnFailure.enabled",
+        Some("false"),
+        "Whether executors and hosts on which a task set's tasks keep failing stop \
+         getting that task set's tasks (Spark's excludeOnFailure, off by default as there).",
+    ),
+    info(
         "locality.wait",
         Some("3s"),
         "How long to wait to launch a task at a locality level before trying the next, \
@@ -167,6 +173,12 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         "rpc.port",
         Some("0"),
         "Port the RPC listener binds to; 0 lets the OS choose a free one.",
+    ),
+    info(
+        "scheduler.allocation.file",
+        None,
+        "Path of a FAIR pools file (one `pool NAME [weight=N] [minShare=N] \
+         [mode=FIFO|FAIR]` a line), read when the driver starts.",
     ),
     info(
         "scheduler.maxRegisteredResourcesWaitingTime",
@@ -290,6 +302,7 @@ const AUTHENTICATE: Key = defaulted("authenticate");
 const AUTHENTICATE_SECRET: &str = optional("authenticate.secret");
 const DEFAULT_PARALLELISM: &str = optional("default.parallelism");
 const DRIVER_MAX_RESULT_SIZE: Key = defaulted("driver.maxResultSize");
+const EXCLUDE_ON_FAILURE: Key = defaulted("excludeOnFailure.enabled");
 const EXECUTOR_HEARTBEAT_MAX_FAILURES: Key = defaulted("executor.heartbeat.maxFailures");
 const EXECUTOR_HEARTBEAT_INTERVAL: Key = defaulted("executor.heartbeatInterval");
 const EXECUTOR_TASK_PREFETCH: Key = defaulted("executor.taskPrefetch");
@@ -303,6 +316,7 @@ const RPC_IO_SEND_BUFFER_SIZE: Key = defaulted("rpc.io.sendBufferSize");
 const RPC_MESSAGE_MAX_SIZE: Key = defaulted(MAX_SIZE_KEY);
 const RPC_OUTBOX_MAX_BYTES: Key = defaulted("rpc.outbox.maxBytes");
 const RPC_PORT: Key = defaulted("rpc.port");
+const SCHEDULER_ALLOCATION_FILE: &str = optional("scheduler.allocation.file");
 const SCHEDULER_MAX_REGISTERED_WAIT: Key = defaulted("scheduler.maxRegisteredResourcesWaitingTime");
 const SCHEDULER_MIN_REGISTERED_RATIO: Key = defaulted("scheduler.minRegisteredResourcesRatio");
 const SCHEDULER_MODE: Key = defaulted("scheduler.mode");
@@ -685,6 +699,7 @@ impl Conf {
         self.authenticate()?;
         self.default_parallelism()?;
         self.driver_max_result_size()?;
+        self.exclude_on_failure()?;
         self.executor_heartbeat_max_failures()?;
         self.executor_heartbeat_interval()?;
         self.executor_task_prefetch()?;
@@ -944,6 +959,19 @@ impl Conf {
         self.entries.get(AUTHENTICATE_SECRET).map(String::as_str)
     }
 
+    /// `excludeOnFailure.enabled`: whether a task set stops giving tasks to executors and
+    /// hosts where its tasks keep failing. Default false, as in Spark.
+    pub fn exclude_on_failure(&self) -> Result<bool, ConfError> {
+        self.boolean(EXCLUDE_ON_FAILURE)
+    }
+
+    /// `scheduler.allocation.file`: the FAIR pools file to read, if one is set.
+    pub fn scheduler_allocation_file(&self) -> Option<&str> {
+        self.entries
+            .get(SCHEDULER_ALLOCATION_FILE)
+            .map(String::as_str)
+    }
+
     /// `executor.taskPrefetch` (flint's own): tasks the driver may queue at an executor
     /// beyond its free cores, to pipeline launches. Default 0, the seeds' semantics.
     pub fn executor_task_prefetch(&self) -> Result<usize, ConfError> {
@@ -1123,7 +1151,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 28);
+        assert_eq!(keys.len(), 30);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);

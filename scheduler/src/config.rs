@@ -55,7 +55,8 @@ pub struct SchedulerConfig {
     /// FAIR pools configured up front (more can be added with
     /// [`crate::TaskScheduler::add_pool`]).
     pub pools: Vec<PoolConfig>,
-    /// When executors and hosts stop getting a task set's tasks.
+    /// When executors and hosts stop getting a task set's tasks
+    /// (`excludeOnFailure.enabled`; off by default, as in Spark).
     pub exclusion: ExclusionPolicy,
     /// Seed of the offer shuffle.
     pub seed: u64,
@@ -73,7 +74,7 @@ impl Default for SchedulerConfig {
             mode: SchedulingMode::Fifo,
             default_parallelism: None,
             pools: Vec::new(),
-            exclusion: ExclusionPolicy::default(),
+            exclusion: ExclusionPolicy::disabled(),
             seed: 0,
         }
     }
@@ -101,6 +102,11 @@ impl SchedulerConfig {
             starvation_timeout: conf.starvation_timeout()?,
             mode: conf.scheduler_mode()?,
             default_parallelism: conf.default_parallelism()?,
+            exclusion: if conf.exclude_on_failure()? {
+                ExclusionPolicy::default()
+            } else {
+                ExclusionPolicy::disabled()
+            },
             ..SchedulerConfig::default()
         })
     }

@@ -16,6 +16,16 @@
 //! - [`events`]: [`Action`], [`SchedulerEvent`] and the [`SchedulerListener`] a driver
 //!   program implements.
 //!
+//! Around them, the glue that runs them for real on flint-rpc:
+//!
+//! - [`Driver`] (the seeds' `CoarseGrainedSchedulerBackend`): the driver's RPC
+//!   environment with its endpoints (`CoarseGrainedScheduler`, every handler of the
+//!   seeds' `DriverEndpoint`, and `HeartbeatReceiver`), executor requests and kills,
+//!   `isReady`, stop; [`Driver::submit`] gives a [`TaskSetHandle`] to await results on.
+//! - [`cluster_manager`]: where executors come from; [`LocalClusterManager`] starts
+//!   `flint executor` processes on this host.
+//! - [`heartbeat`]: which executors have been silent for longer than `network.timeout`.
+//!
 //! ```
 //! use std::time::{Duration, Instant};
 //! use bytes::Bytes;
@@ -51,11 +61,17 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod cluster_manager;
 pub mod config;
+mod driver;
+mod driver_core;
+mod driver_endpoint;
 pub mod error;
 pub mod events;
 mod exclusion;
 mod fx_hash;
+pub mod heartbeat;
+pub mod job;
 pub mod locality;
 mod pending;
 pub mod pool;
@@ -66,12 +82,16 @@ pub mod task_scheduler;
 pub mod task_set;
 pub mod task_set_manager;
 
+pub use cluster_manager::{ClusterManager, LocalClusterManager, StandaloneExecutors};
 pub use config::{SchedulerConfig, SpeculationConfig};
+pub use driver::{Driver, DriverError};
+pub use driver_core::{bytes_to_string, DISASSOCIATED, STALE_EXECUTOR};
 pub use error::SchedulerError;
 pub use events::{Action, JobResult, SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
 pub use exclusion::ExclusionPolicy;
 pub use flint_rpc::conf::SchedulingMode;
 pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};
+pub use job::{LatencySummary, TaskSetError, TaskSetHandle, TaskSetOutcome};
 pub use locality::{TaskLocality, TaskLocation};
 pub use pool::{PoolConfig, PoolsFileError};
 pub use rng::SplitMix64;

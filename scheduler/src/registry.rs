@@ -28,10 +28,10 @@ pub(crate) struct ExecutorRegistry {
 }
 
 impl ExecutorRegistry {
-    /// Registers an executor; false if it was already registered (its cores are updated).
+    /// Registers an executor; false if it was already registered. The cores of a
+    /// known executor stay as registered: an offer's free cores say nothing about them.
     pub fn add(&mut self, executor_id: &SharedStr, host: &SharedStr, cores: u32) -> bool {
-        if let Some(record) = self.executors.get_mut(executor_id) {
-            record.cores = record.cores.max(cores);
+        if self.executors.contains_key(executor_id) {
             return false;
         }
         self.executors.insert(

@@ -13,7 +13,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::SchedulerConfig;
 use crate::error::SchedulerError;
 use crate::events::{Action, JobResult, SchedulerEvent, TaskResult};
-use crate::fx_hash::FxHashMap;
+use crate::fx_hash::{FxHashMap, FxHashSet};
 use crate::locality::TaskLocality;
 use crate::pool::{PoolConfig, Pools, TaskSetStats};
 use crate::registry::ExecutorRegistry;
@@ -57,6 +57,9 @@ pub struct TaskScheduler {
     locality_revive_at: Option<Instant>,
     sorted_scratch: Vec<u32>,
     duration_scratch: Vec<u64>,
+    /// Hosts the application excludes: their offers are ignored and their executors
+    /// may not register (the seeds' node blacklist).
+    excluded_hosts: FxHashSet<SharedStr>,
 }
 
 impl TaskScheduler {
@@ -82,6 +85,7 @@ impl TaskScheduler {
             locality_revive_at: None,
             sorted_scratch: Vec::new(),
             duration_scratch: Vec::new(),
+            excluded_hosts: FxHashSet::default(),
         }
     }
 
@@ -457,6 +461,96 @@ impl TaskScheduler {
         }
     }
 
+    /// Aborts a task set with `message` (its job fails with it): running attempts are
+    /// killed and nothing more of it launches. False if no such task set is registered
+    /// or it already ended.
+    pub fn abort_task_set(&mut self, id: TaskSetId, message: String) -> bool {
+        let Some(&key) = self
+            .task_sets_by_stage
+            .get(&id.stage_id)
+            .and_then(|attempts| attempts.get(&id.stage_attempt_id))
+        else {
+            return false;
+        };
+        let Some(manager) = self.task_sets.get_mut(&key) else {
+            return false;
+        };
+        if manager.is_zombie() {
+            return false;
+        }
+        error!("{message}");
+        manager.abort(message, &mut self.actions);
+        self.after_task_set_change(key);
+        true
+    }
+
+    /// A task chosen by [`resource_offers`](Self::resource_offers) could not be sent to
+    /// its executor. The attempt ends FAILED without counting towards
+    /// `task.maxFailures`; with `abort` its task set is aborted with that message (the
+    /// seeds' answer to a task larger than `rpc.message.maxSize`), otherwise the task is
+    /// pending again.
+    pub fn launch_failed(
+        &mut self,
+        now: Instant,
+        task_id: u64,
+        reason: &str,
+        abort: Option<String>,
+    ) {
+        let Some(key) = self.task_owners.remove(&task_id) else {
+            return;
+        };
+        if let Some(executor_id) = self
+            .task_sets
+            .get(&key)
+            .and_then(|m| m.running_attempt(task_id))
+            .map(|a| a.executor_id.clone())
+        {
+            if let Some(record) = self.registry.get_mut(&executor_id) {
+                record.running.remove(&task_id);
+            }
+        }
+        if let Some(manager) = self.task_sets.get_mut(&key) {
+            manager.handle_failed_task(
+                now,
+                task_id,
+                TaskState::Failed,
+                Failure {
+                    kind: TaskFailureKind::Undeserializable,
+                    message: reason.to_owned(),
+                    counts: false,
+                },
+                &self.registry,
+                &mut self.actions,
+            );
+            match abort {
+                Some(message) => {
+                    error!("{message}");
+                    manager.abort(message, &mut self.actions);
+                }
+                None => self.actions.push_back(Action::ReviveOffers),
+            }
+        }
+        self.after_task_set_change(key);
+    }
+
+    /// Excludes a host for the whole application: its offers are ignored, and the
+    /// driver refuses executors that register from it.
+    pub fn exclude_host(&mut self, host: impl Into<SharedStr>) {
+        let host = host.into();
+        info!("Excluding host {host} for the application");
+        self.excluded_hosts.insert(host);
+    }
+
+    /// Lifts [`exclude_host`](Self::exclude_host).
+    pub fn include_host(&mut self, host: &str) {
+        self.excluded_hosts.remove(host);
+    }
+
+    /// Whether the application excludes `host`.
+    pub fn is_host_excluded(&self, host: &str) -> bool {
+        !self.excluded_hosts.is_empty() && self.excluded_hosts.contains(host)
+    }
+
     // ---- offers --------------------------------------------------------------------
 
     /// Picks tasks for the offered cores (the seeds' `resourceOffers`); the result has
@@ -472,6 +566,9 @@ impl TaskScheduler {
     ) -> Vec<Vec<TaskDescription>> {
         let mut new_executor = false;
         for offer in offers {
+            if self.is_host_excluded(&offer.host) {
+                continue;
+            }
             if self
                 .registry
                 .add(&offer.executor_id, &offer.host, offer.cores)
@@ -494,7 +591,16 @@ impl TaskScheduler {
         let cpus = self.config.task_cpus.max(1);
         let mut order: Vec<usize> = (0..offers.len()).collect();
         self.rng.shuffle(&mut order);
-        let mut available: Vec<u32> = offers.iter().map(|o| o.cores).collect();
+        let mut available: Vec<u32> = offers
+            .iter()
+            .map(|o| {
+                if self.is_host_excluded(&o.host) {
+                    0
+                } else {
+                    o.cores
+                }
+            })
+            .collect();
         let mut launched: Vec<Vec<TaskDescription>> = offers
             .iter()
             .map(|o| Vec::with_capacity((o.cores / cpus) as usize))

@@ -554,7 +554,10 @@ fn starvation_is_warned_every_timeout_until_a_task_launches() {
 #[test]
 fn failures_exclude_executors_and_a_task_set_nowhere_runnable_is_aborted() {
     let base = Instant::now();
-    let mut s = TaskScheduler::new(config());
+    let mut s = TaskScheduler::new(SchedulerConfig {
+        exclusion: ExclusionPolicy::default(),
+        ..config()
+    });
     s.submit_tasks(base, TaskSet::new(0, 0, 3, payload()))
         .unwrap();
     let e1 = WorkerOffer::new("1", "host-a", 1);
@@ -771,4 +774,116 @@ fn indirect_results_reach_the_listener_with_their_executor() {
     );
     // JobStart, StageSubmitted, ExecutorAdded, TaskStart, TaskEnd, StageCompleted, JobEnd.
     assert_eq!(listener.events, 7);
+}
+
+#[test]
+fn an_aborted_task_set_ends_its_job_with_the_message_and_kills_what_runs() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(config());
+    s.submit_tasks(base, TaskSet::new(4, 0, 3, payload()))
+        .unwrap();
+    let launched = s.resource_offers(base, &[WorkerOffer::new("1", "h", 2)]);
+    drain(&mut s);
+    assert!(s.abort_task_set(id(0, 0), "too big".to_owned()));
+    let (events, actions) = drain(&mut s);
+    let killed: Vec<u64> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::KillTask { task_id, .. } => Some(*task_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(killed, launched_ids(&launched));
+    assert!(events.contains(&SchedulerEvent::JobEnd {
+        job_id: 4,
+        result: JobResult::Failed("too big".to_owned())
+    }));
+    assert!(
+        !s.abort_task_set(id(0, 0), "again".to_owned()),
+        "already ended"
+    );
+    assert!(
+        !s.abort_task_set(id(9, 0), "none".to_owned()),
+        "no such set"
+    );
+    // Nothing more of it launches.
+    assert!(s.resource_offers(base, &[WorkerOffer::new("2", "h", 4)])[0].is_empty());
+}
+
+#[test]
+fn a_launch_that_could_not_be_sent_is_retried_or_aborts_its_task_set() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(config());
+    s.submit_tasks(base, TaskSet::new(0, 0, 2, payload()))
+        .unwrap();
+    let launched = s.resource_offers(base, &[WorkerOffer::new("1", "h", 1)]);
+    let first = launched[0][0].clone();
+    drain(&mut s);
+    // Not sent (say the connection was gone): pending again, not counted, offers asked.
+    s.launch_failed(base, first.task_id, "connection closed", None);
+    assert_eq!(s.running_tasks(), 0);
+    assert_eq!(s.running_tasks_on("1").count(), 0);
+    let (_, actions) = drain(&mut s);
+    assert!(actions.contains(&Action::ReviveOffers));
+    assert_eq!(s.task_set(id(0, 0)).unwrap().task_failures(first.index), 0);
+    let retry = s.resource_offers(base, &[WorkerOffer::new("1", "h", 1)]);
+    assert_eq!(
+        (retry[0][0].index, retry[0][0].attempt_number),
+        (first.index, 1)
+    );
+    drain(&mut s);
+    // Too large to send: the task set is aborted with the given message.
+    s.launch_failed(
+        base,
+        retry[0][0].task_id,
+        "too large",
+        Some("Serialized task 1:0 was 9 bytes".to_owned()),
+    );
+    let (events, _) = drain(&mut s);
+    assert!(events.iter().any(
+        |e| matches!(e, SchedulerEvent::JobEnd { result: JobResult::Failed(m), .. }
+        if m == "Serialized task 1:0 was 9 bytes")
+    ));
+    assert_eq!(s.running_tasks(), 0);
+}
+
+#[test]
+fn an_excluded_host_gets_no_tasks() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(config());
+    s.exclude_host("bad-host");
+    assert!(s.is_host_excluded("bad-host") && !s.is_host_excluded("good-host"));
+    s.submit_tasks(base, TaskSet::new(0, 0, 4, payload()))
+        .unwrap();
+    let launched = s.resource_offers(
+        base,
+        &[
+            WorkerOffer::new("1", "bad-host", 4),
+            WorkerOffer::new("2", "good-host", 1),
+        ],
+    );
+    assert!(launched[0].is_empty());
+    assert_eq!(launched[1].len(), 1);
+    assert!(
+        !s.is_executor_alive("1"),
+        "an excluded host's offer registers nothing"
+    );
+    s.include_host("bad-host");
+    let launched = s.resource_offers(base, &[WorkerOffer::new("1", "bad-host", 4)]);
+    assert_eq!(launched[0].len(), 3);
+}
+
+#[test]
+fn exclusion_on_failure_is_off_unless_configured() {
+    let off = TaskScheduler::from_conf(&Conf::new()).unwrap();
+    assert_eq!(off.config().exclusion, ExclusionPolicy::disabled());
+    let conf = Conf::from_pairs(["spark.excludeOnFailure.enabled=true"]).unwrap();
+    let on = TaskScheduler::from_conf(&conf).unwrap();
+    assert_eq!(on.config().exclusion, ExclusionPolicy::default());
+    let conf = Conf::from_pairs(["excludeOnFailure.enabled=maybe"]).unwrap();
+    let err = TaskScheduler::from_conf(&conf).unwrap_err().to_string();
+    assert!(
+        err.contains("excludeOnFailure.enabled") && err.contains("maybe"),
+        "{err}"
+    );
 }

@@ -1,0 +1,373 @@
+//! Where executors come from: the [`ClusterManager`] trait the scheduler backend asks
+//! for executors and kills them through (the seeds' `doRequestTotalExecutors` and
+//! `doKillExecutors`), and [`LocalClusterManager`], which starts executor processes on
+//! this host.
+//!
+//! ```no_run
+//! use flint_scheduler::cluster_manager::{ClusterManager, LocalClusterManager};
+//!
+//! // Executors are `flint executor --driver ... --cores 2 ...` processes.
+//! let mut manager = LocalClusterManager::new("target/release/flint", 2);
+//! manager.start("127.0.0.1:7077".parse().unwrap());
+//! manager.request_total_executors(4)?;
+//! // ...
+//! manager.stop(std::time::Duration::from_secs(5));
+//! # Ok::<(), flint_scheduler::cluster_manager::ClusterManagerError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+/// The environment variable a local executor reads `authenticate.secret` from: a secret
+/// on a command line would be visible to every user of the host.
+pub const SECRET_ENV: &str = "FLINT_AUTHENTICATE_SECRET";
+
+/// A cluster manager could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterManagerError {
+    /// An executor process could not be started.
+    #[error("cannot start executor {executor_id} ({program}): {source}")]
+    Spawn {
+        /// The executor it was to be.
+        executor_id: String,
+        /// The program it ran.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Asked for executors before [`ClusterManager::start`] said where the driver is.
+    #[error("the cluster manager was not started: it does not know the driver's address")]
+    NotStarted,
+}
+
+/// What the scheduler backend needs of a cluster manager.
+///
+/// Every method is called with the driver's state locked: implementations start and
+/// stop processes or send requests, and return; they must not wait for executors to
+/// register.
+pub trait ClusterManager: Send {
+    /// The driver listens at `driver`: executors are to register there.
+    fn start(&mut self, driver: SocketAddr);
+
+    /// Asks for `total` executors in all, those already running included. Returns
+    /// whether the request was acknowledged.
+    fn request_total_executors(&mut self, total: u32) -> Result<bool, ClusterManagerError>;
+
+    /// Kills these executors. Returns whether the request was acknowledged.
+    fn kill_executors(&mut self, executor_ids: &[String]) -> Result<bool, ClusterManagerError>;
+
+    /// Stops every executor it started, giving them `grace` to exit on their own first
+    /// (the driver has asked them to stop), then killing the rest.
+    fn stop(&mut self, grace: Duration);
+}
+
+/// A cluster manager that has no executors and starts none: executors register on their
+/// own (for example `flint executor --driver HOST:PORT` started by hand or by another
+/// system).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StandaloneExecutors;
+
+impl ClusterManager for StandaloneExecutors {
+    fn start(&mut self, _driver: SocketAddr) {}
+
+    fn request_total_executors(&mut self, _total: u32) -> Result<bool, ClusterManagerError> {
+        Ok(false)
+    }
+
+    fn kill_executors(&mut self, _executor_ids: &[String]) -> Result<bool, ClusterManagerError> {
+        Ok(false)
+    }
+
+    fn stop(&mut self, _grace: Duration) {}
+}
+
+/// Starts executor processes on this host: `PROGRAM [ARGS...] --driver ADDR --cores C
+/// --executor-id ID --hostname HOST [--conf KEY=VALUE]...`, ids counting from 1.
+///
+/// Processes it started are killed when it stops or is dropped.
+#[derive(Debug)]
+pub struct LocalClusterManager {
+    program: PathBuf,
+    args: Vec<OsString>,
+    cores: u32,
+    hostname: String,
+    conf: Vec<(String, String)>,
+    secret: Option<String>,
+    driver: Option<SocketAddr>,
+    next_id: u64,
+    children: BTreeMap<String, Child>,
+}
+
+impl LocalClusterManager {
+    /// Executors of `cores` cores each, started as `program executor ...`.
+    pub fn new(program: impl Into<PathBuf>, cores: u32) -> Self {
+        LocalClusterManager {
+            program: program.into(),
+            args: vec!["executor".into()],
+            cores,
+            hostname: "localhost".to_owned(),
+            conf: Vec::new(),
+            secret: None,
+            driver: None,
+            next_id: 1,
+            children: BTreeMap::new(),
+        }
+    }
+
+    /// The arguments that come before the executor options (default `executor`, the
+    /// `flint` subcommand); none for a program that is an executor main itself.
+    pub fn with_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args = args.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Configuration handed to every executor (`--conf KEY=VALUE`); the secret
+    /// `authenticate.secret` travels in the environment ([`SECRET_ENV`]) instead.
+    pub fn with_conf<'a>(mut self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        for (key, value) in pairs {
+            let bare = key.strip_prefix("spark.").unwrap_or(key);
+            if bare == "authenticate.secret" {
+                self.secret = Some(value.to_owned());
+            } else {
+                self.conf.push((key.to_owned(), value.to_owned()));
+            }
+        }
+        self
+    }
+
+    /// The host name executors report (default `localhost`).
+    pub fn with_hostname(mut self, hostname: impl Into<String>) -> Self {
+        self.hostname = hostname.into();
+        self
+    }
+
+    /// The ids of the executor processes still running, reaping those that exited.
+    pub fn running(&mut self) -> Vec<String> {
+        self.reap();
+        self.children.keys().cloned().collect()
+    }
+
+    /// The process id of an executor it started, while it runs.
+    pub fn pid(&self, executor_id: &str) -> Option<u32> {
+        self.children.get(executor_id).map(Child::id)
+    }
+
+    fn reap(&mut self) {
+        self.children.retain(|id, child| match child.try_wait() {
+            Ok(Some(status)) => {
+                log_exit(id, status);
+                false
+            }
+            Ok(None) => true,
+            Err(e) => {
+                warn!("cannot check on executor {id}: {e}");
+                true
+            }
+        });
+    }
+
+    fn spawn(&mut self, driver: SocketAddr) -> Result<(), ClusterManagerError> {
+        let executor_id = self.next_id.to_string();
+        self.next_id += 1;
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .arg("--driver")
+            .arg(driver.to_string())
+            .arg("--cores")
+            .arg(self.cores.to_string())
+            .arg("--executor-id")
+            .arg(&executor_id)
+            .arg("--hostname")
+            .arg(&self.hostname)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        for (key, value) in &self.conf {
+            command.arg("--conf").arg(format!("{key}={value}"));
+        }
+        if let Some(secret) = &self.secret {
+            command.env(SECRET_ENV, secret);
+        }
+        let child = command
+            .spawn()
+            .map_err(|source| ClusterManagerError::Spawn {
+                executor_id: executor_id.clone(),
+                program: self.program.display().to_string(),
+                source,
+            })?;
+        info!(
+            "Started executor {executor_id} (pid {}) with {} cores",
+            child.id(),
+            self.cores
+        );
+        self.children.insert(executor_id, child);
+        Ok(())
+    }
+
+    fn kill(executor_id: &str, mut child: Child) {
+        match child.kill() {
+            Ok(()) => debug!("Killed executor {executor_id} (pid {})", child.id()),
+            Err(e) => debug!("executor {executor_id} was already gone: {e}"),
+        }
+        match child.wait() {
+            Ok(status) => log_exit(executor_id, status),
+            Err(e) => warn!("cannot reap executor {executor_id}: {e}"),
+        }
+    }
+}
+
+fn log_exit(executor_id: &str, status: ExitStatus) {
+    if status.success() {
+        debug!("Executor {executor_id} exited: {status}");
+    } else {
+        info!("Executor {executor_id} exited: {status}");
+    }
+}
+
+impl ClusterManager for LocalClusterManager {
+    fn start(&mut self, driver: SocketAddr) {
+        self.driver = Some(driver);
+    }
+
+    fn request_total_executors(&mut self, total: u32) -> Result<bool, ClusterManagerError> {
+        let driver = self.driver.ok_or(ClusterManagerError::NotStarted)?;
+        self.reap();
+        while self.children.len() < total as usize {
+            self.spawn(driver)?;
+        }
+        Ok(true)
+    }
+
+    fn kill_executors(&mut self, executor_ids: &[String]) -> Result<bool, ClusterManagerError> {
+        for executor_id in executor_ids {
+            if let Some(child) = self.children.remove(executor_id) {
+                Self::kill(executor_id, child);
+            }
+        }
+        Ok(true)
+    }
+
+    fn stop(&mut self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        while !self.children.is_empty() && Instant::now() < deadline {
+            self.reap();
+            if !self.children.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        for (executor_id, child) in std::mem::take(&mut self.children) {
+            warn!("Executor {executor_id} did not stop within {grace:?}; killing it");
+            Self::kill(&executor_id, child);
+        }
+    }
+}
+
+impl Drop for LocalClusterManager {
+    fn drop(&mut self) {
+        for (executor_id, child) in std::mem::take(&mut self.children) {
+            Self::kill(&executor_id, child);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn driver() -> SocketAddr {
+        "127.0.0.1:9".parse().unwrap()
+    }
+
+    /// A stand-in executor program: `sh -c 'sleep 30' sh [the executor options]`.
+    fn sleeper() -> LocalClusterManager {
+        LocalClusterManager::new("/bin/sh", 1).with_args(["-c", "sleep 30", "sh"])
+    }
+
+    #[test]
+    fn requests_start_processes_up_to_the_total_and_kills_stop_them() {
+        let mut manager = sleeper();
+        assert!(matches!(
+            manager.request_total_executors(1),
+            Err(ClusterManagerError::NotStarted)
+        ));
+        manager.start(driver());
+        assert!(manager.request_total_executors(2).unwrap());
+        assert_eq!(manager.running(), ["1", "2"]);
+        assert!(manager.request_total_executors(2).unwrap());
+        assert_eq!(
+            manager.running().len(),
+            2,
+            "a total already met starts nothing"
+        );
+        let pid = manager.pid("1").unwrap();
+        manager
+            .kill_executors(&["1".to_owned(), "9".to_owned()])
+            .unwrap();
+        assert_eq!(manager.running(), ["2"]);
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "killed and reaped"
+        );
+        // A replacement gets a new id.
+        manager.request_total_executors(2).unwrap();
+        assert_eq!(manager.running(), ["2", "3"]);
+        manager.stop(Duration::from_millis(50));
+        assert!(manager.running().is_empty());
+    }
+
+    #[test]
+    fn executors_that_exit_on_their_own_are_reaped_within_the_grace() {
+        let mut manager = LocalClusterManager::new("/bin/sh", 1).with_args(["-c", "exit 0", "sh"]);
+        manager.start(driver());
+        manager.request_total_executors(3).unwrap();
+        let started = Instant::now();
+        manager.stop(Duration::from_secs(10));
+        assert!(manager.running().is_empty());
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_missing_program_is_an_error_naming_it() {
+        let mut manager = LocalClusterManager::new("/nonexistent/flint", 1);
+        manager.start(driver());
+        let text = manager.request_total_executors(1).unwrap_err().to_string();
+        assert!(
+            text.contains("/nonexistent/flint") && text.contains("executor 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_secret_goes_in_the_environment_not_on_the_command_line() {
+        // The stand-in prints its arguments and the secret's variable to a file.
+        let out = std::env::temp_dir().join(format!("flint-cm-{}", std::process::id()));
+        let script = format!(
+            "echo \"$@\" > {0}; echo \"${SECRET_ENV}\" >> {0}",
+            out.display()
+        );
+        let mut manager = LocalClusterManager::new("/bin/sh", 3)
+            .with_args(["-c", script.as_str(), "sh"])
+            .with_conf([("spark.authenticate.secret", "s3cret"), ("task.cpus", "1")]);
+        manager.start(driver());
+        manager.request_total_executors(1).unwrap();
+        manager.stop(Duration::from_secs(10));
+        let text = std::fs::read_to_string(&out).unwrap();
+        let _ = std::fs::remove_file(&out);
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next().unwrap(),
+            "--driver 127.0.0.1:9 --cores 3 --executor-id 1 --hostname localhost --conf task.cpus=1"
+        );
+        assert_eq!(lines.next().unwrap(), "s3cret");
+    }
+}

@@ -1,0 +1,347 @@
+//! The driver: an RPC environment with the driver's endpoints, the task scheduler, and
+//! the executors the cluster manager provides (the seeds' `CoarseGrainedSchedulerBackend`
+//! and what a driver program calls on it).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use flint_rpc::conf::ConfError;
+use flint_rpc::{Conf, EndpointRef, RpcEnv, RpcError};
+use flint_wire::{ExecutorLossReason, Message, SharedStr, DRIVER_ENDPOINT, HEARTBEAT_ENDPOINT};
+use tracing::info;
+
+use crate::cluster_manager::{ClusterManager, ClusterManagerError, StandaloneExecutors};
+use crate::driver_core::{DriverCore, DriverSettings};
+use crate::driver_endpoint::{DriverEndpoint, HeartbeatReceiver};
+use crate::events::SchedulerListener;
+use crate::job::TaskSetHandle;
+use crate::task_scheduler::TaskScheduler;
+use crate::task_set::TaskSet;
+use crate::SchedulerError;
+
+/// How long [`Driver::stop`] gives executors to exit on their own once asked to.
+const EXECUTOR_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// What the driver could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The transport failed (binding, an ask, ...).
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+    /// The scheduler refused (a second active task set for a stage, a bad pools file...).
+    #[error(transparent)]
+    Scheduler(#[from] SchedulerError),
+    /// A configuration value is invalid.
+    #[error(transparent)]
+    Conf(#[from] ConfError),
+    /// The cluster manager failed.
+    #[error(transparent)]
+    ClusterManager(#[from] ClusterManagerError),
+    /// A negative number of executors was requested (the seeds' texts).
+    #[error("{0}")]
+    NegativeExecutors(String),
+    /// The pools file of `scheduler.allocation.file` cannot be read.
+    #[error("cannot read the pools file {path} (scheduler.allocation.file): {source}")]
+    PoolsFile {
+        /// Its path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not enough executors registered in time.
+    #[error("{registered} of {wanted} executors registered within {timeout:?}")]
+    ExecutorsTimeout {
+        /// Executors registered by then.
+        registered: usize,
+        /// Executors waited for.
+        wanted: usize,
+        /// How long was waited.
+        timeout: Duration,
+    },
+    /// Stopping failed (the seeds' text).
+    #[error("Error stopping standalone scheduler's driver endpoint: {0}")]
+    Stop(String),
+}
+
+/// A running driver.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use flint_rpc::Conf;
+/// use flint_scheduler::{Driver, LocalClusterManager, TaskSet};
+/// use flint_wire::TaskPayload;
+///
+/// let conf = Conf::new();
+/// let executors = LocalClusterManager::new("target/release/flint", 2);
+/// let driver = Driver::start(&conf, Box::new(executors))?;
+/// driver.request_total_executors(2)?;
+/// driver.wait_for_executors(2, Duration::from_secs(30))?;
+///
+/// let task_set = TaskSet::new(0, 0, 100, TaskPayload::encode("echo", b"hi")?);
+/// let outcome = driver.submit(task_set)?.wait(Duration::from_secs(60))?;
+/// assert!(outcome.results.iter().all(|r| &r[..] == b"hi"));
+/// driver.stop()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Driver {
+    env: RpcEnv,
+    core: Arc<Mutex<DriverCore>>,
+    endpoint: EndpointRef,
+    stopped: AtomicBool,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("address", &self.address())
+            .finish()
+    }
+}
+
+impl Driver {
+    /// Starts the driver's RPC environment (on `rpc.bindAddress`:`rpc.port`) with its
+    /// endpoints, configured from `conf`. Executors come from `cluster_manager` once
+    /// asked for ([`Driver::request_total_executors`]), or register on their own.
+    pub fn start(
+        conf: &Conf,
+        mut cluster_manager: Box<dyn ClusterManager>,
+    ) -> Result<Driver, DriverError> {
+        conf.validate()?;
+        let mut scheduler = TaskScheduler::from_conf(conf)?;
+        if let Some(path) = conf.scheduler_allocation_file() {
+            let text = std::fs::read_to_string(path).map_err(|source| DriverError::PoolsFile {
+                path: path.to_owned(),
+                source,
+            })?;
+            scheduler.add_pools_file(&text)?;
+        }
+        let settings = DriverSettings {
+            task_cpus: u32::try_from(conf.task_cpus()?).unwrap_or(u32::MAX),
+            prefetch: u32::try_from(conf.executor_task_prefetch()?).unwrap_or(u32::MAX),
+            max_payload: conf.message_max_size()?,
+            max_result_size: conf.driver_max_result_size()?,
+            ask_timeout: conf.ask_timeout()?,
+            min_registered_ratio: conf.min_registered_resources_ratio()?,
+            max_registered_wait: conf.max_registered_resources_waiting_time()?,
+            network_timeout: conf.network_timeout()?,
+        };
+        let revive_interval = conf.revive_interval()?;
+        let env = RpcEnv::new(conf)?;
+        cluster_manager.start(env.address());
+        let core = DriverCore::new(settings, scheduler, cluster_manager, Instant::now());
+        let handle = env.handle();
+        let endpoint = handle.register(
+            DRIVER_ENDPOINT,
+            DriverEndpoint::new(core.clone(), revive_interval),
+        )?;
+        handle.register(HEARTBEAT_ENDPOINT, HeartbeatReceiver::new(core.clone()))?;
+        info!("Driver listening on {}", env.address());
+        Ok(Driver {
+            env,
+            core,
+            endpoint,
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    /// A driver whose executors register on their own ([`StandaloneExecutors`]).
+    pub fn standalone(conf: &Conf) -> Result<Driver, DriverError> {
+        Driver::start(conf, Box::new(StandaloneExecutors))
+    }
+
+    fn core(&self) -> MutexGuard<'_, DriverCore> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where executors register: the driver's RPC address.
+    pub fn address(&self) -> SocketAddr {
+        self.env.address()
+    }
+
+    /// Adds a listener for the scheduler's events. Listeners run on the driver's event
+    /// loop thread (or the thread that submitted) with the driver locked: they must
+    /// return quickly and must not call the driver.
+    pub fn add_listener(&self, listener: impl SchedulerListener + Send + 'static) {
+        self.core().add_listener(Box::new(listener));
+    }
+
+    /// Submits a task set (the seeds' `submitTasks`): free cores are offered at once.
+    pub fn submit(&self, task_set: TaskSet) -> Result<TaskSetHandle, DriverError> {
+        let handle = self.core().submit(Instant::now(), task_set)?;
+        // The endpoint picks up the scheduler's new timers (starvation, speculation).
+        self.revive_offers();
+        Ok(handle)
+    }
+
+    /// Sends ReviveOffers to the driver endpoint: free cores are offered.
+    pub fn revive_offers(&self) {
+        let _ = self.endpoint.send(&Message::ReviveOffers);
+    }
+
+    /// The seeds' `requestExecutors`: `additional` more executors. Negative counts are
+    /// refused with the seeds' text.
+    pub fn request_executors(&self, additional: i64) -> Result<bool, DriverError> {
+        self.core().request_executors(additional)
+    }
+
+    /// The seeds' `requestTotalExecutors`: `total` executors in all. Negative counts are
+    /// refused with the seeds' text.
+    pub fn request_total_executors(&self, total: i64) -> Result<bool, DriverError> {
+        self.core().request_total_executors(total)
+    }
+
+    /// The seeds' `killExecutors`: kills these executors and asks for fewer in all;
+    /// executors running tasks are kept unless `force`. Returns those asked to be killed.
+    pub fn kill_executors(&self, executor_ids: &[String], force: bool) -> Vec<String> {
+        self.core().kill_executors(executor_ids, false, force)
+    }
+
+    /// Kills every executor on `host` and asks for replacements (a KillExecutorsOnHost
+    /// message to the driver endpoint).
+    pub fn kill_executors_on_host(&self, host: &str) {
+        let _ = self.endpoint.send(&Message::KillExecutorsOnHost {
+            host: host.to_owned(),
+        });
+    }
+
+    /// The seeds' `killTask`: a KillTask message to the driver endpoint, which forwards
+    /// it to the executor.
+    pub fn kill_task(&self, task_id: u64, executor_id: &str, interrupt_thread: bool, reason: &str) {
+        let _ = self.endpoint.send(&Message::KillTask {
+            task_id,
+            executor_id: SharedStr::from(executor_id),
+            interrupt_thread,
+            reason: reason.to_owned(),
+        });
+    }
+
+    /// Kills a task attempt wherever it runs; false if no such attempt runs.
+    pub fn kill_task_attempt(&self, task_id: u64, interrupt_thread: bool, reason: &str) -> bool {
+        let mut core = self.core();
+        let killed = core
+            .scheduler
+            .kill_task_attempt(task_id, interrupt_thread, reason);
+        core.process_actions(Instant::now());
+        killed
+    }
+
+    /// Cancels every task set of a stage (the seeds' `cancelTasks`).
+    pub fn cancel_stage(&self, stage_id: u32, interrupt_thread: bool) {
+        let mut core = self.core();
+        core.scheduler.cancel_tasks(stage_id, interrupt_thread);
+        core.process_actions(Instant::now());
+    }
+
+    /// The seeds' `removeExecutor`: a blocking RemoveExecutor to the driver endpoint.
+    pub fn remove_executor(
+        &self,
+        executor_id: &str,
+        reason: ExecutorLossReason,
+    ) -> Result<(), DriverError> {
+        self.endpoint.ask(&Message::RemoveExecutor {
+            executor_id: SharedStr::from(executor_id),
+            reason,
+        })?;
+        Ok(())
+    }
+
+    /// Excludes a host for the application: its offers are ignored and executors from
+    /// it are refused ("Executor is blacklisted: ...").
+    pub fn exclude_host(&self, host: &str) {
+        self.core().scheduler.exclude_host(host);
+    }
+
+    /// The seeds' `isReady`.
+    pub fn is_ready(&self) -> bool {
+        self.core().is_ready(Instant::now())
+    }
+
+    /// Waits at most `timeout` for `count` executors to be registered.
+    pub fn wait_for_executors(&self, count: usize, timeout: Duration) -> Result<(), DriverError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let registered = self.core().num_executors();
+            if registered >= count {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(DriverError::ExecutorsTimeout {
+                    registered,
+                    wanted: count,
+                    timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Registered executors' ids.
+    pub fn executor_ids(&self) -> Vec<String> {
+        self.core().executor_ids()
+    }
+
+    /// Cores of the registered executors, in all.
+    pub fn total_cores(&self) -> u32 {
+        self.core().total_cores()
+    }
+
+    /// Free cores of an executor, plus its prefetch slots not taken
+    /// (`executor.taskPrefetch`): what an offer on it can give now.
+    pub fn free_slots(&self, executor_id: &str) -> Option<u32> {
+        self.core().free_slots(executor_id)
+    }
+
+    /// Executors asked for and not registered yet.
+    pub fn num_pending_executors(&self) -> u32 {
+        self.core().num_pending_executors()
+    }
+
+    /// The seeds' `defaultParallelism`.
+    pub fn default_parallelism(&self) -> usize {
+        self.core().default_parallelism()
+    }
+
+    /// The number of task attempts launched and not yet ended.
+    pub fn running_tasks(&self) -> usize {
+        self.core().scheduler.running_tasks()
+    }
+
+    /// The seeds' `reset`: pending requests are forgotten and every executor is removed
+    /// as stale.
+    pub fn reset(&self) {
+        self.core().reset(Instant::now());
+    }
+
+    /// Stops the driver (the seeds' `stop`): StopExecutor to every executor, the driver
+    /// endpoint stopped, the executors the cluster manager started given time to exit
+    /// and then killed, the RPC environment stopped. Idempotent.
+    pub fn stop(&self) -> Result<(), DriverError> {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        info!("Shutting down all executors");
+        let stopping = self
+            .endpoint
+            .ask(&Message::StopExecutors)
+            .and_then(|_| self.endpoint.ask(&Message::StopDriver));
+        let mut cluster_manager: Box<dyn ClusterManager> = Box::new(StandaloneExecutors);
+        std::mem::swap(
+            &mut cluster_manager,
+            &mut *self.core().cluster_manager_box(),
+        );
+        // Without the driver locked: executors disconnecting reach the endpoint meanwhile.
+        cluster_manager.stop(EXECUTOR_STOP_GRACE);
+        self.env.stop();
+        stopping
+            .map(drop)
+            .map_err(|e| DriverError::Stop(e.to_string()))
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}

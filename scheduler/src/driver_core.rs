@@ -1,0 +1,1026 @@
+//! The driver's state behind its endpoints (the seeds' `CoarseGrainedSchedulerBackend`
+//! with its `DriverEndpoint` handlers): the executor registry, launching tasks, status
+//! updates, executor removal, fetching large results, heartbeat expiry, and the
+//! requests to the cluster manager.
+//!
+//! Which task goes where is decided by the [`TaskScheduler`] state machine inside; this
+//! layer turns messages into its events and its actions into messages. It is shared
+//! (behind a mutex) by the driver's endpoints on the event loop thread and by the
+//! [`crate::Driver`] API on the driver program's threads. It reads no clock: callers
+//! pass `now`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use flint_rpc::{EndpointRef, Reply, RpcError};
+use flint_wire::{
+    ArchivedMessage, BlockId, ExecutorLossReason, Message, SharedStr, TaskFailureKind, TaskMetrics,
+    TaskOutcome, TaskState, WireError,
+};
+use tracing::{debug, error, info, warn};
+
+use crate::cluster_manager::ClusterManager;
+use crate::events::{Action, SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
+use crate::fx_hash::{FxHashMap, FxHashSet};
+use crate::heartbeat::HeartbeatTracker;
+use crate::job::{TaskSetHandle, TaskSetShared};
+use crate::task_scheduler::TaskScheduler;
+use crate::task_set::{TaskSet, TaskSetId, WorkerOffer};
+use crate::SchedulerError;
+
+/// The seeds' reason for an executor whose connection closed.
+pub const DISASSOCIATED: &str = "Remote RPC client disassociated. Likely due to containers exceeding thresholds, or network issues. Check driver logs for WARN messages.";
+/// The seeds' reason for executors removed by a reset.
+pub const STALE_EXECUTOR: &str = "Stale executor after cluster manager re-registered.";
+/// Room left in a message around a result or a chunk of one.
+pub const MESSAGE_OVERHEAD: usize = 64 * 1024;
+/// The most bytes asked for in one block fetch.
+const MAX_CHUNK: usize = 8 * 1024 * 1024;
+/// Offer rounds one call may run when launches keep failing, before leaving it to the
+/// revive timer.
+const MAX_OFFER_ROUNDS: usize = 4;
+
+/// The driver's settings, read from the configuration once.
+#[derive(Debug, Clone)]
+pub(crate) struct DriverSettings {
+    pub task_cpus: u32,
+    pub prefetch: u32,
+    pub max_payload: usize,
+    pub max_result_size: Option<u64>,
+    pub ask_timeout: Duration,
+    pub min_registered_ratio: f64,
+    pub max_registered_wait: Duration,
+    pub network_timeout: Duration,
+}
+
+/// A registered executor (the seeds' `ExecutorData`).
+#[derive(Debug)]
+pub(crate) struct ExecutorData {
+    /// The executor's endpoint, reached over the connection it registered on.
+    pub endpoint: EndpointRef,
+    /// The remote address of that connection.
+    pub address: Option<SocketAddr>,
+    pub host: SharedStr,
+    /// Cores it has, as registered.
+    pub total_cores: u32,
+    /// Cores not taken by launched tasks, plus the prefetch slots not taken
+    /// (`executor.taskPrefetch` × `task.cpus`): what an offer on it can give.
+    pub free_slots: u32,
+}
+
+/// A registration, as the RegisterExecutor handler reads it.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    pub executor_id: SharedStr,
+    pub host: SharedStr,
+    pub cores: u32,
+    pub address: Option<SocketAddr>,
+    pub endpoint: EndpointRef,
+}
+
+/// A large result being fetched from an executor's block store, chunk by chunk.
+#[derive(Debug)]
+struct ResultFetch {
+    executor_id: SharedStr,
+    endpoint: EndpointRef,
+    block_id: BlockId,
+    size: u64,
+    metrics: TaskMetrics,
+    received: BytesMut,
+}
+
+/// The driver's state. See the module docs.
+pub(crate) struct DriverCore {
+    pub settings: DriverSettings,
+    pub scheduler: TaskScheduler,
+    /// The seeds' `executorDataMap`, ordered so that anything walking it does so the
+    /// same way every time.
+    executors: BTreeMap<SharedStr, ExecutorData>,
+    address_to_executor: FxHashMap<SocketAddr, SharedStr>,
+    pending_to_remove: FxHashSet<SharedStr>,
+    num_pending_executors: u32,
+    /// The executors the cluster manager was last asked for in all.
+    target_executors: u32,
+    total_core_count: u32,
+    heartbeats: HeartbeatTracker,
+    cluster_manager: Box<dyn ClusterManager>,
+    listeners: Vec<Box<dyn SchedulerListener + Send>>,
+    handles: FxHashMap<TaskSetId, Arc<TaskSetShared>>,
+    /// Bytes of results received per task set, and how many results (for
+    /// `driver.maxResultSize`).
+    result_sizes: FxHashMap<TaskSetId, (u64, u32)>,
+    fetches: FxHashMap<u64, ResultFetch>,
+    created: Instant,
+    ready_logged: bool,
+    stopping: bool,
+    self_ref: Weak<Mutex<DriverCore>>,
+    offers: Vec<WorkerOffer>,
+}
+
+impl std::fmt::Debug for DriverCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverCore")
+            .field("executors", &self.executors.len())
+            .field("running_tasks", &self.scheduler.running_tasks())
+            .finish()
+    }
+}
+
+impl DriverCore {
+    pub fn new(
+        settings: DriverSettings,
+        scheduler: TaskScheduler,
+        cluster_manager: Box<dyn ClusterManager>,
+        now: Instant,
+    ) -> Arc<Mutex<DriverCore>> {
+        Arc::new_cyclic(|self_ref| {
+            Mutex::new(DriverCore {
+                heartbeats: HeartbeatTracker::new(settings.network_timeout),
+                settings,
+                scheduler,
+                executors: BTreeMap::new(),
+                address_to_executor: FxHashMap::default(),
+                pending_to_remove: FxHashSet::default(),
+                num_pending_executors: 0,
+                target_executors: 0,
+                total_core_count: 0,
+                cluster_manager,
+                listeners: Vec::new(),
+                handles: FxHashMap::default(),
+                result_sizes: FxHashMap::default(),
+                fetches: FxHashMap::default(),
+                created: now,
+                ready_logged: false,
+                stopping: false,
+                self_ref: self_ref.clone(),
+                offers: Vec::new(),
+            })
+        })
+    }
+
+    pub fn add_listener(&mut self, listener: Box<dyn SchedulerListener + Send>) {
+        self.listeners.push(listener);
+    }
+
+    /// The cluster manager, to be swapped out when the driver stops (its `stop` waits
+    /// for executors, which must not happen with the driver locked).
+    pub fn cluster_manager_box(&mut self) -> &mut Box<dyn ClusterManager> {
+        &mut self.cluster_manager
+    }
+
+    pub fn heartbeats(&self) -> &HeartbeatTracker {
+        &self.heartbeats
+    }
+
+    // ---- queries -------------------------------------------------------------------
+
+    /// Registered executors' ids, in order.
+    pub fn executor_ids(&self) -> Vec<String> {
+        self.executors.keys().map(|id| id.to_string()).collect()
+    }
+
+    pub fn num_executors(&self) -> usize {
+        self.executors.len()
+    }
+
+    pub fn total_cores(&self) -> u32 {
+        self.total_core_count
+    }
+
+    pub fn num_pending_executors(&self) -> u32 {
+        self.num_pending_executors
+    }
+
+    /// Free cores (and prefetch slots) of an executor.
+    pub fn free_slots(&self, executor_id: &str) -> Option<u32> {
+        self.executors.get(executor_id).map(|e| e.free_slots)
+    }
+
+    /// The seeds' `defaultParallelism`: `default.parallelism`, else the registered
+    /// cores, at least 2.
+    pub fn default_parallelism(&self) -> usize {
+        self.scheduler
+            .config()
+            .default_parallelism
+            .unwrap_or_else(|| (self.total_core_count as usize).max(2))
+    }
+
+    /// The seeds' `isReady`: enough executors registered
+    /// (`scheduler.minRegisteredResourcesRatio` of those asked for), or
+    /// `scheduler.maxRegisteredResourcesWaitingTime` passed since the driver started.
+    pub fn is_ready(&mut self, now: Instant) -> bool {
+        let ratio = self.settings.min_registered_ratio;
+        let wanted = (f64::from(self.target_executors) * ratio).ceil();
+        if self.executors.len() as f64 >= wanted {
+            if !self.ready_logged {
+                self.ready_logged = true;
+                info!("SchedulerBackend is ready for scheduling beginning after reached minRegisteredResourcesRatio: {ratio}");
+            }
+            return true;
+        }
+        let waited = now.saturating_duration_since(self.created);
+        if waited >= self.settings.max_registered_wait {
+            if !self.ready_logged {
+                self.ready_logged = true;
+                info!(
+                    "SchedulerBackend is ready for scheduling beginning after waiting maxRegisteredResourcesWaitingTime: {}(ms)",
+                    self.settings.max_registered_wait.as_millis()
+                );
+            }
+            return true;
+        }
+        false
+    }
+
+    // ---- task sets -----------------------------------------------------------------
+
+    /// Submits a task set and offers free cores at once.
+    pub fn submit(
+        &mut self,
+        now: Instant,
+        task_set: TaskSet,
+    ) -> Result<TaskSetHandle, SchedulerError> {
+        let id = task_set.id;
+        let job_id = task_set.job_id;
+        let shared = TaskSetShared::new(task_set.tasks.len(), now);
+        self.scheduler.submit_tasks(now, task_set)?;
+        self.handles.insert(id, shared.clone());
+        self.process_actions(now);
+        Ok(TaskSetHandle { id, job_id, shared })
+    }
+
+    // ---- registration --------------------------------------------------------------
+
+    /// The RegisterExecutor handler: the executor is recorded, or the reason it is
+    /// refused is returned (the seeds' texts).
+    pub fn register_executor(
+        &mut self,
+        now: Instant,
+        registration: Registration,
+    ) -> Result<(), String> {
+        let Registration {
+            executor_id,
+            host,
+            cores,
+            address,
+            endpoint,
+        } = registration;
+        if self.executors.contains_key(&executor_id) {
+            return Err(format!("Duplicate executor ID: {executor_id}"));
+        }
+        if self.scheduler.is_host_excluded(&host) {
+            info!("Rejecting {executor_id} as it has been blacklisted.");
+            return Err(format!("Executor is blacklisted: {executor_id}"));
+        }
+        let shown_address = address.map_or_else(|| "local".to_owned(), |a| a.to_string());
+        info!("Registered executor {endpoint:?} ({shown_address}) with ID {executor_id}");
+        if let Some(address) = address {
+            self.address_to_executor
+                .insert(address, executor_id.clone());
+        }
+        self.total_core_count += cores;
+        if self.num_pending_executors > 0 {
+            self.num_pending_executors -= 1;
+            debug!(
+                "Decremented number of pending executors ({} left)",
+                self.num_pending_executors
+            );
+        }
+        let free_slots = cores + self.settings.prefetch * self.settings.task_cpus;
+        self.executors.insert(
+            executor_id.clone(),
+            ExecutorData {
+                endpoint,
+                address,
+                host: host.clone(),
+                total_cores: cores,
+                free_slots,
+            },
+        );
+        self.heartbeats.executor_added(&executor_id, now);
+        // Posts ExecutorAdded.
+        self.scheduler
+            .executor_added(executor_id.clone(), host, cores);
+        self.make_offers_on(now, &executor_id);
+        self.process_actions(now);
+        Ok(())
+    }
+
+    // ---- status updates ------------------------------------------------------------
+
+    /// The StatusUpdate handler. `sender` is the connection's remote address: an update
+    /// is taken only from the connection its executor registered on, and only for a task
+    /// that runs on that executor.
+    pub fn status_update(
+        &mut self,
+        now: Instant,
+        sender: Option<SocketAddr>,
+        executor_id: &str,
+        task_id: u64,
+        state: TaskState,
+        outcome: TaskOutcome,
+    ) {
+        if let Some(sender) = sender {
+            if let Some(registered) = self.address_to_executor.get(&sender) {
+                if &**registered != executor_id {
+                    warn!("Ignored task status update ({task_id} state {state}) from {sender}: it says it is executor {executor_id} but registered as {registered}");
+                    return;
+                }
+            }
+        }
+        if let Some(runs_on) = self.scheduler.executor_of(task_id) {
+            if &**runs_on != executor_id {
+                warn!("Ignored task status update ({task_id} state {state}) from executor {executor_id}: the task runs on executor {runs_on}");
+                return;
+            }
+        }
+        let finished = state.is_finished();
+        if finished && self.executors.contains_key(executor_id) {
+            // The task's cores are free at once, whatever happens to its result.
+            let cpus = self.settings.task_cpus;
+            if let Some(executor) = self.executors.get_mut(executor_id) {
+                executor.free_slots += cpus;
+            }
+        }
+        let mut outcome = outcome;
+        if state == TaskState::Finished {
+            let size = match &outcome {
+                TaskOutcome::Direct { value, .. } => value.len() as u64,
+                TaskOutcome::Indirect { size, .. } => *size,
+                _ => 0,
+            };
+            if !self.can_take_result(task_id, size) {
+                outcome = TaskOutcome::Failure {
+                    kind: TaskFailureKind::TaskKilled,
+                    message: "Tasks result size has exceeded maxResultSize".to_owned(),
+                    counts_towards_failures: false,
+                    metrics: TaskMetrics::default(),
+                };
+                self.scheduler
+                    .status_update(now, task_id, TaskState::Killed, outcome);
+            } else if let TaskOutcome::Indirect {
+                block_id,
+                size,
+                metrics,
+            } = outcome
+            {
+                self.start_fetch(now, executor_id, task_id, block_id, size, metrics);
+            } else {
+                self.scheduler.status_update(now, task_id, state, outcome);
+            }
+        } else {
+            self.scheduler.status_update(now, task_id, state, outcome);
+        }
+        if finished {
+            if self.executors.contains_key(executor_id) {
+                self.make_offers_on(now, executor_id);
+            } else {
+                warn!("Ignored task status update ({task_id} state {state}) from unknown executor with ID {executor_id}");
+            }
+        }
+        self.process_actions(now);
+    }
+
+    /// Spark's `canFetchMoreResults`: counts a result against `driver.maxResultSize`,
+    /// aborting its task set when the total goes over.
+    fn can_take_result(&mut self, task_id: u64, size: u64) -> bool {
+        let Some(limit) = self.settings.max_result_size else {
+            return true;
+        };
+        let Some(task_set) = self.scheduler.task_set_of(task_id) else {
+            return true;
+        };
+        let entry = self.result_sizes.entry(task_set).or_default();
+        entry.0 += size;
+        entry.1 += 1;
+        if entry.0 <= limit {
+            return true;
+        }
+        let message = format!(
+            "Total size of serialized results of {} tasks ({}) is bigger than driver.maxResultSize ({})",
+            entry.1,
+            bytes_to_string(entry.0),
+            bytes_to_string(limit)
+        );
+        self.scheduler.abort_task_set(task_set, message);
+        false
+    }
+
+    // ---- large results -------------------------------------------------------------
+
+    fn start_fetch(
+        &mut self,
+        now: Instant,
+        executor_id: &str,
+        task_id: u64,
+        block_id: BlockId,
+        size: u64,
+        metrics: TaskMetrics,
+    ) {
+        let Some(executor) = self.executors.get(executor_id) else {
+            self.fetch_failed(now, task_id, format!("executor {executor_id} is gone"));
+            return;
+        };
+        debug!("Fetching {size} bytes of the result of task {task_id} from executor {executor_id}");
+        // The size was checked against driver.maxResultSize; without a limit the buffer
+        // grows with what arrives.
+        let reserve = usize::try_from(size).unwrap_or(usize::MAX).min(64 << 20);
+        self.fetches.insert(
+            task_id,
+            ResultFetch {
+                executor_id: SharedStr::from(executor_id),
+                endpoint: executor.endpoint.clone(),
+                block_id,
+                size,
+                metrics,
+                received: BytesMut::with_capacity(reserve),
+            },
+        );
+        self.request_chunk(now, task_id);
+    }
+
+    fn chunk_size(&self) -> u32 {
+        let room = self
+            .settings
+            .max_payload
+            .saturating_sub(MESSAGE_OVERHEAD)
+            .max(1024);
+        u32::try_from(room.min(MAX_CHUNK)).unwrap_or(u32::MAX)
+    }
+
+    fn request_chunk(&mut self, now: Instant, task_id: u64) {
+        let max_len = self.chunk_size();
+        let Some(fetch) = self.fetches.get(&task_id) else {
+            return;
+        };
+        let message = Message::FetchBlockChunk {
+            block_id: fetch.block_id,
+            offset: fetch.received.len() as u64,
+            max_len,
+        };
+        let core = self.self_ref.clone();
+        let sent = fetch
+            .endpoint
+            .ask_then(&message, self.settings.ask_timeout, move |reply| {
+                if let Some(core) = core.upgrade() {
+                    let mut core = core.lock().unwrap_or_else(|e| e.into_inner());
+                    core.on_chunk(Instant::now(), task_id, reply);
+                }
+            });
+        if let Err(e) = sent {
+            self.fetch_failed(now, task_id, e.to_string());
+        }
+    }
+
+    fn on_chunk(&mut self, now: Instant, task_id: u64, reply: Result<Reply, RpcError>) {
+        let max_len = self.chunk_size() as usize;
+        let Some(fetch) = self.fetches.get_mut(&task_id) else {
+            return;
+        };
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => return self.fetch_failed(now, task_id, e.to_string()),
+        };
+        let ArchivedMessage::BlockChunk {
+            block_id: _,
+            offset,
+            total_size,
+            data,
+        } = reply.message()
+        else {
+            let kind = reply.message().kind();
+            return self.fetch_failed(now, task_id, format!("the executor answered {kind}"));
+        };
+        let expected = fetch.received.len() as u64;
+        let data = data.as_slice();
+        let bad = if offset.to_native() != expected {
+            Some(format!(
+                "a chunk at offset {offset} where {expected} was asked"
+            ))
+        } else if total_size.to_native() != fetch.size {
+            Some(format!(
+                "a block of {total_size} bytes where {} were announced",
+                fetch.size
+            ))
+        } else if data.len() > max_len || expected + data.len() as u64 > fetch.size {
+            Some(format!(
+                "a chunk of {} bytes past what was asked",
+                data.len()
+            ))
+        } else if data.is_empty() && expected < fetch.size {
+            Some("an empty chunk before the end of the block".to_owned())
+        } else {
+            None
+        };
+        if let Some(bad) = bad {
+            return self.fetch_failed(now, task_id, format!("the executor sent {bad}"));
+        }
+        fetch.received.extend_from_slice(data);
+        if (fetch.received.len() as u64) < fetch.size {
+            return self.request_chunk(now, task_id);
+        }
+        let Some(fetch) = self.fetches.remove(&task_id) else {
+            return;
+        };
+        debug!(
+            "Fetched the result of task {task_id} ({} bytes) from executor {}",
+            fetch.size, fetch.executor_id
+        );
+        let _ = fetch.endpoint.send(&Message::RemoveBlock {
+            block_id: fetch.block_id,
+        });
+        let outcome = TaskOutcome::Direct {
+            value: fetch.received.freeze(),
+            metrics: fetch.metrics,
+            accumulators: Vec::new(),
+        };
+        self.scheduler
+            .status_update(now, task_id, TaskState::Finished, outcome);
+        self.process_actions(now);
+    }
+
+    fn fetch_failed(&mut self, now: Instant, task_id: u64, reason: String) {
+        let fetch = self.fetches.remove(&task_id);
+        let from = fetch
+            .as_ref()
+            .map_or_else(String::new, |f| format!(" from executor {}", f.executor_id));
+        let message = format!("TaskResultLost (result lost from block manager): cannot fetch the result of task {task_id}{from}: {reason}");
+        warn!("{message}");
+        let outcome = TaskOutcome::Failure {
+            kind: TaskFailureKind::ResultLost,
+            message,
+            counts_towards_failures: true,
+            metrics: fetch.map(|f| f.metrics).unwrap_or_default(),
+        };
+        self.scheduler
+            .status_update(now, task_id, TaskState::Failed, outcome);
+        self.process_actions(now);
+    }
+
+    // ---- offers and launches -------------------------------------------------------
+
+    /// The seeds' `makeOffers()`: every active executor's free cores, offered at once.
+    pub fn make_offers(&mut self, now: Instant) {
+        if self.stopping {
+            return;
+        }
+        let cpus = self.settings.task_cpus;
+        let mut offers = std::mem::take(&mut self.offers);
+        offers.clear();
+        offers.extend(
+            self.executors
+                .iter()
+                .filter(|(id, e)| e.free_slots >= cpus && !self.pending_to_remove.contains(*id))
+                .map(|(id, e)| WorkerOffer {
+                    executor_id: id.clone(),
+                    host: e.host.clone(),
+                    cores: e.free_slots,
+                }),
+        );
+        if !offers.is_empty() {
+            let tasks = self.scheduler.resource_offers(now, &offers);
+            self.launch_tasks(now, &offers, tasks);
+        }
+        self.offers = offers;
+    }
+
+    /// The seeds' `makeOffers(executorId)`: one executor's free cores, if it is alive
+    /// and not being removed.
+    fn make_offers_on(&mut self, now: Instant, executor_id: &str) {
+        if self.stopping || self.pending_to_remove.contains(executor_id) {
+            return;
+        }
+        let Some((id, executor)) = self.executors.get_key_value(executor_id) else {
+            return;
+        };
+        if executor.free_slots < self.settings.task_cpus {
+            return;
+        }
+        let offer = [WorkerOffer {
+            executor_id: id.clone(),
+            host: executor.host.clone(),
+            cores: executor.free_slots,
+        }];
+        let tasks = self.scheduler.resource_offers(now, &offer);
+        self.launch_tasks(now, &offer, tasks);
+    }
+
+    /// The seeds' `launchTasks`: each task is encoded once, into its executor's
+    /// connection, and its cores taken. A task too large for `rpc.message.maxSize`
+    /// aborts its task set with the seeds' message.
+    fn launch_tasks(
+        &mut self,
+        now: Instant,
+        offers: &[WorkerOffer],
+        tasks: Vec<Vec<flint_wire::TaskDescription>>,
+    ) {
+        let cpus = self.settings.task_cpus;
+        for (offer, tasks) in offers.iter().zip(tasks) {
+            for task in tasks {
+                let task_id = task.task_id;
+                let index = task.index;
+                let Some(executor) = self.executors.get_mut(&offer.executor_id) else {
+                    self.scheduler
+                        .launch_failed(now, task_id, "its executor is gone", None);
+                    continue;
+                };
+                debug!(
+                    "Launching task {task_id} on executor id: {} hostname: {}.",
+                    offer.executor_id, executor.host
+                );
+                match executor.endpoint.send(&Message::LaunchTask(task)) {
+                    Ok(()) => executor.free_slots = executor.free_slots.saturating_sub(cpus),
+                    Err(RpcError::Wire(WireError::MessageTooLarge { size, limit })) => {
+                        let message = format!(
+                            "Serialized task {task_id}:{index} was {size} bytes, which exceeds max allowed: rpc.message.maxSize ({limit} bytes). Consider increasing rpc.message.maxSize or using broadcast variables for large values."
+                        );
+                        self.scheduler
+                            .launch_failed(now, task_id, &message, Some(message.clone()));
+                    }
+                    Err(e) => {
+                        warn!(
+                            "Cannot launch task {task_id} on executor {}: {e}",
+                            offer.executor_id
+                        );
+                        self.scheduler.launch_failed(
+                            now,
+                            task_id,
+                            &format!("cannot send the task: {e}"),
+                            None,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- actions -------------------------------------------------------------------
+
+    /// Carries out what the scheduler asked for: kills, offers, and events for the
+    /// listeners and the task set handles.
+    pub fn process_actions(&mut self, now: Instant) {
+        for _ in 0..MAX_OFFER_ROUNDS {
+            let mut revive = false;
+            while let Some(action) = self.scheduler.poll_action() {
+                match action {
+                    Action::KillTask {
+                        task_id,
+                        executor_id,
+                        interrupt_thread,
+                        reason,
+                    } => self.kill_task(task_id, &executor_id, interrupt_thread, reason),
+                    Action::ReviveOffers => revive = true,
+                    Action::Event(event) => self.on_event(now, event),
+                }
+            }
+            if !revive {
+                return;
+            }
+            self.make_offers(now);
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, event: SchedulerEvent) {
+        match &event {
+            SchedulerEvent::TaskEnd {
+                task_set,
+                index,
+                duration,
+                reason,
+                ..
+            } => {
+                if let Some(handle) = self.handles.get(task_set) {
+                    match reason {
+                        TaskEndReason::Success(TaskResult::Direct { value, .. }) => {
+                            handle.record_success(*index, value, *duration)
+                        }
+                        TaskEndReason::Success(TaskResult::Indirect { .. }) => {}
+                        TaskEndReason::AlreadySucceeded => {}
+                        TaskEndReason::Failed { .. } => handle.record_failed_attempt(),
+                    }
+                }
+            }
+            SchedulerEvent::StageCompleted {
+                task_set, failure, ..
+            } => {
+                self.result_sizes.remove(task_set);
+                if let Some(handle) = self.handles.remove(task_set) {
+                    handle.finish(failure.clone(), now);
+                }
+            }
+            _ => {}
+        }
+        for listener in &mut self.listeners {
+            event.deliver_to(listener.as_mut());
+        }
+    }
+
+    // ---- kills and removals --------------------------------------------------------
+
+    /// The KillTask handler: forwarded to the executor, or the seeds' WARN.
+    pub fn kill_task(
+        &mut self,
+        task_id: u64,
+        executor_id: &str,
+        interrupt_thread: bool,
+        reason: String,
+    ) {
+        match self.executors.get(executor_id) {
+            Some(executor) => {
+                let message = Message::KillTask {
+                    task_id,
+                    executor_id: SharedStr::from(executor_id),
+                    interrupt_thread,
+                    reason,
+                };
+                if let Err(e) = executor.endpoint.send(&message) {
+                    warn!("Cannot ask executor {executor_id} to kill task {task_id}: {e}");
+                }
+            }
+            None => warn!("Attempted to kill task {task_id} for unknown executor {executor_id}."),
+        }
+    }
+
+    /// The seeds' `removeExecutor`: the executor leaves every registry, the scheduler
+    /// is told (its tasks run again elsewhere) and ExecutorRemoved is posted.
+    pub fn remove_executor(&mut self, now: Instant, executor_id: &str, reason: ExecutorLossReason) {
+        debug!("Asked to remove executor {executor_id} with reason {reason}");
+        let Some(executor) = self.executors.remove(executor_id) else {
+            info!("Asked to remove non-existent executor {executor_id}");
+            return;
+        };
+        if let Some(address) = executor.address {
+            self.address_to_executor.remove(&address);
+        }
+        self.pending_to_remove.remove(executor_id);
+        self.total_core_count = self.total_core_count.saturating_sub(executor.total_cores);
+        self.heartbeats.executor_removed(executor_id);
+        self.scheduler.executor_lost(now, executor_id, reason);
+        self.process_actions(now);
+    }
+
+    /// The driver endpoint's `onDisconnected`: an executor whose connection closed is
+    /// removed (killed on purpose: ExecutorKilled; else the seeds' disassociation text).
+    pub fn disconnected(&mut self, now: Instant, remote: SocketAddr) {
+        let Some(executor_id) = self.address_to_executor.get(&remote).cloned() else {
+            return;
+        };
+        let reason = if self.pending_to_remove.contains(&executor_id) {
+            ExecutorLossReason::ExecutorKilled
+        } else {
+            ExecutorLossReason::SlaveLost {
+                message: DISASSOCIATED.to_owned(),
+                worker_lost: false,
+            }
+        };
+        self.remove_executor(now, &executor_id, reason);
+    }
+
+    /// The RemoveWorker handler.
+    pub fn remove_worker(&mut self, worker_id: &str, host: &str, message: &str) {
+        debug!("Asked to remove worker {worker_id} with reason {message}");
+        self.scheduler.worker_removed(worker_id, host, message);
+    }
+
+    // ---- heartbeats ----------------------------------------------------------------
+
+    /// A heartbeat: true if the executor is unknown and must register again.
+    pub fn heartbeat(&mut self, now: Instant, executor_id: &str) -> bool {
+        let known = self.executors.contains_key(executor_id)
+            && self.heartbeats.heartbeat(executor_id, now)
+            && self.scheduler.executor_heartbeat_received(executor_id);
+        if !known {
+            debug!("Received heartbeat from unknown executor {executor_id}");
+        }
+        !known
+    }
+
+    /// Removes the executors silent for longer than `network.timeout`; their processes
+    /// are killed and replaced (Spark's `killAndReplaceExecutor`).
+    pub fn expire_dead_executors(&mut self, now: Instant) {
+        let timeout = self.heartbeats.timeout();
+        for expired in self.heartbeats.expire(now) {
+            let id = expired.executor_id.to_string();
+            warn!(
+                "Removing executor {id} with no recent heartbeats: {} ms exceeds timeout {} ms",
+                expired.silent_for.as_millis(),
+                timeout.as_millis()
+            );
+            self.kill_executors(std::slice::from_ref(&id), true, true);
+            self.remove_executor(
+                now,
+                &id,
+                ExecutorLossReason::SlaveLost {
+                    message: expired.reason(),
+                    worker_lost: false,
+                },
+            );
+        }
+    }
+
+    // ---- the cluster manager -------------------------------------------------------
+
+    fn num_existing_executors(&self) -> u32 {
+        u32::try_from(self.executors.len()).unwrap_or(u32::MAX)
+    }
+
+    fn pending_removals(&self) -> u32 {
+        u32::try_from(self.pending_to_remove.len()).unwrap_or(u32::MAX)
+    }
+
+    fn request_total(&mut self, total: u32) -> Result<bool, crate::DriverError> {
+        self.target_executors = total;
+        if self.stopping {
+            return Ok(false);
+        }
+        Ok(self.cluster_manager.request_total_executors(total)?)
+    }
+
+    /// The seeds' `requestExecutors`.
+    pub fn request_executors(&mut self, additional: i64) -> Result<bool, crate::DriverError> {
+        if additional < 0 {
+            return Err(crate::DriverError::NegativeExecutors(format!(
+                "Attempted to request a negative number of additional executor(s) {additional} from the cluster manager. Please specify a positive number!"
+            )));
+        }
+        info!("Requesting {additional} additional executor(s) from the cluster manager");
+        let additional = u32::try_from(additional).unwrap_or(u32::MAX);
+        self.num_pending_executors = self.num_pending_executors.saturating_add(additional);
+        debug!(
+            "Number of pending executors is now {}",
+            self.num_pending_executors
+        );
+        let total = (self.num_existing_executors() + self.num_pending_executors)
+            .saturating_sub(self.pending_removals());
+        self.request_total(total)
+    }
+
+    /// The seeds' `requestTotalExecutors`.
+    pub fn request_total_executors(&mut self, total: i64) -> Result<bool, crate::DriverError> {
+        if total < 0 {
+            return Err(crate::DriverError::NegativeExecutors(format!(
+                "Attempted to request a negative number of executor(s) {total} from the cluster manager. Please specify a positive number!"
+            )));
+        }
+        let total = u32::try_from(total).unwrap_or(u32::MAX);
+        self.num_pending_executors =
+            (total + self.pending_removals()).saturating_sub(self.num_existing_executors());
+        self.request_total(total)
+    }
+
+    /// The seeds' `killExecutors`: returns the executors asked to be killed. With
+    /// `replace`, the cluster manager is asked for as many executors as before; without,
+    /// the total asked for shrinks. Without `force`, executors running tasks are kept.
+    pub fn kill_executors(
+        &mut self,
+        executor_ids: &[String],
+        replace: bool,
+        force: bool,
+    ) -> Vec<String> {
+        info!("Requesting to kill executor(s) {}", executor_ids.join(", "));
+        let mut to_kill = Vec::new();
+        for id in executor_ids {
+            if !self.executors.contains_key(id.as_str()) {
+                warn!("Executor to kill {id} does not exist!");
+            } else if self.pending_to_remove.contains(id.as_str()) {
+                debug!("Executor {id} is already being removed");
+            } else if !force && self.scheduler.running_tasks_on(id).next().is_some() {
+                debug!("Not killing executor {id}: it runs tasks");
+            } else {
+                to_kill.push(id.clone());
+            }
+        }
+        if to_kill.is_empty() {
+            return to_kill;
+        }
+        let count = u32::try_from(to_kill.len()).unwrap_or(u32::MAX);
+        for id in &to_kill {
+            self.pending_to_remove.insert(SharedStr::from(id.as_str()));
+        }
+        if let Err(e) = self.cluster_manager.kill_executors(&to_kill) {
+            error!("Cannot kill executor(s) {}: {e}", to_kill.join(", "));
+        }
+        let result = if replace {
+            self.num_pending_executors = self.num_pending_executors.saturating_add(count);
+            self.request_total(self.target_executors)
+        } else {
+            let total = (self.num_existing_executors() + self.num_pending_executors)
+                .saturating_sub(self.pending_removals());
+            self.request_total(total)
+        };
+        if let Err(e) = result {
+            error!("Cannot ask the cluster manager for executors: {e}");
+        }
+        to_kill
+    }
+
+    /// The KillExecutorsOnHost handler: every executor on the host, replaced.
+    pub fn kill_executors_on_host(&mut self, host: &str) -> Vec<String> {
+        let ids: Vec<String> = self
+            .executors
+            .iter()
+            .filter(|(_, e)| &*e.host == host)
+            .map(|(id, _)| id.to_string())
+            .collect();
+        if ids.is_empty() {
+            return ids;
+        }
+        self.kill_executors(&ids, true, true)
+    }
+
+    /// The seeds' `reset`: forget pending requests and remove every executor as stale.
+    pub fn reset(&mut self, now: Instant) {
+        self.num_pending_executors = 0;
+        self.pending_to_remove.clear();
+        let ids: Vec<SharedStr> = self.executors.keys().cloned().collect();
+        for id in ids {
+            self.remove_executor(
+                now,
+                &id,
+                ExecutorLossReason::SlaveLost {
+                    message: STALE_EXECUTOR.to_owned(),
+                    worker_lost: false,
+                },
+            );
+        }
+    }
+
+    /// The StopExecutors handler: StopExecutor to every executor. No more offers are
+    /// made and no executor is replaced after this.
+    pub fn stop_executors(&mut self) {
+        self.stopping = true;
+        info!("Asking each executor to shut down");
+        for (id, executor) in &self.executors {
+            if let Err(e) = executor.endpoint.send(&Message::StopExecutor) {
+                debug!("Cannot ask executor {id} to stop: {e}");
+            }
+        }
+    }
+}
+
+/// A byte count the way Spark prints it: "1024.0 MiB" (a unit is used from twice its
+/// size up).
+pub fn bytes_to_string(size: u64) -> String {
+    const UNITS: [(u64, &str); 5] = [
+        (1 << 50, "PiB"),
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    for (unit, name) in UNITS {
+        if size >= 2 * unit {
+            return format!("{:.1} {name}", size as f64 / unit as f64);
+        }
+    }
+    format!("{size}.0 B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster_manager::StandaloneExecutors;
+    use crate::SchedulerConfig;
+
+    fn core(ratio: f64, wait: Duration, now: Instant) -> Arc<Mutex<DriverCore>> {
+        let settings = DriverSettings {
+            task_cpus: 1,
+            prefetch: 0,
+            max_payload: 1 << 20,
+            max_result_size: None,
+            ask_timeout: Duration::from_secs(1),
+            min_registered_ratio: ratio,
+            max_registered_wait: wait,
+            network_timeout: Duration::from_secs(120),
+        };
+        let scheduler = TaskScheduler::new(SchedulerConfig::default());
+        DriverCore::new(settings, scheduler, Box::new(StandaloneExecutors), now)
+    }
+
+    #[test]
+    fn ready_once_the_ratio_is_reached_or_the_waiting_time_passed() {
+        let t0 = Instant::now();
+        let core = core(0.5, Duration::from_secs(30), t0);
+        let mut core = core.lock().unwrap();
+        assert!(core.is_ready(t0), "nothing asked for: nothing to wait for");
+        core.request_total_executors(4).unwrap();
+        assert!(!core.is_ready(t0 + Duration::from_secs(29)));
+        assert!(core.is_ready(t0 + Duration::from_secs(30)));
+        let eager = self::core(0.0, Duration::from_secs(30), t0);
+        let mut eager = eager.lock().unwrap();
+        eager.request_total_executors(4).unwrap();
+        assert!(eager.is_ready(t0), "a ratio of 0 needs no executor");
+    }
+
+    #[test]
+    fn sizes_print_as_spark_prints_them() {
+        assert_eq!(bytes_to_string(100), "100.0 B");
+        assert_eq!(bytes_to_string(2048), "2.0 KiB");
+        assert_eq!(bytes_to_string(1 << 30), "1024.0 MiB");
+        assert_eq!(bytes_to_string(3 << 29), "1536.0 MiB");
+        assert_eq!(bytes_to_string(5 << 30), "5.0 GiB");
+    }
+}

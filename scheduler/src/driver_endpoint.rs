@@ -1,0 +1,269 @@
+//! The driver's endpoints on its RPC environment: [`DriverEndpoint`] (the seeds'
+//! `CoarseGrainedScheduler`) and [`HeartbeatReceiver`]. Both are thin: they read the
+//! message in place, call the [`DriverCore`], and keep their timers.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use flint_rpc::{Endpoint, EndpointContext, Incoming, TimerId};
+use flint_wire::{
+    ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome, BlockId, Frame, Message, SharedStr,
+    TaskMetrics, TaskOutcome, TaskState, EXECUTOR_ENDPOINT,
+};
+use rkyv::rancor;
+use tracing::{debug, warn};
+
+use crate::driver_core::{DriverCore, Registration};
+
+fn lock(core: &Mutex<DriverCore>) -> MutexGuard<'_, DriverCore> {
+    core.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The driver's endpoint: registrations, status updates, offers, kills, removals and
+/// stops (every handler of the seeds' `DriverEndpoint`).
+pub(crate) struct DriverEndpoint {
+    core: Arc<Mutex<DriverCore>>,
+    revive_interval: Duration,
+    revive_timer: Option<TimerId>,
+    /// The scheduler's next timeout (starvation, speculation, locality) and its timer.
+    scheduler_timer: Option<(Instant, TimerId)>,
+}
+
+impl DriverEndpoint {
+    pub(crate) fn new(core: Arc<Mutex<DriverCore>>, revive_interval: Duration) -> Self {
+        DriverEndpoint {
+            core,
+            revive_interval,
+            revive_timer: None,
+            scheduler_timer: None,
+        }
+    }
+
+    /// Keeps one timer at the scheduler's next timeout.
+    fn sync_timer(&mut self, ctx: &mut EndpointContext<'_>, core: &DriverCore, now: Instant) {
+        let wanted = core.scheduler.poll_timeout();
+        if self.scheduler_timer.map(|(at, _)| at) == wanted {
+            return;
+        }
+        if let Some((_, timer)) = self.scheduler_timer.take() {
+            ctx.cancel_timer(timer);
+        }
+        if let Some(at) = wanted {
+            let timer = ctx.schedule_once(at.saturating_duration_since(now));
+            self.scheduler_timer = Some((at, timer));
+        }
+    }
+}
+
+impl Endpoint for DriverEndpoint {
+    fn on_start(&mut self, ctx: &mut EndpointContext<'_>) {
+        // Offers every scheduler.revive.interval, the first one at once.
+        self.revive_timer = Some(ctx.schedule_every(Duration::ZERO, self.revive_interval));
+    }
+
+    fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        let now = Instant::now();
+        let core = self.core.clone();
+        let mut core = lock(&core);
+        match message.message() {
+            ArchivedMessage::StatusUpdate(update) => {
+                let state = TaskState::from(&update.state);
+                let outcome = outcome_from_archived(message.frame(), &update.outcome);
+                core.status_update(
+                    now,
+                    message.sender(),
+                    update.executor_id.as_str(),
+                    update.task_id.to_native(),
+                    state,
+                    outcome,
+                );
+            }
+            ArchivedMessage::RegisterExecutor(registration) => {
+                let executor_id = SharedStr::from(registration.executor_id.as_str());
+                let registration = Registration {
+                    executor_id: executor_id.clone(),
+                    host: SharedStr::from(registration.hostname.as_str()),
+                    cores: registration.cores.to_native(),
+                    address: message.sender(),
+                    endpoint: message.sender_ref(EXECUTOR_ENDPOINT),
+                };
+                let reply = match core.register_executor(now, registration) {
+                    Ok(()) => Message::RegisteredExecutor,
+                    Err(reason) => Message::RegisterExecutorFailed { message: reason },
+                };
+                if let Err(e) = message.reply(&reply) {
+                    warn!("Cannot answer the registration of executor {executor_id}: {e}");
+                }
+            }
+            ArchivedMessage::ReviveOffers => core.make_offers(now),
+            ArchivedMessage::KillTask {
+                task_id,
+                executor_id,
+                interrupt_thread,
+                reason,
+            } => core.kill_task(
+                task_id.to_native(),
+                executor_id.as_str(),
+                *interrupt_thread,
+                reason.to_string(),
+            ),
+            ArchivedMessage::KillExecutorsOnHost { host } => {
+                core.kill_executors_on_host(host.as_str());
+            }
+            ArchivedMessage::RemoveExecutor {
+                executor_id,
+                reason,
+            } => {
+                let reason = rkyv::deserialize::<_, rancor::Error>(reason)
+                    .unwrap_or(flint_wire::ExecutorLossReason::LossReasonPending);
+                core.remove_executor(now, executor_id.as_str(), reason);
+                let _ = message.reply(&Message::Ack { ok: true });
+            }
+            ArchivedMessage::RemoveWorker {
+                worker_id,
+                host,
+                message: why,
+            } => {
+                core.remove_worker(worker_id.as_str(), host.as_str(), why.as_str());
+                let _ = message.reply(&Message::Ack { ok: true });
+            }
+            ArchivedMessage::StopExecutors => {
+                core.stop_executors();
+                let _ = message.reply(&Message::Ack { ok: true });
+            }
+            ArchivedMessage::StopDriver => {
+                let _ = message.reply(&Message::Ack { ok: true });
+                ctx.stop();
+            }
+            other => {
+                warn!(sender = ?message.sender(), "the driver endpoint got an unexpected {}", other.kind());
+                let _ = message
+                    .reply_error(format!("{} is not a message for the driver", other.kind()));
+            }
+        }
+        self.sync_timer(ctx, &core, now);
+    }
+
+    fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
+        let now = Instant::now();
+        let core = self.core.clone();
+        let mut core = lock(&core);
+        if Some(timer) == self.revive_timer {
+            core.make_offers(now);
+        } else if self.scheduler_timer.map(|(_, t)| t) == Some(timer) {
+            self.scheduler_timer = None;
+            core.scheduler.handle_timeout(now);
+            core.process_actions(now);
+        }
+        self.sync_timer(ctx, &core, now);
+    }
+
+    fn on_disconnected(&mut self, ctx: &mut EndpointContext<'_>, remote: SocketAddr) {
+        let now = Instant::now();
+        let core = self.core.clone();
+        let mut core = lock(&core);
+        core.disconnected(now, remote);
+        self.sync_timer(ctx, &core, now);
+    }
+
+    fn on_stop(&mut self) {
+        debug!("The driver endpoint stopped");
+    }
+}
+
+/// The driver's heartbeat receiver: executors' heartbeats in, re-registration asked of
+/// unknown executors, and silent executors expired after `network.timeout`.
+pub(crate) struct HeartbeatReceiver {
+    core: Arc<Mutex<DriverCore>>,
+    check_interval: Duration,
+}
+
+impl HeartbeatReceiver {
+    pub(crate) fn new(core: Arc<Mutex<DriverCore>>) -> Self {
+        let check_interval = lock(&core).heartbeats().check_interval();
+        HeartbeatReceiver {
+            core,
+            check_interval,
+        }
+    }
+}
+
+impl Endpoint for HeartbeatReceiver {
+    fn on_start(&mut self, ctx: &mut EndpointContext<'_>) {
+        ctx.schedule_every(self.check_interval, self.check_interval);
+    }
+
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        let ArchivedMessage::Heartbeat(heartbeat) = message.message() else {
+            let kind = message.message().kind();
+            let _ = message.reply_error(format!("{kind} is not a heartbeat"));
+            return;
+        };
+        let reregister = lock(&self.core).heartbeat(Instant::now(), heartbeat.executor_id.as_str());
+        let _ = message.reply(&Message::HeartbeatResponse {
+            reregister_block_manager: reregister,
+        });
+    }
+
+    fn on_timer(&mut self, _ctx: &mut EndpointContext<'_>, _timer: TimerId) {
+        lock(&self.core).expire_dead_executors(Instant::now());
+    }
+}
+
+fn metrics_from_archived(metrics: &ArchivedTaskMetrics) -> TaskMetrics {
+    TaskMetrics {
+        deserialize_time_ns: metrics.deserialize_time_ns.to_native(),
+        run_time_ns: metrics.run_time_ns.to_native(),
+        cpu_time_ns: metrics.cpu_time_ns.to_native(),
+        result_size: metrics.result_size.to_native(),
+        input_bytes: metrics.input_bytes.to_native(),
+        output_bytes: metrics.output_bytes.to_native(),
+    }
+}
+
+/// A task's outcome, read from the frame it came in: a result value stays a view of the
+/// frame.
+fn outcome_from_archived(frame: &Frame, outcome: &ArchivedTaskOutcome) -> TaskOutcome {
+    match outcome {
+        ArchivedTaskOutcome::None => TaskOutcome::None,
+        ArchivedTaskOutcome::Direct {
+            value,
+            metrics,
+            accumulators,
+        } => TaskOutcome::Direct {
+            value: frame.bytes_of(value.as_slice()),
+            metrics: metrics_from_archived(metrics),
+            accumulators: if accumulators.is_empty() {
+                Vec::new()
+            } else {
+                rkyv::deserialize::<_, rancor::Error>(accumulators).unwrap_or_default()
+            },
+        },
+        ArchivedTaskOutcome::Indirect {
+            block_id,
+            size,
+            metrics,
+        } => TaskOutcome::Indirect {
+            block_id: match block_id {
+                flint_wire::ArchivedBlockId::TaskResult { task_id } => BlockId::TaskResult {
+                    task_id: task_id.to_native(),
+                },
+            },
+            size: size.to_native(),
+            metrics: metrics_from_archived(metrics),
+        },
+        ArchivedTaskOutcome::Failure {
+            kind,
+            message,
+            counts_towards_failures,
+            metrics,
+        } => TaskOutcome::Failure {
+            kind: rkyv::deserialize::<_, rancor::Error>(kind)
+                .unwrap_or(flint_wire::TaskFailureKind::Exception),
+            message: message.to_string(),
+            counts_towards_failures: *counts_towards_failures,
+            metrics: metrics_from_archived(metrics),
+        },
+    }
+}

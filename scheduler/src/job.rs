@@ -1,0 +1,312 @@
+//! Awaiting a submitted task set: its results by task index, its progress, and the
+//! latency of its tasks from launch to result at the driver.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+
+use crate::task_set::TaskSetId;
+
+/// Percentiles of task latency, from a task's launch at the driver to its result at the
+/// driver, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LatencySummary {
+    /// Tasks measured.
+    pub count: u64,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Slowest.
+    pub max_us: f64,
+    /// Mean.
+    pub mean_us: f64,
+}
+
+impl LatencySummary {
+    fn of(histogram: &Histogram<u64>) -> Self {
+        // Recorded in nanoseconds.
+        let us = |ns: u64| ns as f64 / 1_000.0;
+        LatencySummary {
+            count: histogram.len(),
+            p50_us: us(histogram.value_at_quantile(0.50)),
+            p90_us: us(histogram.value_at_quantile(0.90)),
+            p99_us: us(histogram.value_at_quantile(0.99)),
+            max_us: us(histogram.max()),
+            mean_us: histogram.mean() / 1_000.0,
+        }
+    }
+}
+
+/// What a finished task set produced.
+#[derive(Debug, Clone)]
+pub struct TaskSetOutcome {
+    /// Each task's result, by task index.
+    pub results: Vec<Bytes>,
+    /// Latency of the successful attempts.
+    pub latency: LatencySummary,
+    /// Attempts that failed, were killed or lost on the way.
+    pub failed_attempts: u64,
+    /// Successes reported for a task that had already succeeded (always 0: the
+    /// scheduler records a result once; counted so that tests can say so).
+    pub duplicate_results: u64,
+    /// From submission to the last result.
+    pub elapsed: Duration,
+}
+
+#[derive(Debug)]
+struct Progress {
+    results: Vec<Option<Bytes>>,
+    finished: usize,
+    failed_attempts: u64,
+    duplicate_results: u64,
+    latency: Histogram<u64>,
+    /// `Some` once the task set ended: `Ok` when every task succeeded.
+    end: Option<Result<(), String>>,
+    submitted: Instant,
+    ended: Option<Instant>,
+}
+
+/// The driver's side of a [`TaskSetHandle`]: it records what the scheduler reports.
+#[derive(Debug)]
+pub(crate) struct TaskSetShared {
+    progress: Mutex<Progress>,
+    ended: Condvar,
+}
+
+impl TaskSetShared {
+    pub(crate) fn new(num_tasks: usize, submitted: Instant) -> Arc<Self> {
+        // 1 ns to an hour at 3 significant digits: a few tens of KiB, allocated once.
+        let latency =
+            Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("the bounds are valid");
+        Arc::new(TaskSetShared {
+            progress: Mutex::new(Progress {
+                results: vec![None; num_tasks],
+                finished: 0,
+                failed_attempts: 0,
+                duplicate_results: 0,
+                latency,
+                end: None,
+                submitted,
+                ended: None,
+            }),
+            ended: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A task's first success: its result and how long it took from launch.
+    pub(crate) fn record_success(&self, index: u32, value: &Bytes, latency: Duration) {
+        let mut progress = self.lock();
+        let Some(slot) = progress.results.get_mut(index as usize) else {
+            return;
+        };
+        if slot.is_some() {
+            progress.duplicate_results += 1;
+            return;
+        }
+        *slot = Some(value.clone());
+        progress.finished += 1;
+        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        progress.latency.saturating_record(ns.max(1));
+    }
+
+    /// An attempt that failed, was killed or lost.
+    pub(crate) fn record_failed_attempt(&self) {
+        self.lock().failed_attempts += 1;
+    }
+
+    /// The task set ended: every task succeeded (`None`), or it was aborted.
+    pub(crate) fn finish(&self, failure: Option<String>, now: Instant) {
+        let mut progress = self.lock();
+        if progress.end.is_none() {
+            progress.end = Some(failure.map_or(Ok(()), Err));
+            progress.ended = Some(now);
+        }
+        drop(progress);
+        self.ended.notify_all();
+    }
+}
+
+/// Why awaiting a task set did not give its results.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskSetError {
+    /// The task set was aborted (a task failed `task.maxFailures` times, a task was too
+    /// large, results exceeded `driver.maxResultSize`, the stage was cancelled...).
+    #[error("task set {task_set} failed: {message}")]
+    Failed {
+        /// The stage attempt.
+        task_set: TaskSetId,
+        /// The abort message.
+        message: String,
+    },
+    /// It had not ended when the wait ran out.
+    #[error(
+        "task set {task_set} did not finish within {timeout:?} ({finished} of {total} tasks done)"
+    )]
+    Timeout {
+        /// The stage attempt.
+        task_set: TaskSetId,
+        /// How long was waited.
+        timeout: Duration,
+        /// Tasks done by then.
+        finished: usize,
+        /// Tasks in all.
+        total: usize,
+    },
+}
+
+/// A submitted task set, to follow and await.
+///
+/// Returned by [`crate::Driver::submit`]; clones follow the same task set.
+#[derive(Debug, Clone)]
+pub struct TaskSetHandle {
+    pub(crate) id: TaskSetId,
+    pub(crate) job_id: u32,
+    pub(crate) shared: Arc<TaskSetShared>,
+}
+
+impl TaskSetHandle {
+    /// The stage attempt.
+    pub fn id(&self) -> TaskSetId {
+        self.id
+    }
+
+    /// The job it belongs to.
+    pub fn job_id(&self) -> u32 {
+        self.job_id
+    }
+
+    /// Tasks that have succeeded, and tasks in all.
+    pub fn progress(&self) -> (usize, usize) {
+        let progress = self.shared.lock();
+        (progress.finished, progress.results.len())
+    }
+
+    /// Whether it has ended (successfully or not).
+    pub fn is_done(&self) -> bool {
+        self.shared.lock().end.is_some()
+    }
+
+    /// Waits at most `timeout` for it to end; its results if every task succeeded.
+    pub fn wait(&self, timeout: Duration) -> Result<TaskSetOutcome, TaskSetError> {
+        let deadline = Instant::now() + timeout;
+        let mut progress = self.shared.lock();
+        while progress.end.is_none() {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TaskSetError::Timeout {
+                    task_set: self.id,
+                    timeout,
+                    finished: progress.finished,
+                    total: progress.results.len(),
+                });
+            }
+            progress = self
+                .shared
+                .ended
+                .wait_timeout(progress, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        if let Some(Err(message)) = &progress.end {
+            return Err(TaskSetError::Failed {
+                task_set: self.id,
+                message: message.clone(),
+            });
+        }
+        let elapsed = progress.ended.map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(progress.submitted)
+        });
+        Ok(TaskSetOutcome {
+            results: progress
+                .results
+                .iter()
+                .map(|r| r.clone().unwrap_or_default())
+                .collect(),
+            latency: LatencySummary::of(&progress.latency),
+            failed_attempts: progress.failed_attempts,
+            duplicate_results: progress.duplicate_results,
+            elapsed,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(tasks: usize) -> TaskSetHandle {
+        TaskSetHandle {
+            id: TaskSetId {
+                stage_id: 1,
+                stage_attempt_id: 0,
+            },
+            job_id: 0,
+            shared: TaskSetShared::new(tasks, Instant::now()),
+        }
+    }
+
+    #[test]
+    fn results_are_kept_by_index_once_and_latency_is_summarised() {
+        let h = handle(3);
+        h.shared
+            .record_success(2, &Bytes::from_static(b"c"), Duration::from_micros(30));
+        h.shared
+            .record_success(0, &Bytes::from_static(b"a"), Duration::from_micros(10));
+        h.shared
+            .record_success(0, &Bytes::from_static(b"x"), Duration::from_micros(99));
+        h.shared.record_failed_attempt();
+        h.shared
+            .record_success(1, &Bytes::from_static(b"b"), Duration::from_micros(20));
+        h.shared.record_success(7, &Bytes::new(), Duration::ZERO); // out of range: ignored
+        assert_eq!(h.progress(), (3, 3));
+        assert!(!h.is_done());
+        h.shared.finish(None, Instant::now());
+        let outcome = h.wait(Duration::from_secs(1)).unwrap();
+        assert_eq!(outcome.results, [&b"a"[..], b"b", b"c"]);
+        assert_eq!((outcome.duplicate_results, outcome.failed_attempts), (1, 1));
+        assert_eq!(outcome.latency.count, 3);
+        assert!(
+            (outcome.latency.p50_us - 20.0).abs() < 0.1,
+            "{:?}",
+            outcome.latency
+        );
+        assert!(
+            (outcome.latency.max_us - 30.0).abs() < 0.1,
+            "{:?}",
+            outcome.latency
+        );
+    }
+
+    #[test]
+    fn a_failed_task_set_and_a_wait_that_runs_out_say_so() {
+        let h = handle(2);
+        let err = h.wait(Duration::from_millis(20)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "task set 1.0 did not finish within 20ms (0 of 2 tasks done)"
+        );
+        let waiter = {
+            let h = h.clone();
+            std::thread::spawn(move || h.wait(Duration::from_secs(10)))
+        };
+        h.shared.finish(
+            Some("Task 0 in stage 1.0 failed 4 times".into()),
+            Instant::now(),
+        );
+        h.shared.finish(None, Instant::now()); // the first end stands
+        let err = waiter.join().unwrap().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "task set 1.0 failed: Task 0 in stage 1.0 failed 4 times"
+        );
+    }
+}

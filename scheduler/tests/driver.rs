@@ -1,0 +1,538 @@
+//! The driver's endpoints over real sockets on 127.0.0.1, with fake executors: RPC
+//! environments in this process that register and report as an executor would. Each
+//! handler of the seeds' DriverEndpoint, its log lines and error texts.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::LogCapture;
+use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
+use flint_scheduler::cluster_manager::ClusterManagerError;
+use flint_scheduler::{
+    ClusterManager, Driver, SchedulerEvent, SchedulerListener, TaskSet, DISASSOCIATED,
+    STALE_EXECUTOR,
+};
+use flint_wire::{
+    ArchivedMessage, Message, RegisterExecutor, StatusUpdate, TaskOutcome, TaskPayload, TaskState,
+    DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+};
+use tracing::Level;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Every log line of this test binary: the driver logs on its event loop thread.
+fn logs() -> &'static LogCapture {
+    static LOGS: OnceLock<LogCapture> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let capture = LogCapture::default();
+        tracing::subscriber::set_global_default(capture.clone()).unwrap();
+        capture
+    })
+}
+
+fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting until {what}\n{}",
+            logs().dump()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A cluster manager that records what it is asked.
+#[derive(Clone, Default)]
+struct Recording {
+    totals: Arc<Mutex<Vec<u32>>>,
+    kills: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClusterManager for Recording {
+    fn start(&mut self, _driver: SocketAddr) {}
+    fn request_total_executors(&mut self, total: u32) -> Result<bool, ClusterManagerError> {
+        self.totals.lock().unwrap().push(total);
+        Ok(true)
+    }
+    fn kill_executors(&mut self, ids: &[String]) -> Result<bool, ClusterManagerError> {
+        self.kills.lock().unwrap().extend(ids.iter().cloned());
+        Ok(true)
+    }
+    fn stop(&mut self, _grace: Duration) {}
+}
+
+#[derive(Clone, Default)]
+struct Events(Arc<Mutex<Vec<SchedulerEvent>>>);
+
+impl SchedulerListener for Events {
+    fn on_event(&mut self, event: &SchedulerEvent) {
+        self.0.lock().unwrap().push(event.clone());
+    }
+}
+
+impl Events {
+    fn any(&self, check: impl Fn(&SchedulerEvent) -> bool) -> bool {
+        self.0.lock().unwrap().iter().any(check)
+    }
+}
+
+/// What a fake executor was sent.
+#[derive(Clone, Default)]
+struct Inbox(Arc<Mutex<Vec<Message>>>);
+
+impl Inbox {
+    fn launched(&self) -> Vec<u64> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|m| match m {
+                Message::LaunchTask(task) => Some(task.task_id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn count(&self, check: impl Fn(&Message) -> bool) -> usize {
+        self.0.lock().unwrap().iter().filter(|m| check(m)).count()
+    }
+}
+
+/// The executor endpoint of a fake executor: keeps what it gets, answers nothing.
+struct FakeExecutorEndpoint(Inbox);
+
+impl Endpoint for FakeExecutorEndpoint {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        self.0 .0.lock().unwrap().push(message.to_message());
+    }
+}
+
+/// An RPC environment that registers with the driver as an executor would.
+struct FakeExecutor {
+    id: String,
+    env: RpcEnv,
+    driver: EndpointRef,
+    inbox: Inbox,
+}
+
+impl FakeExecutor {
+    fn start(driver: SocketAddr, id: &str) -> FakeExecutor {
+        let env = RpcEnv::new(&Conf::new()).unwrap();
+        let inbox = Inbox::default();
+        env.handle()
+            .register(EXECUTOR_ENDPOINT, FakeExecutorEndpoint(inbox.clone()))
+            .unwrap();
+        let driver = env.handle().endpoint_ref(driver, DRIVER_ENDPOINT);
+        FakeExecutor {
+            id: id.to_owned(),
+            env,
+            driver,
+            inbox,
+        }
+    }
+
+    fn register(&self, host: &str, cores: u32) -> Message {
+        self.driver
+            .ask(&Message::RegisterExecutor(RegisterExecutor {
+                executor_id: self.id.as_str().into(),
+                executor_address: self.env.address().to_string(),
+                endpoint_name: EXECUTOR_ENDPOINT.into(),
+                hostname: host.into(),
+                cores,
+                log_urls: vec![],
+            }))
+            .unwrap()
+            .to_message()
+    }
+
+    fn report(&self, task_id: u64, state: TaskState, value: &'static [u8]) {
+        let outcome = TaskOutcome::Direct {
+            value: Bytes::from_static(value),
+            metrics: Default::default(),
+            accumulators: vec![],
+        };
+        self.driver
+            .send(&Message::StatusUpdate(StatusUpdate {
+                executor_id: self.id.as_str().into(),
+                task_id,
+                state,
+                outcome,
+            }))
+            .unwrap();
+    }
+
+    fn heartbeat(&self, driver: SocketAddr) -> bool {
+        let receiver = self.env.handle().endpoint_ref(driver, HEARTBEAT_ENDPOINT);
+        let reply = receiver
+            .ask(&Message::Heartbeat(flint_wire::Heartbeat {
+                executor_id: self.id.as_str().into(),
+                accum_updates: vec![],
+                block_manager_id: flint_wire::BlockManagerId {
+                    executor_id: self.id.as_str().into(),
+                    host: "h".into(),
+                    port: self.env.address().port(),
+                },
+            }))
+            .unwrap();
+        match reply.message() {
+            ArchivedMessage::HeartbeatResponse {
+                reregister_block_manager,
+            } => *reregister_block_manager,
+            other => panic!("not a heartbeat response: {other:?}"),
+        }
+    }
+}
+
+fn driver(pairs: &[&str]) -> (Driver, Recording, Events) {
+    logs();
+    let mut all = vec!["scheduler.revive.interval=1h"];
+    all.extend_from_slice(pairs);
+    let conf = Conf::from_pairs(all).unwrap();
+    let cluster = Recording::default();
+    let driver = Driver::start(&conf, Box::new(cluster.clone())).unwrap();
+    let events = Events::default();
+    driver.add_listener(events.clone());
+    (driver, cluster, events)
+}
+
+fn noop() -> Bytes {
+    TaskPayload::encode("noop", b"").unwrap()
+}
+
+#[test]
+fn registration_is_refused_for_a_duplicate_id_and_an_excluded_host() {
+    let (driver, _, events) = driver(&[]);
+    let first = FakeExecutor::start(driver.address(), "reg-1");
+    assert_eq!(first.register("host-a", 2), Message::RegisteredExecutor);
+    assert!(logs().contains(Level::INFO, "with ID reg-1"));
+    assert!(events.any(|e| matches!(e, SchedulerEvent::ExecutorAdded { executor_id, cores: 2, .. } if &**executor_id == "reg-1")));
+    assert_eq!(driver.total_cores(), 2);
+
+    let again = FakeExecutor::start(driver.address(), "reg-1");
+    assert_eq!(
+        again.register("host-b", 1),
+        Message::RegisterExecutorFailed {
+            message: "Duplicate executor ID: reg-1".into()
+        }
+    );
+    driver.exclude_host("bad-host");
+    let excluded = FakeExecutor::start(driver.address(), "reg-2");
+    assert_eq!(
+        excluded.register("bad-host", 1),
+        Message::RegisterExecutorFailed {
+            message: "Executor is blacklisted: reg-2".into()
+        }
+    );
+    assert!(logs().contains(Level::INFO, "Rejecting reg-2 as it has been blacklisted."));
+    assert_eq!(driver.executor_ids(), ["reg-1"]);
+    assert_eq!(driver.default_parallelism(), 2);
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_status_update_frees_the_core_and_the_next_task_launches_at_once() {
+    // The revive timer is an hour: only the StatusUpdate handler's offer can launch.
+    let (driver, _, _) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "su-1");
+    executor.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 3, noop())).unwrap();
+    for n in 1..=3 {
+        wait_until("a launch", || executor.inbox.launched().len() == n);
+        assert_eq!(driver.free_slots("su-1"), Some(0), "one core, one task");
+        let task_id = executor.inbox.launched()[n - 1];
+        executor.report(task_id, TaskState::Finished, b"done");
+    }
+    let outcome = handle.wait(WAIT).unwrap();
+    assert_eq!(outcome.results, [&b"done"[..], b"done", b"done"]);
+    wait_until("the core is free", || driver.free_slots("su-1") == Some(1));
+    driver.stop().unwrap();
+}
+
+#[test]
+fn with_prefetch_tasks_queue_beyond_the_free_cores_and_count_as_running() {
+    let (driver, _, events) = driver(&["executor.taskPrefetch=2"]);
+    let executor = FakeExecutor::start(driver.address(), "pf-1");
+    executor.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 10, noop())).unwrap();
+    wait_until("three launches", || executor.inbox.launched().len() == 3);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        executor.inbox.launched().len(),
+        3,
+        "1 core + 2 prefetched, no more"
+    );
+    assert_eq!(driver.running_tasks(), 3, "queued tasks count as running");
+
+    // A queued task can be killed like a running one.
+    let queued = executor.inbox.launched()[2];
+    assert!(driver.kill_task_attempt(queued, true, "not needed"));
+    wait_until("the kill reached the executor", || {
+        executor
+            .inbox
+            .count(|m| matches!(m, Message::KillTask { task_id, .. } if *task_id == queued))
+            == 1
+    });
+    // Losing the executor requeues queued tasks too.
+    drop(executor);
+    wait_until("the executor was removed", || {
+        events.any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, .. } if &**executor_id == "pf-1"))
+    });
+    assert_eq!(driver.running_tasks(), 0);
+    let lost = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                SchedulerEvent::TaskEnd {
+                    state: TaskState::Lost,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(lost, 3, "the running task and both queued ones ended LOST");
+    // The job finishes on a new executor.
+    let replacement = FakeExecutor::start(driver.address(), "pf-2");
+    replacement.register("h", 1);
+    let mut reported = 0;
+    while !handle.is_done() {
+        let launched = replacement.inbox.launched();
+        for &task_id in &launched[reported..] {
+            replacement.report(task_id, TaskState::Finished, b"");
+        }
+        reported = launched.len();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(reported <= 10);
+    }
+    assert_eq!(handle.wait(WAIT).unwrap().results.len(), 10);
+    driver.stop().unwrap();
+}
+
+#[test]
+fn unknown_executors_and_tasks_are_logged_with_the_seeds_texts() {
+    let (driver, _, _) = driver(&[]);
+    let stranger = FakeExecutor::start(driver.address(), "nobody-1");
+    stranger.report(987_654, TaskState::Finished, b"");
+    wait_until("the warning", || {
+        logs().contains(
+            Level::WARN,
+            "Ignored task status update (987654 state FINISHED) from unknown executor with ID nobody-1",
+        )
+    });
+    assert!(logs().contains(
+        Level::ERROR,
+        "Ignoring update with state FINISHED for TID 987654 because its task set is gone"
+    ));
+    driver.kill_task(55_555, "nobody-2", false, "test");
+    wait_until("the kill warning", || {
+        logs().contains(
+            Level::WARN,
+            "Attempted to kill task 55555 for unknown executor nobody-2.",
+        )
+    });
+    driver
+        .remove_executor("nobody-3", flint_wire::ExecutorLossReason::ExecutorKilled)
+        .unwrap();
+    assert!(logs().contains(
+        Level::INFO,
+        "Asked to remove non-existent executor nobody-3"
+    ));
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_peer_cannot_report_another_executor_s_tasks() {
+    let (driver, _, _) = driver(&[]);
+    let honest = FakeExecutor::start(driver.address(), "hon-1");
+    honest.register("h", 1);
+    let liar = FakeExecutor::start(driver.address(), "liar-1");
+    liar.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    wait_until("a launch", || {
+        honest.inbox.launched().len() + liar.inbox.launched().len() == 1
+    });
+    let (owner, other) = if honest.inbox.launched().is_empty() {
+        (&liar, &honest)
+    } else {
+        (&honest, &liar)
+    };
+    let task_id = owner.inbox.launched()[0];
+    other.report(task_id, TaskState::Finished, b"forged");
+    wait_until("the forgery is refused", || {
+        logs().contains(
+            Level::WARN,
+            &format!(
+                "Ignored task status update ({task_id} state FINISHED) from executor {}",
+                other.id
+            ),
+        )
+    });
+    assert!(!handle.is_done());
+    owner.report(task_id, TaskState::Finished, b"real");
+    assert_eq!(handle.wait(WAIT).unwrap().results, [&b"real"[..]]);
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_disconnected_executor_is_removed_with_the_seeds_reason_and_its_task_runs_again() {
+    let (driver, _, events) = driver(&[]);
+    let first = FakeExecutor::start(driver.address(), "dc-1");
+    first.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    wait_until("a launch", || first.inbox.launched().len() == 1);
+    first.env.stop();
+    wait_until("the removal", || {
+        events.any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason } if &**executor_id == "dc-1" && reason == DISASSOCIATED))
+    });
+    assert!(driver.executor_ids().is_empty());
+    let second = FakeExecutor::start(driver.address(), "dc-2");
+    second.register("h", 1);
+    wait_until("the relaunch", || second.inbox.launched().len() == 1);
+    second.report(second.inbox.launched()[0], TaskState::Finished, b"");
+    assert!(handle.wait(WAIT).is_ok());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn executor_requests_reach_the_cluster_manager_and_negative_counts_are_refused() {
+    let (driver, cluster, _) = driver(&[]);
+    assert_eq!(
+        driver.request_executors(-1).unwrap_err().to_string(),
+        "Attempted to request a negative number of additional executor(s) -1 from the cluster manager. Please specify a positive number!"
+    );
+    assert_eq!(
+        driver.request_total_executors(-3).unwrap_err().to_string(),
+        "Attempted to request a negative number of executor(s) -3 from the cluster manager. Please specify a positive number!"
+    );
+    assert!(driver.request_executors(2).unwrap());
+    assert!(logs().contains(
+        Level::INFO,
+        "Requesting 2 additional executor(s) from the cluster manager"
+    ));
+    assert_eq!(driver.num_pending_executors(), 2);
+    let executor = FakeExecutor::start(driver.address(), "req-1");
+    executor.register("host-r", 1);
+    assert_eq!(driver.num_pending_executors(), 1);
+    assert!(logs().contains(
+        Level::DEBUG,
+        "Decremented number of pending executors (1 left)"
+    ));
+    assert!(driver.request_total_executors(3).unwrap());
+    assert_eq!(driver.num_pending_executors(), 2);
+    assert_eq!(*cluster.totals.lock().unwrap(), [2, 3]);
+
+    // Killing without replacement asks for fewer; by host, replacements are asked for.
+    assert_eq!(
+        driver.kill_executors(&["req-1".into(), "ghost".into()], false),
+        ["req-1"]
+    );
+    assert!(logs().contains(Level::WARN, "Executor to kill ghost does not exist!"));
+    assert_eq!(*cluster.kills.lock().unwrap(), ["req-1"]);
+    assert_eq!(cluster.totals.lock().unwrap().last(), Some(&2));
+    drop(executor);
+    let other = FakeExecutor::start(driver.address(), "req-2");
+    other.register("host-k", 1);
+    driver.kill_executors_on_host("host-k");
+    wait_until("the host's executors are killed", || {
+        cluster.kills.lock().unwrap().len() == 2
+    });
+    assert_eq!(cluster.kills.lock().unwrap()[1], "req-2");
+    driver.stop().unwrap();
+}
+
+#[test]
+fn heartbeats_ask_unknown_executors_to_register_and_silent_ones_expire() {
+    let (driver, cluster, events) =
+        driver(&["network.timeout=300ms", "executor.heartbeatInterval=50ms"]);
+    let alive = FakeExecutor::start(driver.address(), "hb-1");
+    alive.register("h", 1);
+    let silent = FakeExecutor::start(driver.address(), "hb-2");
+    silent.register("h", 1);
+    let stranger = FakeExecutor::start(driver.address(), "hb-3");
+    assert!(
+        !alive.heartbeat(driver.address()),
+        "a known executor is not asked to register"
+    );
+    assert!(stranger.heartbeat(driver.address()), "an unknown one is");
+
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(800) {
+        assert!(!alive.heartbeat(driver.address()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        driver.executor_ids(),
+        ["hb-1"],
+        "only the silent one expired"
+    );
+    assert!(events.any(
+        |e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason }
+        if &**executor_id == "hb-2" && reason.starts_with("Executor heartbeat timed out after "))
+    ));
+    assert!(logs().contains(
+        Level::WARN,
+        "Removing executor hb-2 with no recent heartbeats: "
+    ));
+    assert_eq!(
+        *cluster.kills.lock().unwrap(),
+        ["hb-2"],
+        "its process is killed"
+    );
+    // An expired executor that comes back is told to register again.
+    assert!(silent.heartbeat(driver.address()));
+    driver.stop().unwrap();
+}
+
+#[test]
+fn stop_asks_every_executor_to_stop_and_reset_removes_them_as_stale() {
+    let (driver, _, events) = driver(&[]);
+    let executors: Vec<FakeExecutor> = (1..=2)
+        .map(|i| {
+            let e = FakeExecutor::start(driver.address(), &format!("st-{i}"));
+            e.register("h", 1);
+            e
+        })
+        .collect();
+    driver.reset();
+    for e in &executors {
+        assert!(events.any(
+            |ev| matches!(ev, SchedulerEvent::ExecutorRemoved { executor_id, reason }
+            if **executor_id == *e.id && reason == STALE_EXECUTOR)
+        ));
+        e.register("h", 1);
+    }
+    driver.stop().unwrap();
+    for e in &executors {
+        wait_until("StopExecutor arrived", || {
+            e.inbox.count(|m| *m == Message::StopExecutor) == 1
+        });
+    }
+    assert!(logs().contains(Level::INFO, "Asking each executor to shut down"));
+    assert!(logs().contains(Level::INFO, "Shutting down all executors"));
+}
+
+#[test]
+fn the_driver_is_ready_once_enough_executors_registered() {
+    let (driver, _, _) = driver(&[
+        "scheduler.minRegisteredResourcesRatio=1",
+        "scheduler.maxRegisteredResourcesWaitingTime=1h",
+    ]);
+    driver.request_total_executors(1).unwrap();
+    assert!(!driver.is_ready());
+    let executor = FakeExecutor::start(driver.address(), "ready-1");
+    executor.register("h", 1);
+    assert!(driver.is_ready());
+    assert!(logs().contains(
+        Level::INFO,
+        "SchedulerBackend is ready for scheduling beginning after reached minRegisteredResourcesRatio: 1"
+    ));
+    driver.stop().unwrap();
+}
