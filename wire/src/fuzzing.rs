@@ -59,8 +59,9 @@ pub fn decode_stream(data: &[u8]) {
 }
 
 /// Target `validate`: the first byte is a message kind code, the rest a payload. Checks
-/// that validation never panics, and that whatever validates deserializes, re-encodes
-/// and validates again to the same message.
+/// that validation never panics, that whatever validates deserializes, re-encodes and
+/// validates again to the same message, and that a task's serialized form (what an
+/// executor parses next) is read without panicking.
 pub fn validate(data: &[u8]) {
     let Some((&code, payload)) = data.split_first() else {
         return;
@@ -74,6 +75,11 @@ pub fn validate(data: &[u8]) {
     let Ok(archived) = validate_envelope(kind, &aligned) else {
         return;
     };
+    if let crate::ArchivedMessage::LaunchTask(task) = &archived.message {
+        if let Ok(parsed) = crate::TaskPayload::parse(task.serialized_task.as_slice()) {
+            assert!(parsed.function.len() <= crate::MAX_FUNCTION_NAME);
+        }
+    }
     let owned: Envelope = rkyv::deserialize::<Envelope, rancor::Error>(archived)
         .expect("a validated archive deserializes");
     let mut out = BytesMut::new();
