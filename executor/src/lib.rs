@@ -1,13 +1,100 @@
 //! flint-executor: the executor side of flint.
 //!
-//! It will hold the executor backend, the executor and its task runner pool, the
-//! heartbeater, the task function registry and the block store for large results.
-//! Nothing is here yet beyond the message types it runs tasks with, re-exported from
-//! flint-wire.
+//! An executor is a long-lived process that registers with the driver, runs the tasks the
+//! driver launches on it, reports how each ended, and sends heartbeats. This crate holds:
 //!
-//! ```
-//! use flint_executor::TaskState;
-//! assert_eq!(TaskState::Killed.to_string(), "KILLED");
+//! - [`run_executor`]: an executor process from start to end (its RPC environment, its
+//!   endpoint, registration, heartbeats) returning why it ended ([`ExecutorExit`], with
+//!   the process exit code);
+//! - [`Executor`]: the running-task registry and a pool of `cores` task runner threads;
+//! - [`TaskRegistry`]: task functions by name, with flint's built-ins (`noop`, `echo`,
+//!   `sleep`, `spin`, `fail-n-attempts`, `large-result`), and the [`TaskContext`] a
+//!   function runs with;
+//! - [`Heartbeater`]: the heartbeat schedule and failure count, a state machine with an
+//!   injected clock;
+//! - [`BlockStore`]: results too large for a message, fetched by the driver in chunks.
+//!
+//! # The protocol with the driver
+//!
+//! 1. The executor asks the driver's [`flint_wire::DRIVER_ENDPOINT`] with
+//!    `RegisterExecutor`; `RegisteredExecutor` accepts it, `RegisterExecutorFailed` ends
+//!    it ([`ExecutorExit::RegistrationFailed`]).
+//! 2. Over the connection the executor opened, the driver sends `LaunchTask`, `KillTask`,
+//!    `StopExecutor`, `RemoveBlock`, and asks `FetchBlockChunk`.
+//! 3. Each task ends with one `StatusUpdate`: FINISHED with its result in the message
+//!    when `result + 64 KiB <= rpc.message.maxSize`, else in the block store
+//!    (`TaskOutcome::Indirect`); FAILED (function error or panic: `Exception`; unknown
+//!    function or malformed task: `Undeserializable`); or KILLED. RUNNING is not sent.
+//! 4. Every `executor.heartbeatInterval` (after a random initial delay) it asks
+//!    [`flint_wire::HEARTBEAT_ENDPOINT`] with a `Heartbeat` carrying its running tasks'
+//!    metrics; `executor.heartbeat.maxFailures` failures in a row end it with code 56.
+//! 5. The driver's connection closing ends it ([`ExecutorExit::DriverLost`]);
+//!    `StopExecutor` ends it with code 0.
+//!
+//! # Choices where the seeds are silent or do not fit
+//!
+//! - Kills are cooperative: a task function sees its kill flag through
+//!   [`TaskContext::is_interrupted`] (`interrupt_thread` cannot interrupt a Rust
+//!   thread). As in the seeds' task runner, a task asked to stop ends KILLED whatever
+//!   it returns; a queued task killed before it starts ends KILLED without running.
+//! - Per-task log lines (task received, running, finished) are at DEBUG level, not the
+//!   seeds' INFO, so that a busy executor does not spend its time logging.
+//! - Stopping kills the running tasks and waits for the runners at most [`STOP_GRACE`];
+//!   tasks that end after the stop began send no status update.
+//! - A status update that finds the connection's outbox full is retried for a while
+//!   (back-pressure on the runner) rather than dropped.
+//! - A `FetchBlockChunk` asking for more than a message can carry is served with the
+//!   most that fits (`rpc.message.maxSize` less 64 KiB).
+//! - When re-registering (asked by a heartbeat reply) fails to reach the driver, the
+//!   executor logs it and carries on: its heartbeats decide whether the driver is gone.
+//! - Unlike the seeds, an executor that exits on its own does not send `RemoveExecutor`
+//!   to the driver (the protocol above does not include it); the driver learns from the
+//!   closed connection.
+//!
+//! # Example: an executor binary with its own task function
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use flint_executor::{run_executor, ExecutorOptions, TaskContext, TaskError, TaskRegistry};
+//!
+//! /// Counts the words of its input.
+//! fn word_count(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+//!     let text = std::str::from_utf8(input).map_err(|e| TaskError::failed(e.to_string()))?;
+//!     ctx.add_input_bytes(input.len() as u64);
+//!     Ok(Bytes::from(text.split_whitespace().count().to_string()))
+//! }
+//!
+//! fn main() {
+//!     let mut registry = TaskRegistry::with_builtins();
+//!     registry.register("word-count", word_count).expect("a valid name");
+//!     let conf = flint_rpc::Conf::from_pairs(["executor.heartbeatInterval=5s"])
+//!         .expect("a valid configuration");
+//!     let driver = "127.0.0.1:7077".parse().expect("an address");
+//!     let options = ExecutorOptions::new(driver, "1", "localhost", 4);
+//!     let exit = run_executor(&conf, options, registry);
+//!     if exit.code() != 0 {
+//!         eprintln!("{exit}");
+//!     }
+//!     std::process::exit(exit.code());
+//! }
 //! ```
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod backend;
+mod block_store;
+mod executor;
+mod heartbeater;
+mod registry;
+mod task;
+
+pub use backend::{run_executor, ExecutorExit, ExecutorOptions};
+pub use block_store::{BlockStore, BlockStoreError};
+pub use executor::{
+    Executor, ExecutorConfig, ExecutorError, StatusSender, RESULT_OVERHEAD, STOP_GRACE, STOP_REASON,
+};
 pub use flint_wire::{TaskDescription, TaskState};
+pub use heartbeater::{random_initial_delay, HeartbeatAction, HeartbeatExit, Heartbeater};
+pub use registry::{pattern, InvalidFunctionName, TaskFn, TaskRegistry, MAX_LARGE_RESULT};
+pub use task::{TaskContext, TaskError};

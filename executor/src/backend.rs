@@ -1,0 +1,622 @@
+//! The executor backend: the executor's endpoint, its registration with the driver, its
+//! heartbeats, and [`run_executor`], which runs an executor process until it ends.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use flint_rpc::{
+    Conf, Endpoint, EndpointContext, EndpointRef, Incoming, Reply, RpcEnv, RpcError, TimerId,
+};
+use flint_wire::{
+    ArchivedBlockId, ArchivedDependency, ArchivedMessage, ArchivedTaskDescription, BlockId,
+    BlockManagerId, Dependency, Heartbeat, Message, Property, RegisterExecutor, SharedStr,
+    TaskDescription, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+};
+use tracing::{debug, error, info, warn};
+
+use crate::executor::{Executor, ExecutorConfig, RESULT_OVERHEAD};
+use crate::heartbeater::{random_initial_delay, HeartbeatAction, Heartbeater};
+use crate::registry::TaskRegistry;
+
+/// Where an executor finds its driver and what it offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorOptions {
+    /// The address of the driver's RPC environment.
+    pub driver: SocketAddr,
+    /// The executor's id, unique among the application's executors.
+    pub executor_id: String,
+    /// The host name the executor reports.
+    pub hostname: String,
+    /// Tasks it runs at once.
+    pub cores: u32,
+}
+
+impl ExecutorOptions {
+    /// Options for executor `executor_id` on `hostname`, with `cores` cores, whose driver
+    /// listens at `driver`.
+    pub fn new(
+        driver: SocketAddr,
+        executor_id: impl Into<String>,
+        hostname: impl Into<String>,
+        cores: u32,
+    ) -> Self {
+        ExecutorOptions {
+            driver,
+            executor_id: executor_id.into(),
+            hostname: hostname.into(),
+            cores,
+        }
+    }
+}
+
+/// Why an executor ended ([`run_executor`]'s result), with the process exit code that
+/// goes with it ([`ExecutorExit::code`]). Its `Display` is a sentence for a person.
+///
+/// ```
+/// use flint_executor::ExecutorExit;
+///
+/// assert_eq!(ExecutorExit::Stopped.code(), 0);
+/// let exit = ExecutorExit::HeartbeatFailures(60);
+/// assert_eq!(exit.code(), 56);
+/// assert_eq!(exit.to_string(), "Exit as unable to send heartbeats to driver more than 60 times");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutorExit {
+    /// The driver sent StopExecutor (exit code 0).
+    Stopped,
+    /// The driver refused the registration, with its reason, e.g. "Duplicate executor
+    /// ID: 3" (exit code 1).
+    RegistrationFailed(String),
+    /// The connection to the driver closed; the text is the seeds' "Driver {address}
+    /// disassociated! Shutting down." (exit code 1).
+    DriverLost(String),
+    /// This many heartbeats in a row (`executor.heartbeat.maxFailures`) failed (exit
+    /// code 56).
+    HeartbeatFailures(u32),
+    /// Anything else: a bad configuration, an RPC environment that cannot start, a
+    /// driver that cannot be reached (exit code 1).
+    Error(String),
+}
+
+impl ExecutorExit {
+    /// The exit code of the executor process.
+    pub fn code(&self) -> i32 {
+        match self {
+            ExecutorExit::Stopped => 0,
+            ExecutorExit::HeartbeatFailures(_) => 56,
+            ExecutorExit::RegistrationFailed(_)
+            | ExecutorExit::DriverLost(_)
+            | ExecutorExit::Error(_) => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for ExecutorExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExecutorExit::Stopped => f.write_str("Driver commanded a shutdown"),
+            ExecutorExit::RegistrationFailed(reason) => {
+                write!(f, "Slave registration failed: {reason}")
+            }
+            ExecutorExit::DriverLost(text) | ExecutorExit::Error(text) => f.write_str(text),
+            ExecutorExit::HeartbeatFailures(max) => write!(
+                f,
+                "Exit as unable to send heartbeats to driver more than {max} times"
+            ),
+        }
+    }
+}
+
+/// The first reason to end, and the means to wait for it.
+#[derive(Default)]
+struct ExitSignal {
+    exit: Mutex<Option<ExecutorExit>>,
+    ended: Condvar,
+}
+
+impl ExitSignal {
+    /// Records `exit` unless an exit was recorded already; returns whether it was.
+    fn set(&self, exit: ExecutorExit) -> bool {
+        let mut slot = self.exit.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(exit);
+        self.ended.notify_all();
+        true
+    }
+
+    fn wait(&self) -> ExecutorExit {
+        let mut slot = self.exit.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(exit) = slot.as_ref() {
+                return exit.clone();
+            }
+            slot = self.ended.wait(slot).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// What the executor's endpoint and the completions of its asks share.
+struct Backend {
+    executor: Executor,
+    driver_address: SocketAddr,
+    driver: EndpointRef,
+    heartbeat_receiver: EndpointRef,
+    registration: RegisterExecutor,
+    block_manager_id: BlockManagerId,
+    ask_timeout: Duration,
+    heartbeat_interval: Duration,
+    heartbeat_max_failures: u32,
+    heartbeater: Mutex<Option<Heartbeater>>,
+    /// The largest chunk of a block served in one reply.
+    max_chunk: usize,
+    stopping: AtomicBool,
+    exit: ExitSignal,
+}
+
+impl Backend {
+    /// Ends the executor for this reason (the first reason wins).
+    fn exit(&self, exit: ExecutorExit) {
+        self.stopping.store(true, Ordering::Release);
+        if self.exit.set(exit.clone()) {
+            match exit {
+                ExecutorExit::Stopped | ExecutorExit::HeartbeatFailures(_) => {}
+                other => error!("Executor self-exiting due to : {other}"),
+            }
+        }
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    fn with_heartbeater<T>(&self, f: impl FnOnce(&mut Heartbeater) -> T) -> Option<T> {
+        let mut heartbeater = self.heartbeater.lock().unwrap_or_else(|e| e.into_inner());
+        heartbeater.as_mut().map(f)
+    }
+
+    /// Asks the heartbeat receiver, from the loop thread; the outcome comes back to
+    /// [`Backend::on_heartbeat_result`].
+    fn send_heartbeat(self: &Arc<Self>) {
+        let message = Message::Heartbeat(Heartbeat {
+            executor_id: self.executor.shared_id().clone(),
+            accum_updates: self.executor.heartbeat_updates(),
+            block_manager_id: self.block_manager_id.clone(),
+        });
+        let backend = self.clone();
+        let sent =
+            self.heartbeat_receiver
+                .ask_then(&message, self.heartbeat_interval, move |result| {
+                    backend.on_heartbeat_result(result)
+                });
+        if let Err(e) = sent {
+            self.on_heartbeat_result(Err(e));
+        }
+    }
+
+    fn on_heartbeat_result(self: &Arc<Self>, result: Result<Reply, RpcError>) {
+        if self.is_stopping() {
+            return;
+        }
+        let answer = match result {
+            Ok(reply) => match reply.message() {
+                ArchivedMessage::HeartbeatResponse {
+                    reregister_block_manager,
+                } => Ok(*reregister_block_manager),
+                other => Err(format!(
+                    "unexpected reply {} to a heartbeat",
+                    other.kind().name()
+                )),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        let action = match answer {
+            Ok(reregister) => {
+                let action = self.with_heartbeater(Heartbeater::on_success);
+                if reregister {
+                    info!("Told to re-register on heartbeat");
+                    self.reregister();
+                }
+                action
+            }
+            Err(e) => {
+                warn!(error = %e, "Issue communicating with driver in heartbeater");
+                match self.with_heartbeater(Heartbeater::on_failure) {
+                    Some(Err(exit)) => {
+                        error!("{exit}");
+                        self.exit(ExecutorExit::HeartbeatFailures(exit.max_failures));
+                        return;
+                    }
+                    Some(Ok(action)) => Some(action),
+                    None => None,
+                }
+            }
+        };
+        if action == Some(HeartbeatAction::Send) {
+            self.send_heartbeat();
+        }
+    }
+
+    /// Registers again, as the heartbeat receiver asked; a refusal ends the executor.
+    fn reregister(self: &Arc<Self>) {
+        let backend = self.clone();
+        let message = Message::RegisterExecutor(self.registration.clone());
+        let asked = self
+            .driver
+            .ask_then(&message, self.ask_timeout, move |result| match result {
+                Ok(reply) => match reply.message() {
+                    ArchivedMessage::RegisteredExecutor => {
+                        info!("Successfully registered with driver")
+                    }
+                    ArchivedMessage::RegisterExecutorFailed { message } => {
+                        backend.exit(ExecutorExit::RegistrationFailed(message.to_string()))
+                    }
+                    other => warn!(
+                        "Cannot register with driver: {}: unexpected reply {}",
+                        backend.driver_address,
+                        other.kind().name()
+                    ),
+                },
+                Err(e) => warn!(
+                    "Cannot register with driver: {}: {e}",
+                    backend.driver_address
+                ),
+            });
+        if let Err(e) = asked {
+            warn!("Cannot register with driver: {}: {e}", self.driver_address);
+        }
+    }
+}
+
+/// The executor's endpoint (the seeds' `CoarseGrainedExecutorBackend`), registered as
+/// [`EXECUTOR_ENDPOINT`].
+struct ExecutorEndpoint {
+    backend: Arc<Backend>,
+    heartbeat_timer: Option<TimerId>,
+}
+
+impl ExecutorEndpoint {
+    fn launch(&self, incoming: &Incoming<'_>, task: &ArchivedTaskDescription) {
+        let task = task_description(incoming, task, self.backend.executor.shared_id());
+        let task_id = task.task_id;
+        debug!("Got assigned task {task_id}");
+        if let Err(e) = self.backend.executor.launch_task(task) {
+            warn!("Received LaunchTask command for task {task_id} but {e}; dropped");
+        }
+    }
+
+    fn fetch_chunk(&self, incoming: &Incoming<'_>, block_id: BlockId, offset: u64, max_len: u32) {
+        if !incoming.is_ask() {
+            warn!("FetchBlockChunk of {block_id} was not an ask: there is nobody to answer");
+            return;
+        }
+        let max_len = (max_len as usize).min(self.backend.max_chunk);
+        let store = self.backend.executor.block_store();
+        let replied = match store.chunk(block_id, offset, max_len) {
+            Ok((data, total_size)) => incoming.reply(&Message::BlockChunk {
+                block_id,
+                offset,
+                total_size,
+                data,
+            }),
+            Err(e) => {
+                debug!("cannot serve a chunk: {e}");
+                incoming.reply_error(e.to_string())
+            }
+        };
+        if let Err(e) = replied {
+            warn!("cannot answer FetchBlockChunk of {block_id}: {e}");
+        }
+    }
+
+    fn start_heartbeats(&mut self, ctx: &mut EndpointContext<'_>) {
+        if self.heartbeat_timer.is_some() || self.backend.is_stopping() {
+            return;
+        }
+        let interval = self.backend.heartbeat_interval;
+        let delay = random_initial_delay(interval);
+        let heartbeater = Heartbeater::new(
+            interval,
+            self.backend.heartbeat_max_failures,
+            delay,
+            Instant::now(),
+        );
+        *self
+            .backend
+            .heartbeater
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(heartbeater);
+        self.heartbeat_timer = Some(ctx.schedule_once(delay));
+    }
+}
+
+impl Endpoint for ExecutorEndpoint {
+    fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        let backend = &self.backend;
+        match message.message() {
+            ArchivedMessage::LaunchTask(task) => self.launch(&message, task),
+            ArchivedMessage::KillTask {
+                task_id,
+                interrupt_thread,
+                reason,
+                ..
+            } => {
+                let found = backend.executor.kill_task(
+                    task_id.to_native(),
+                    *interrupt_thread,
+                    reason.as_str(),
+                );
+                // Normally one-way; an ask is answered with whether the task was here.
+                let _ = message.reply(&Message::Ack { ok: found });
+            }
+            ArchivedMessage::FetchBlockChunk {
+                block_id,
+                offset,
+                max_len,
+            } => self.fetch_chunk(
+                &message,
+                block_id_of(block_id),
+                offset.to_native(),
+                max_len.to_native(),
+            ),
+            ArchivedMessage::RemoveBlock { block_id } => {
+                let block_id = block_id_of(block_id);
+                let removed = backend.executor.block_store().remove(block_id).is_some();
+                debug!(removed, "RemoveBlock {block_id}");
+                if let Err(e) = message.reply(&Message::Ack { ok: removed }) {
+                    warn!("cannot answer RemoveBlock of {block_id}: {e}");
+                }
+            }
+            ArchivedMessage::StopExecutor => {
+                info!("Driver commanded a shutdown");
+                backend.stopping.store(true, Ordering::Release);
+                let _ = message.reply(&Message::Ack { ok: true });
+                let me = ctx.env().local_ref(EXECUTOR_ENDPOINT);
+                if me.send(&Message::Shutdown).is_err() {
+                    backend.exit(ExecutorExit::Stopped);
+                }
+            }
+            ArchivedMessage::Shutdown => backend.exit(ExecutorExit::Stopped),
+            // Sent by run_executor once the driver accepted the registration.
+            ArchivedMessage::RegisteredExecutor if message.sender().is_none() => {
+                info!("Successfully registered with driver");
+                self.start_heartbeats(ctx);
+            }
+            other => {
+                warn!(
+                    sender = ?message.sender(),
+                    "Received unexpected message {}", other.kind().name()
+                );
+                let _ = message.reply_error(format!(
+                    "executor {} does not handle {}",
+                    backend.executor.executor_id(),
+                    other.kind().name()
+                ));
+            }
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
+        if self.heartbeat_timer != Some(timer) {
+            return;
+        }
+        self.heartbeat_timer = None;
+        let backend = self.backend.clone();
+        if backend.is_stopping() {
+            return;
+        }
+        let now = Instant::now();
+        let Some(action) = backend.with_heartbeater(|hb| hb.on_timeout(now)) else {
+            return;
+        };
+        if action == HeartbeatAction::Send {
+            backend.send_heartbeat();
+        }
+        let next = backend.with_heartbeater(|hb| (!hb.is_exhausted()).then(|| hb.poll_timeout()));
+        if let Some(Some(next)) = next {
+            let delay = next.saturating_duration_since(Instant::now());
+            self.heartbeat_timer = Some(ctx.schedule_once(delay));
+        }
+    }
+
+    fn on_disconnected(&mut self, _ctx: &mut EndpointContext<'_>, remote: SocketAddr) {
+        let backend = &self.backend;
+        if remote != backend.driver_address {
+            warn!("An unknown ({remote}) driver disconnected.");
+        } else if backend.is_stopping() {
+            info!("Driver from {remote} disconnected during shutdown");
+        } else {
+            backend.exit(ExecutorExit::DriverLost(format!(
+                "Driver {remote} disassociated! Shutting down."
+            )));
+        }
+    }
+}
+
+fn block_id_of(block_id: &ArchivedBlockId) -> BlockId {
+    match block_id {
+        ArchivedBlockId::TaskResult { task_id } => BlockId::TaskResult {
+            task_id: task_id.to_native(),
+        },
+    }
+}
+
+/// An owned task description whose serialized task is a view of the frame (no copy);
+/// the executor id reuses the executor's own when it is the same.
+fn task_description(
+    incoming: &Incoming<'_>,
+    task: &ArchivedTaskDescription,
+    own_id: &SharedStr,
+) -> TaskDescription {
+    let executor_id = if task.executor_id.as_str() == &**own_id {
+        own_id.clone()
+    } else {
+        SharedStr::from(task.executor_id.as_str())
+    };
+    TaskDescription {
+        task_id: task.task_id.to_native(),
+        attempt_number: task.attempt_number.to_native(),
+        executor_id,
+        name: SharedStr::from(task.name.as_str()),
+        index: task.index.to_native(),
+        partition_id: task.partition_id.to_native(),
+        added_files: task.added_files.iter().map(dependency).collect(),
+        added_jars: task.added_jars.iter().map(dependency).collect(),
+        properties: task
+            .properties
+            .iter()
+            .map(|p| Property {
+                key: p.key.to_string(),
+                value: p.value.to_string(),
+            })
+            .collect(),
+        cpus: task.cpus.to_native(),
+        serialized_task: incoming.frame().bytes_of(task.serialized_task.as_slice()),
+    }
+}
+
+fn dependency(d: &ArchivedDependency) -> Dependency {
+    Dependency {
+        name: d.name.to_string(),
+        timestamp: d.timestamp.to_native(),
+    }
+}
+
+/// The running executor's parts, until it ends.
+struct Running {
+    env: RpcEnv,
+    backend: Arc<Backend>,
+}
+
+fn start(
+    conf: &Conf,
+    options: ExecutorOptions,
+    registry: TaskRegistry,
+) -> Result<Running, ExecutorExit> {
+    let bad_conf = |e: flint_rpc::conf::ConfError| ExecutorExit::Error(e.to_string());
+    let heartbeat_interval = conf.executor_heartbeat_interval().map_err(bad_conf)?;
+    let heartbeat_max_failures = conf.executor_heartbeat_max_failures().map_err(bad_conf)?;
+    let heartbeat_max_failures = u32::try_from(heartbeat_max_failures).unwrap_or(u32::MAX);
+    let env = RpcEnv::new(conf).map_err(|e| {
+        ExecutorExit::Error(format!("Cannot start the executor's RPC environment: {e}"))
+    })?;
+    let handle = env.handle();
+    let address = env.address();
+    let settings = handle.settings();
+    let max_payload = settings.max_payload;
+    let ask_timeout = settings.ask_timeout;
+    let driver = handle.endpoint_ref(options.driver, DRIVER_ENDPOINT);
+    let executor = Executor::new(
+        ExecutorConfig {
+            executor_id: options.executor_id,
+            hostname: options.hostname.clone(),
+            cores: options.cores,
+            max_message_size: max_payload,
+        },
+        registry,
+        driver.clone(),
+    )
+    .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor: {e}")))?;
+    let executor_id = executor.shared_id().clone();
+    let backend = Arc::new(Backend {
+        driver_address: options.driver,
+        heartbeat_receiver: handle.endpoint_ref(options.driver, HEARTBEAT_ENDPOINT),
+        driver,
+        registration: RegisterExecutor {
+            executor_id: executor_id.clone(),
+            executor_address: address.to_string(),
+            endpoint_name: EXECUTOR_ENDPOINT.to_owned(),
+            hostname: options.hostname.clone(),
+            cores: options.cores,
+            log_urls: Vec::new(),
+        },
+        block_manager_id: BlockManagerId {
+            executor_id,
+            host: options.hostname,
+            port: address.port(),
+        },
+        ask_timeout,
+        heartbeat_interval,
+        heartbeat_max_failures,
+        heartbeater: Mutex::new(None),
+        max_chunk: max_payload
+            .saturating_sub(RESULT_OVERHEAD)
+            .max(max_payload / 2),
+        stopping: AtomicBool::new(false),
+        exit: ExitSignal::default(),
+        executor,
+    });
+    handle
+        .register(
+            EXECUTOR_ENDPOINT,
+            ExecutorEndpoint {
+                backend: backend.clone(),
+                heartbeat_timer: None,
+            },
+        )
+        .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor's endpoint: {e}")))?;
+    Ok(Running { env, backend })
+}
+
+impl Running {
+    /// Registers with the driver, then waits for the executor to end and stops it.
+    fn run(self) -> ExecutorExit {
+        let backend = &self.backend;
+        let driver = backend.driver_address;
+        info!("Connecting to driver: {driver}");
+        let registration = Message::RegisterExecutor(backend.registration.clone());
+        match backend
+            .driver
+            .ask_timeout(&registration, backend.ask_timeout)
+        {
+            Ok(reply) => match reply.message() {
+                ArchivedMessage::RegisteredExecutor => {
+                    let me = self.env.handle().local_ref(EXECUTOR_ENDPOINT);
+                    if let Err(e) = me.send(&Message::RegisteredExecutor) {
+                        backend.exit(ExecutorExit::Error(format!(
+                            "Cannot start heartbeats after registering: {e}"
+                        )));
+                    }
+                }
+                ArchivedMessage::RegisterExecutorFailed { message } => {
+                    backend.exit(ExecutorExit::RegistrationFailed(message.to_string()))
+                }
+                other => backend.exit(ExecutorExit::Error(format!(
+                    "Cannot register with driver: {driver}: unexpected reply {}",
+                    other.kind().name()
+                ))),
+            },
+            Err(e) => backend.exit(ExecutorExit::Error(format!(
+                "Cannot register with driver: {driver}: {e}"
+            ))),
+        }
+        let exit = backend.exit.wait();
+        backend.stopping.store(true, Ordering::Release);
+        backend.executor.stop();
+        self.env.stop();
+        exit
+    }
+}
+
+/// Runs an executor until it ends, and returns why.
+///
+/// Starts an RPC environment from `conf` (listening on `rpc.bindAddress`:`rpc.port`),
+/// registers the executor's endpoint as [`EXECUTOR_ENDPOINT`], registers with the
+/// driver's [`DRIVER_ENDPOINT`] at `options.driver`, and from then on runs the tasks the
+/// driver launches with the functions of `registry`, sending a heartbeat to
+/// [`HEARTBEAT_ENDPOINT`] every `executor.heartbeatInterval`. It ends when the driver
+/// stops it, refuses it, goes away, or stops answering heartbeats
+/// (`executor.heartbeat.maxFailures` in a row); then it stops the task runners (a
+/// bounded wait) and the RPC environment. A process exits with [`ExecutorExit::code`].
+pub fn run_executor(conf: &Conf, options: ExecutorOptions, registry: TaskRegistry) -> ExecutorExit {
+    match start(conf, options, registry) {
+        Ok(running) => running.run(),
+        Err(exit) => {
+            error!("Executor self-exiting due to : {exit}");
+            exit
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! Task functions by name ([`TaskRegistry`]) and flint's built-in ones.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use flint_wire::MAX_FUNCTION_NAME;
+
+use crate::task::{TaskContext, TaskError};
+
+/// A task function: it gets its context and its input (a view of the received frame, not
+/// a copy) and returns the task's result.
+pub type TaskFn = dyn Fn(&TaskContext, &Bytes) -> Result<Bytes, TaskError> + Send + Sync;
+
+/// A name a task function cannot be registered under.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a task function name has 1 to {MAX_FUNCTION_NAME} bytes (it is written in one byte of \
+     the serialized task); {name:?} has {len}"
+)]
+pub struct InvalidFunctionName {
+    /// The name as given.
+    pub name: String,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// The task functions an executor can run, by the name a serialized task gives
+/// ([`flint_wire::TaskPayload`]).
+///
+/// [`TaskRegistry::with_builtins`] holds flint's built-in functions, which take ASCII
+/// text input:
+///
+/// | name | input | does |
+/// | --- | --- | --- |
+/// | `noop` | ignored | returns an empty result |
+/// | `echo` | anything | returns its input (the same bytes, not a copy) |
+/// | `sleep` | milliseconds | sleeps, checking its kill flag every few milliseconds |
+/// | `spin` | milliseconds | busy-loops, checking its kill flag |
+/// | `fail-n-attempts` | N | fails while its attempt number is below N, then returns an empty result |
+/// | `large-result` | a size: bytes, or with a `k`, `m` or `g` suffix (KiB, MiB, GiB) | returns that many bytes; byte i is `i % 251` |
+///
+/// An input that is not what a built-in expects fails the task with a message saying
+/// what was expected.
+///
+/// ```
+/// use bytes::Bytes;
+/// use flint_executor::{TaskContext, TaskRegistry};
+///
+/// let mut registry = TaskRegistry::with_builtins();
+/// registry.register("upper", |_ctx: &TaskContext, input: &Bytes| {
+///     Ok(Bytes::from(input.to_ascii_uppercase()))
+/// })?;
+/// let upper = registry.get("upper").expect("registered");
+/// let ctx = TaskContext::new(0, 0);
+/// assert_eq!(upper(&ctx, &Bytes::from_static(b"flint")).unwrap(), "FLINT");
+/// assert!(registry.names().contains(&"sleep"));
+/// # Ok::<(), flint_executor::InvalidFunctionName>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct TaskRegistry {
+    functions: HashMap<String, Arc<TaskFn>>,
+}
+
+impl std::fmt::Debug for TaskRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskRegistry")
+            .field("functions", &self.names())
+            .finish()
+    }
+}
+
+impl TaskRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        TaskRegistry::default()
+    }
+
+    /// A registry with flint's built-in functions (see the table above).
+    pub fn with_builtins() -> Self {
+        let mut registry = TaskRegistry::new();
+        let builtins: [(&str, Arc<TaskFn>); 6] = [
+            ("noop", Arc::new(noop)),
+            ("echo", Arc::new(echo)),
+            ("sleep", Arc::new(sleep)),
+            ("spin", Arc::new(spin)),
+            ("fail-n-attempts", Arc::new(fail_n_attempts)),
+            ("large-result", Arc::new(large_result)),
+        ];
+        for (name, function) in builtins {
+            registry.functions.insert(name.to_owned(), function);
+        }
+        registry
+    }
+
+    /// Registers `function` under `name`, replacing a function already registered under
+    /// it. The name must have 1 to 255 bytes, as a serialized task carries it.
+    pub fn register<F>(
+        &mut self,
+        name: impl Into<String>,
+        function: F,
+    ) -> Result<&mut Self, InvalidFunctionName>
+    where
+        F: Fn(&TaskContext, &Bytes) -> Result<Bytes, TaskError> + Send + Sync + 'static,
+    {
+        let name = name.into();
+        if name.is_empty() || name.len() > MAX_FUNCTION_NAME {
+            let len = name.len();
+            return Err(InvalidFunctionName { name, len });
+        }
+        self.functions.insert(name, Arc::new(function));
+        Ok(self)
+    }
+
+    /// The function registered under `name`.
+    pub fn get(&self, name: &str) -> Option<&TaskFn> {
+        self.functions.get(name).map(|f| &**f)
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.functions.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// How many functions are registered.
+    pub fn len(&self) -> usize {
+        self.functions.len()
+    }
+
+    /// Whether no function is registered.
+    pub fn is_empty(&self) -> bool {
+        self.functions.is_empty()
+    }
+}
+
+/// How often `sleep` looks at its kill flag.
+const SLEEP_SLICE: Duration = Duration::from_millis(5);
+/// The largest result `large-result` makes: 2 GiB.
+pub const MAX_LARGE_RESULT: u64 = 2 << 30;
+/// The period of `large-result`'s pattern.
+const PATTERN_PERIOD: usize = 251;
+
+fn noop(_ctx: &TaskContext, _input: &Bytes) -> Result<Bytes, TaskError> {
+    Ok(Bytes::new())
+}
+
+fn echo(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+    Ok(input.clone())
+}
+
+fn sleep(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+    let millis = parse_number("sleep", input, "a number of milliseconds, e.g. \"500\"")?;
+    let deadline = Instant::now() + Duration::from_millis(millis);
+    loop {
+        ctx.check_interrupted()?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Bytes::new());
+        }
+        std::thread::sleep(left.min(SLEEP_SLICE));
+    }
+}
+
+fn spin(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+    let millis = parse_number("spin", input, "a number of milliseconds, e.g. \"500\"")?;
+    let deadline = Instant::now() + Duration::from_millis(millis);
+    let mut turns = 0u32;
+    loop {
+        ctx.check_interrupted()?;
+        // Reading the clock costs more than the flag: look at it every few turns.
+        turns = turns.wrapping_add(1);
+        if turns % 64 == 0 && Instant::now() >= deadline {
+            return Ok(Bytes::new());
+        }
+        std::hint::spin_loop();
+    }
+}
+
+fn fail_n_attempts(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+    let n = parse_number(
+        "fail-n-attempts",
+        input,
+        "the number of attempts that fail, e.g. \"2\"",
+    )?;
+    let attempt = ctx.attempt_number();
+    if u64::from(attempt) < n {
+        return Err(TaskError::failed(format!(
+            "fail-n-attempts: attempt {attempt} fails on purpose (the first {n} attempts fail)"
+        )));
+    }
+    Ok(Bytes::new())
+}
+
+fn large_result(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+    let size = parse_size(input).ok_or_else(|| {
+        TaskError::failed(format!(
+            "large-result expects a size in bytes, optionally with a k, m or g suffix \
+             (e.g. \"10m\"), of at most 2g; got {:?}",
+            String::from_utf8_lossy(input)
+        ))
+    })?;
+    // At most 2 GiB: fits in usize on the 64-bit targets flint runs on; checked anyway.
+    let size = usize::try_from(size).map_err(|_| {
+        TaskError::failed(format!("large-result: {size} bytes do not fit in memory"))
+    })?;
+    Ok(Bytes::from(pattern(size)))
+}
+
+/// `size` bytes of `large-result`'s pattern: byte i is `i % 251`.
+pub fn pattern(size: usize) -> Vec<u8> {
+    let period: Vec<u8> = (0..PATTERN_PERIOD).map(|i| i as u8).collect();
+    let mut out = Vec::with_capacity(size);
+    while out.len() < size {
+        let take = (size - out.len()).min(PATTERN_PERIOD);
+        out.extend_from_slice(&period[..take]);
+    }
+    out
+}
+
+fn parse_number(function: &str, input: &[u8], expected: &str) -> Result<u64, TaskError> {
+    std::str::from_utf8(input)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .ok_or_else(|| {
+            TaskError::failed(format!(
+                "{function} expects {expected}; got {:?}",
+                String::from_utf8_lossy(input)
+            ))
+        })
+}
+
+/// A size: digits, then optionally `k`, `m` or `g` (binary units), optionally followed by
+/// `b`; at most [`MAX_LARGE_RESULT`].
+fn parse_size(input: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(input).ok()?.trim().to_ascii_lowercase();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let shift = match suffix {
+        "" | "b" => 0,
+        "k" | "kb" => 10,
+        "m" | "mb" => 20,
+        "g" | "gb" => 30,
+        _ => return None,
+    };
+    let size = number.checked_mul(1 << shift)?;
+    (size <= MAX_LARGE_RESULT).then_some(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::TaskContext;
+
+    fn run(name: &str, ctx: &TaskContext, input: &'static [u8]) -> Result<Bytes, TaskError> {
+        let registry = TaskRegistry::with_builtins();
+        let function = registry.get(name).expect("a built-in");
+        function(ctx, &Bytes::from_static(input))
+    }
+
+    fn failure(result: Result<Bytes, TaskError>) -> String {
+        match result {
+            Err(TaskError::Failed(message)) => message,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn builtins_are_registered() {
+        let registry = TaskRegistry::with_builtins();
+        assert_eq!(
+            registry.names(),
+            [
+                "echo",
+                "fail-n-attempts",
+                "large-result",
+                "noop",
+                "sleep",
+                "spin"
+            ]
+        );
+        assert!(TaskRegistry::new().is_empty());
+        assert!(registry.get("nope").is_none());
+    }
+
+    #[test]
+    fn noop_returns_nothing() {
+        let result = run("noop", &TaskContext::new(1, 0), b"whatever").unwrap();
+        assert!(result.is_empty());
+    }
+
+    #[test]
+    fn echo_returns_its_input_without_copying() {
+        let registry = TaskRegistry::with_builtins();
+        let input = Bytes::from(vec![7u8; 1000]);
+        let output = registry.get("echo").unwrap()(&TaskContext::new(1, 0), &input).unwrap();
+        assert_eq!(output, input);
+        assert_eq!(
+            output.as_ptr(),
+            input.as_ptr(),
+            "the same bytes, not a copy"
+        );
+    }
+
+    #[test]
+    fn sleep_sleeps_and_stops_when_killed() {
+        let started = Instant::now();
+        run("sleep", &TaskContext::new(1, 0), b"30").unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(30));
+
+        let ctx = TaskContext::new(2, 0);
+        let started = Instant::now();
+        let result = std::thread::scope(|scope| {
+            let task = scope.spawn(|| run("sleep", &ctx, b"10000"));
+            std::thread::sleep(Duration::from_millis(20));
+            ctx.request_kill("enough");
+            task.join().unwrap()
+        });
+        assert_eq!(result, Err(TaskError::killed("enough")));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn spin_spins_and_stops_when_killed() {
+        let started = Instant::now();
+        run("spin", &TaskContext::new(1, 0), b"20").unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(20));
+
+        let ctx = TaskContext::new(2, 0);
+        ctx.request_kill("now");
+        assert_eq!(run("spin", &ctx, b"100000"), Err(TaskError::killed("now")));
+    }
+
+    #[test]
+    fn fail_n_attempts_fails_the_first_attempts() {
+        for attempt in 0..3 {
+            let message = failure(run("fail-n-attempts", &TaskContext::new(1, attempt), b"3"));
+            assert!(message.contains(&format!("attempt {attempt}")), "{message}");
+        }
+        assert!(run("fail-n-attempts", &TaskContext::new(1, 3), b"3")
+            .unwrap()
+            .is_empty());
+        assert!(run("fail-n-attempts", &TaskContext::new(1, 0), b"0").is_ok());
+    }
+
+    #[test]
+    fn large_result_follows_the_pattern() {
+        let ctx = TaskContext::new(1, 0);
+        let result = run("large-result", &ctx, b"1000").unwrap();
+        assert_eq!(result.len(), 1000);
+        assert!(result
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i % 251) as u8));
+        assert_eq!(run("large-result", &ctx, b"2k").unwrap().len(), 2048);
+        assert_eq!(run("large-result", &ctx, b" 1M ").unwrap().len(), 1 << 20);
+        assert!(run("large-result", &ctx, b"0").unwrap().is_empty());
+    }
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size(b"10"), Some(10));
+        assert_eq!(parse_size(b"10b"), Some(10));
+        assert_eq!(parse_size(b"3k"), Some(3 << 10));
+        assert_eq!(parse_size(b"10m"), Some(10 << 20));
+        assert_eq!(parse_size(b"10MB"), Some(10 << 20));
+        assert_eq!(parse_size(b"2g"), Some(2 << 30));
+        for bad in [
+            &b""[..],
+            b"m",
+            b"-1",
+            b"1.5m",
+            b"3t",
+            b"3g",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(parse_size(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn bad_inputs_say_what_was_expected() {
+        let ctx = TaskContext::new(1, 0);
+        for (name, input, expected) in [
+            ("sleep", &b"soon"[..], "milliseconds"),
+            ("spin", b"", "milliseconds"),
+            ("fail-n-attempts", b"two", "number of attempts"),
+            ("large-result", b"lots", "size in bytes"),
+            ("large-result", b"\xff", "size in bytes"),
+        ] {
+            let registry = TaskRegistry::with_builtins();
+            let result = registry.get(name).unwrap()(&ctx, &Bytes::copy_from_slice(input));
+            let message = failure(result);
+            assert!(message.starts_with(name), "{message}");
+            assert!(message.contains(expected), "{message}");
+        }
+    }
+
+    #[test]
+    fn registering_checks_the_name_and_replaces() {
+        let mut registry = TaskRegistry::new();
+        registry
+            .register("f", |_: &TaskContext, _: &Bytes| {
+                Ok(Bytes::from_static(b"1"))
+            })
+            .unwrap()
+            .register("f", |_: &TaskContext, _: &Bytes| {
+                Ok(Bytes::from_static(b"2"))
+            })
+            .unwrap();
+        assert_eq!(registry.len(), 1);
+        let f = registry.get("f").unwrap();
+        assert_eq!(f(&TaskContext::new(0, 0), &Bytes::new()).unwrap(), "2");
+
+        let error = registry
+            .register("", |_: &TaskContext, _: &Bytes| Ok(Bytes::new()))
+            .unwrap_err();
+        assert_eq!(error.len, 0);
+        let long = "x".repeat(256);
+        let error = registry
+            .register(long, |_: &TaskContext, _: &Bytes| Ok(Bytes::new()))
+            .unwrap_err();
+        assert!(error.to_string().contains("1 to 255 bytes"), "{error}");
+        assert!(registry
+            .register("x".repeat(255), |_: &TaskContext, _: &Bytes| Ok(
+                Bytes::new()
+            ))
+            .is_ok());
+    }
+}

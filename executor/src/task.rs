@@ -1,0 +1,264 @@
+//! What a task function sees while it runs ([`TaskContext`]) and how it fails
+//! ([`TaskError`]), and the per-task state the executor shares with it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use flint_wire::{SharedStr, TaskMetrics};
+
+/// Why a task function did not produce a result.
+///
+/// ```
+/// use flint_executor::TaskError;
+///
+/// let error = TaskError::failed("partition 7 has no rows");
+/// assert_eq!(error.to_string(), "partition 7 has no rows");
+/// assert!(TaskError::killed("stage cancelled").is_killed());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// The task failed; the text is shown to the user and the attempt counts towards
+    /// `task.maxFailures`.
+    #[error("{0}")]
+    Failed(String),
+    /// The task stopped because it was asked to (it saw its kill flag); it ends KILLED.
+    #[error("task killed: {reason}")]
+    Killed {
+        /// Why it was killed (the reason of the kill request).
+        reason: String,
+    },
+}
+
+impl TaskError {
+    /// A task failure with this text.
+    pub fn failed(message: impl Into<String>) -> Self {
+        TaskError::Failed(message.into())
+    }
+
+    /// The error of a task that stopped because it was killed.
+    pub fn killed(reason: impl Into<String>) -> Self {
+        TaskError::Killed {
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether this is [`TaskError::Killed`].
+    pub fn is_killed(&self) -> bool {
+        matches!(self, TaskError::Killed { .. })
+    }
+}
+
+/// The text of a kill request that gave no reason.
+pub(crate) const NO_REASON: &str = "killed";
+
+/// The state of one task attempt shared by the executor (kills, heartbeats) and the task
+/// runner: the cooperative kill flag and the metrics gathered so far.
+#[derive(Debug, Default)]
+pub(crate) struct TaskHandle {
+    killed: AtomicBool,
+    kill_reason: OnceLock<String>,
+    /// Nanoseconds since the executor's epoch at which the function started, plus one;
+    /// 0 while it has not started.
+    started: AtomicU64,
+    deserialize_time_ns: AtomicU64,
+    input_bytes: AtomicU64,
+    output_bytes: AtomicU64,
+}
+
+impl TaskHandle {
+    /// Asks the task to stop; the first reason given is kept.
+    pub(crate) fn kill(&self, reason: &str) {
+        let _ = self.kill_reason.set(reason.to_owned());
+        self.killed.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
+    }
+
+    /// The reason of the kill request, if the task was asked to stop.
+    pub(crate) fn kill_reason(&self) -> Option<&str> {
+        if self.is_killed() {
+            Some(self.kill_reason.get().map_or(NO_REASON, String::as_str))
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn mark_started(&self, since_epoch_ns: u64, deserialize_time_ns: u64) {
+        self.deserialize_time_ns
+            .store(deserialize_time_ns, Ordering::Relaxed);
+        self.started
+            .store(since_epoch_ns.saturating_add(1), Ordering::Release);
+    }
+
+    /// When the function started (nanoseconds since the executor's epoch), if it did.
+    pub(crate) fn started_at(&self) -> Option<u64> {
+        match self.started.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(n - 1),
+        }
+    }
+
+    /// The metrics so far, with this run time.
+    pub(crate) fn metrics(&self, run_time_ns: u64) -> TaskMetrics {
+        TaskMetrics {
+            deserialize_time_ns: self.deserialize_time_ns.load(Ordering::Relaxed),
+            run_time_ns,
+            cpu_time_ns: 0,
+            result_size: 0,
+            input_bytes: self.input_bytes.load(Ordering::Relaxed),
+            output_bytes: self.output_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What a task function knows about the attempt it runs: its ids, its kill flag, and
+/// counters of the bytes it reads and writes.
+///
+/// Kills are cooperative: a long task checks [`TaskContext::is_interrupted`] (or calls
+/// [`TaskContext::check_interrupted`]) now and then and returns when it is set.
+///
+/// ```
+/// use bytes::Bytes;
+/// use flint_executor::{TaskContext, TaskError};
+///
+/// fn count_lines(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+///     let mut lines = 0u64;
+///     for chunk in input.chunks(64 * 1024) {
+///         ctx.check_interrupted()?;
+///         lines += chunk.iter().filter(|&&b| b == b'\n').count() as u64;
+///     }
+///     ctx.add_input_bytes(input.len() as u64);
+///     Ok(Bytes::from(lines.to_string()))
+/// }
+///
+/// let ctx = TaskContext::new(7, 0);
+/// assert_eq!(count_lines(&ctx, &Bytes::from_static(b"a\nb\n")).unwrap(), "2");
+/// ctx.request_kill("stage cancelled");
+/// assert_eq!(
+///     count_lines(&ctx, &Bytes::from_static(b"a\n")),
+///     Err(TaskError::killed("stage cancelled"))
+/// );
+/// ```
+#[derive(Debug)]
+pub struct TaskContext {
+    pub(crate) task_id: u64,
+    pub(crate) attempt_number: u32,
+    pub(crate) partition_id: u32,
+    pub(crate) index: u32,
+    pub(crate) executor_id: SharedStr,
+    pub(crate) handle: Arc<TaskHandle>,
+}
+
+impl TaskContext {
+    /// A context outside any executor (executor id "driver", partition and index 0),
+    /// to run or test a task function directly.
+    pub fn new(task_id: u64, attempt_number: u32) -> Self {
+        TaskContext {
+            task_id,
+            attempt_number,
+            partition_id: 0,
+            index: 0,
+            executor_id: SharedStr::from("driver"),
+            handle: Arc::default(),
+        }
+    }
+
+    /// The task attempt's id (TID), unique within the application.
+    pub fn task_id(&self) -> u64 {
+        self.task_id
+    }
+
+    /// Which attempt of the task this is, 0 for the first.
+    pub fn attempt_number(&self) -> u32 {
+        self.attempt_number
+    }
+
+    /// The partition the task computes.
+    pub fn partition_id(&self) -> u32 {
+        self.partition_id
+    }
+
+    /// The task's index within its task set.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The id of the executor running the task.
+    pub fn executor_id(&self) -> &str {
+        &self.executor_id
+    }
+
+    /// Whether the task was asked to stop (its kill flag). A task that sees it should
+    /// return soon; whatever it returns then, the attempt ends KILLED.
+    pub fn is_interrupted(&self) -> bool {
+        self.handle.is_killed()
+    }
+
+    /// `Err(TaskError::Killed)`, with the kill's reason, once the task was asked to stop;
+    /// `Ok(())` before. Made for `?` in a task's loop.
+    pub fn check_interrupted(&self) -> Result<(), TaskError> {
+        match self.handle.kill_reason() {
+            Some(reason) => Err(TaskError::killed(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Sets the kill flag, as the executor does when the driver kills the task. For
+    /// running task functions outside an executor, e.g. in their tests.
+    pub fn request_kill(&self, reason: &str) {
+        self.handle.kill(reason);
+    }
+
+    /// Counts `n` bytes read by the task (reported in its metrics and heartbeats).
+    pub fn add_input_bytes(&self, n: u64) {
+        self.handle.input_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts `n` bytes written by the task (reported in its metrics and heartbeats).
+    pub fn add_output_bytes(&self, n: u64) {
+        self.handle.output_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The metrics gathered so far (run time not included).
+    pub fn metrics(&self) -> TaskMetrics {
+        self.handle.metrics(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_kill_reason_is_kept() {
+        let ctx = TaskContext::new(1, 0);
+        assert!(!ctx.is_interrupted());
+        assert_eq!(ctx.check_interrupted(), Ok(()));
+        ctx.request_kill("first");
+        ctx.request_kill("second");
+        assert!(ctx.is_interrupted());
+        assert_eq!(ctx.check_interrupted(), Err(TaskError::killed("first")));
+    }
+
+    #[test]
+    fn byte_counters_add_up() {
+        let ctx = TaskContext::new(1, 0);
+        ctx.add_input_bytes(10);
+        ctx.add_input_bytes(5);
+        ctx.add_output_bytes(3);
+        let metrics = ctx.metrics();
+        assert_eq!((metrics.input_bytes, metrics.output_bytes), (15, 3));
+    }
+
+    #[test]
+    fn start_time_zero_is_still_started() {
+        let handle = TaskHandle::default();
+        assert_eq!(handle.started_at(), None);
+        handle.mark_started(0, 42);
+        assert_eq!(handle.started_at(), Some(0));
+        assert_eq!(handle.metrics(9).deserialize_time_ns, 42);
+        assert_eq!(handle.metrics(9).run_time_ns, 9);
+    }
+}
