@@ -96,6 +96,12 @@ const KNOWN_KEYS: &[KeyInfo] = &[
          bytes when bare; 0 is unlimited.",
     ),
     info(
+        "excludeOnFailure.enabled",
+        Some("false"),
+        "Whether executors and hosts on which a task set's tasks keep failing stop \
+         getting that task set's tasks (Spark's excludeOnFailure, off by default as there).",
+    ),
+    info(
         "executor.heartbeat.maxFailures",
         Some("60"),
         "Heartbeats an executor may fail to deliver in a row before it exits with code 56; \
@@ -112,12 +118,6 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         Some("0"),
         "flint's own: tasks the driver may queue at an executor beyond its free cores \
          (launch pipelining); 0 is the seeds' semantics.",
-    ),
-    info(
-        "excludeOnFailure.enabled",
-        Some("false"),
-        "Whether executors and hosts on which a task set's tasks keep failing stop \
-         getting that task set's tasks (Spark's excludeOnFailure, off by default as there).",
     ),
     info(
         "locality.wait",
