@@ -19,6 +19,8 @@
 //! assert!(decoder.next_frame().unwrap().is_some());
 //! ```
 
+pub mod job;
+
 pub use flint_executor as executor;
 pub use flint_rpc as rpc;
 pub use flint_scheduler as scheduler;

@@ -1,21 +1,269 @@
-//! The `flint` command.
+//! The `flint` command: the main job, a driver, an executor.
 
-use clap::Parser;
+use std::io::IsTerminal;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use flint::executor::{run_executor, ExecutorOptions, TaskRegistry};
+use flint::job::{local_cluster, run_job, JobError, JobHooks, JobReport, JobSpec, TaskSpec};
+use flint::rpc::Conf;
+use flint::scheduler::cluster_manager::SECRET_ENV;
+use flint::scheduler::{ClusterManager, StandaloneExecutors};
 
 /// flint: a zero-copy task-launch control plane (driver, executors, and the RPC
 /// transport under them).
-///
-/// The driver, executor and job commands arrive with the scheduler and executor crates;
-/// this build offers `--version` and `help`.
 #[derive(Debug, Parser)]
 #[command(name = "flint", version, about, long_about = None)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() {
-    let Cli {} = Cli::parse();
-    println!(
-        "flint {} (wire protocol version {}); run `flint --help` for usage",
-        env!("CARGO_PKG_VERSION"),
-        flint::wire::PROTOCOL_VERSION
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a job: a driver here, executor processes started on this host, N tasks.
+    Run(RunArgs),
+    /// Run a job on executors that register on their own (`flint executor --driver`).
+    Driver(DriverArgs),
+    /// Run an executor: register with the driver and run the tasks it sends.
+    Executor(ExecutorArgs),
+}
+
+#[derive(Debug, Args)]
+struct JobArgs {
+    /// Tasks in the job.
+    #[arg(long, default_value_t = 10_000)]
+    tasks: u32,
+    /// What each task runs: noop, sleep:MS, echo:TEXT, fail-n-attempts:N,
+    /// large-result:SIZE, spin:MS.
+    #[arg(long, default_value = "noop")]
+    task: TaskSpec,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Configuration, KEY=VALUE (any key of the configuration, `spark.` prefix optional).
+    #[arg(long = "conf", value_name = "KEY=VALUE")]
+    conf: Vec<String>,
+    /// How long executors may take to register, in seconds.
+    #[arg(long, default_value_t = 60)]
+    startup_timeout: u64,
+    /// How long the job may take once they did, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    job_timeout: u64,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Executor processes to start.
+    #[arg(long, default_value_t = 2)]
+    executors: usize,
+    /// Cores of each executor.
+    #[arg(long, default_value_t = 1)]
+    cores: u32,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+#[derive(Debug, Args)]
+struct DriverArgs {
+    /// Executors to wait for before the job starts.
+    #[arg(long, default_value_t = 1)]
+    executors: usize,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+#[derive(Debug, Args)]
+struct ExecutorArgs {
+    /// The driver's address, HOST:PORT.
+    #[arg(long)]
+    driver: String,
+    /// Cores to offer (tasks run at once).
+    #[arg(long, default_value_t = 1)]
+    cores: u32,
+    /// This executor's id (default: the process id).
+    #[arg(long)]
+    executor_id: Option<String>,
+    /// The host name to report (default: localhost).
+    #[arg(long, default_value = "localhost")]
+    hostname: String,
+    /// Configuration, KEY=VALUE.
+    #[arg(long = "conf", value_name = "KEY=VALUE")]
+    conf: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Run(args) => run(args),
+        Command::Driver(args) => driver(args),
+        Command::Executor(args) => executor(args),
+    }
+}
+
+/// Logs go to stderr; `FLINT_LOG` (or `RUST_LOG`) sets the filter, WARN by default so
+/// that a job's output stays readable.
+fn init_logging() {
+    let filter = std::env::var("FLINT_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "warn".to_owned());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn parse_conf(pairs: &[String]) -> Result<Conf, String> {
+    let mut conf = Conf::from_pairs(pairs.iter().map(String::as_str)).map_err(|e| e.to_string())?;
+    if let Ok(secret) = std::env::var(SECRET_ENV) {
+        conf.set("authenticate.secret", secret);
+    }
+    conf.validate().map_err(|e| e.to_string())?;
+    Ok(conf)
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("flint: {message}");
+    ExitCode::FAILURE
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let conf = match parse_conf(&args.job.conf) {
+        Ok(conf) => conf,
+        Err(e) => return fail(e),
+    };
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(e) => {
+            return fail(format!(
+                "cannot find the flint executable to start executors: {e}"
+            ))
+        }
+    };
+    let cluster = local_cluster(program, args.cores, &conf);
+    run_and_report(
+        &conf,
+        args.executors,
+        args.cores,
+        &args.job,
+        Box::new(cluster),
+    )
+}
+
+fn driver(args: DriverArgs) -> ExitCode {
+    let conf = match parse_conf(&args.job.conf) {
+        Ok(conf) => conf,
+        Err(e) => return fail(e),
+    };
+    eprintln!(
+        "flint: waiting for {} executor(s) to register with the driver at {}:{} (flint executor --driver HOST:PORT)",
+        args.executors,
+        conf.bind_address().map(|a| a.to_string()).unwrap_or_default(),
+        conf.port().unwrap_or(0)
     );
+    run_and_report(
+        &conf,
+        args.executors,
+        0,
+        &args.job,
+        Box::new(StandaloneExecutors),
+    )
+}
+
+fn run_and_report(
+    conf: &Conf,
+    executors: usize,
+    cores: u32,
+    job: &JobArgs,
+    cluster: Box<dyn ClusterManager>,
+) -> ExitCode {
+    let spec = JobSpec {
+        executors,
+        cores,
+        tasks: job.tasks,
+        task: job.task.clone(),
+        startup_timeout: Duration::from_secs(job.startup_timeout),
+        job_timeout: Duration::from_secs(job.job_timeout),
+    };
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let interrupted = interrupted.clone();
+        let _ = ctrlc::set_handler(move || interrupted.store(true, Ordering::Relaxed));
+    }
+    let bar = (!job.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(u64::from(job.tasks));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} tasks ({per_sec})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut on_progress = |done: usize, _total: usize| {
+        if let Some(bar) = &bar {
+            bar.set_position(done as u64);
+        }
+    };
+    let hooks = JobHooks {
+        progress: Some(&mut on_progress),
+        interrupted: Some(&interrupted),
+    };
+    let result = run_job(conf, &spec, cluster, hooks);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    match result {
+        Ok(report) => {
+            print_report(&report, job.json);
+            ExitCode::SUCCESS
+        }
+        Err(JobError::Interrupted) => {
+            eprintln!("flint: interrupted; the driver and its executors were stopped");
+            ExitCode::from(130)
+        }
+        Err(e) => fail(format!("the job failed: {e}")),
+    }
+}
+
+fn print_report(report: &JobReport, json: bool) {
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        println!("{}", report.to_text());
+    }
+}
+
+fn resolve(address: &str) -> Result<SocketAddr, String> {
+    address
+        .to_socket_addrs()
+        .map_err(|e| format!("bad driver address {address}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("the driver address {address} resolves to nothing"))
+}
+
+fn executor(args: ExecutorArgs) -> ExitCode {
+    let conf = match parse_conf(&args.conf) {
+        Ok(conf) => conf,
+        Err(e) => return fail(e),
+    };
+    let driver = match resolve(&args.driver) {
+        Ok(driver) => driver,
+        Err(e) => return fail(e),
+    };
+    let executor_id = args
+        .executor_id
+        .unwrap_or_else(|| std::process::id().to_string());
+    let options = ExecutorOptions::new(driver, executor_id, args.hostname, args.cores);
+    let exit = run_executor(&conf, options, TaskRegistry::with_builtins());
+    let code = exit.code();
+    if code != 0 {
+        eprintln!("flint executor: {exit}");
+    }
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

@@ -1,0 +1,373 @@
+//! The main job: a driver in this process, executors from a cluster manager, one task set
+//! of a built-in task function, and a report of how fast it went.
+//!
+//! `flint run` and `flint driver` are thin wrappers around [`run_job`]; the end-to-end
+//! tests and the task-launch benches use it too.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use flint_rpc::Conf;
+use flint_scheduler::{
+    ClusterManager, Driver, DriverError, LatencySummary, LocalClusterManager, TaskSet, TaskSetError,
+};
+use flint_wire::{TaskPayload, WireError};
+
+/// A task as the command line names it: `noop`, `sleep:MS`, `echo:TEXT`,
+/// `fail-n-attempts:N`, `large-result:SIZE`, `spin:MS`, or any registered function
+/// `NAME[:INPUT]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskSpec {
+    /// The registered task function.
+    pub function: String,
+    /// Its input.
+    pub input: String,
+}
+
+impl std::str::FromStr for TaskSpec {
+    type Err = WireError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (function, input) = text.split_once(':').unwrap_or((text, ""));
+        // Checks the name as the serialized form will.
+        TaskPayload::encode(function, input.as_bytes())?;
+        Ok(TaskSpec {
+            function: function.to_owned(),
+            input: input.to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for TaskSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.input.is_empty() {
+            f.write_str(&self.function)
+        } else {
+            write!(f, "{}:{}", self.function, self.input)
+        }
+    }
+}
+
+impl TaskSpec {
+    /// The serialized task every task of the job shares.
+    pub fn payload(&self) -> bytes::Bytes {
+        TaskPayload::encode(&self.function, self.input.as_bytes())
+            .expect("checked when the spec was parsed")
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// Executors to wait for (and, with a local cluster manager, to start).
+    pub executors: usize,
+    /// Cores of each executor the local cluster manager starts.
+    pub cores: u32,
+    /// Tasks in the job.
+    pub tasks: u32,
+    /// What each task runs.
+    pub task: TaskSpec,
+    /// How long executors may take to register.
+    pub startup_timeout: Duration,
+    /// How long the job may take once they did.
+    pub job_timeout: Duration,
+}
+
+/// How the job went.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    /// Tasks run.
+    pub tasks: u32,
+    /// Executors it ran on.
+    pub executors: usize,
+    /// Cores of the executors, in all.
+    pub cores: u32,
+    /// The task.
+    pub task: String,
+    /// From the driver's start to every executor registered.
+    pub startup_seconds: f64,
+    /// From submitting the task set to its last result.
+    pub seconds: f64,
+    /// Tasks per second over `seconds`.
+    pub tasks_per_sec: f64,
+    /// Task latency, from launch at the driver to result at the driver.
+    pub latency: LatencySummary,
+    /// Attempts that failed on the way (retried).
+    pub failed_attempts: u64,
+    /// `executor.taskPrefetch` the job ran with.
+    pub prefetch: usize,
+}
+
+impl JobReport {
+    /// One JSON object: tasks, seconds, tasks_per_sec, latency_us (p50, p90, p99, max,
+    /// mean), startup_seconds, and the job's shape.
+    pub fn to_json(&self) -> String {
+        let l = &self.latency;
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "{{\"tasks\":{},\"executors\":{},\"cores\":{},\"task\":{},\"prefetch\":{},\"startup_seconds\":{:.6},\"seconds\":{:.6},\"tasks_per_sec\":{:.1},\"latency_us\":{{\"p50\":{:.1},\"p90\":{:.1},\"p99\":{:.1},\"max\":{:.1},\"mean\":{:.1}}},\"failed_attempts\":{}}}",
+            self.tasks,
+            self.executors,
+            self.cores,
+            json_string(&self.task),
+            self.prefetch,
+            self.startup_seconds,
+            self.seconds,
+            self.tasks_per_sec,
+            l.p50_us,
+            l.p90_us,
+            l.p99_us,
+            l.max_us,
+            l.mean_us,
+            self.failed_attempts
+        );
+        out
+    }
+
+    /// A few lines for a person.
+    pub fn to_text(&self) -> String {
+        let l = &self.latency;
+        format!(
+            "{} tasks ({}) on {} executors ({} cores) in {:.3} s: {:.0} tasks/s\n\
+             task latency (launch to result at the driver): p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, max {:.1} us\n\
+             executor start-up: {:.3} s; failed attempts retried: {}",
+            self.tasks,
+            self.task,
+            self.executors,
+            self.cores,
+            self.seconds,
+            self.tasks_per_sec,
+            l.p50_us,
+            l.p90_us,
+            l.p99_us,
+            l.max_us,
+            self.startup_seconds,
+            self.failed_attempts
+        )
+    }
+}
+
+/// A string as a JSON string literal.
+pub fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Why a job did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The driver failed (start-up, executors not registering, ...).
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The job's task set failed or timed out.
+    #[error(transparent)]
+    TaskSet(#[from] TaskSetError),
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Conf(#[from] flint_rpc::conf::ConfError),
+    /// Interrupted (Ctrl-C).
+    #[error("interrupted")]
+    Interrupted,
+}
+
+/// Hooks a caller can give [`run_job`]: progress, and a flag that interrupts it.
+#[derive(Default)]
+pub struct JobHooks<'a> {
+    /// Called about ten times a second with (tasks done, tasks in all).
+    pub progress: Option<&'a mut dyn FnMut(usize, usize)>,
+    /// When it becomes true the job stops (its executors with it) and
+    /// [`JobError::Interrupted`] is returned.
+    pub interrupted: Option<&'a AtomicBool>,
+}
+
+/// The configuration pairs to hand to the executors a local cluster manager starts: all
+/// of `conf` but the driver's own port.
+pub fn executor_conf(conf: &Conf) -> Vec<(String, String)> {
+    conf.iter()
+        .filter(|(key, _)| key.strip_prefix("spark.").unwrap_or(key) != "rpc.port")
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// A local cluster manager starting `program executor ...` with `cores` cores each and
+/// the executors' share of `conf`.
+pub fn local_cluster(
+    program: impl Into<std::path::PathBuf>,
+    cores: u32,
+    conf: &Conf,
+) -> LocalClusterManager {
+    let pairs = executor_conf(conf);
+    LocalClusterManager::new(program, cores)
+        .with_conf(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}
+
+/// Runs the job: starts a driver with `cluster_manager`, asks it for the executors,
+/// waits for them, runs the task set, stops everything, and reports. The job's clock
+/// starts once the executors have registered.
+pub fn run_job(
+    conf: &Conf,
+    spec: &JobSpec,
+    cluster_manager: Box<dyn ClusterManager>,
+    mut hooks: JobHooks<'_>,
+) -> Result<JobReport, JobError> {
+    let started = Instant::now();
+    let driver = Driver::start(conf, cluster_manager)?;
+    let result = (|| {
+        driver.request_total_executors(spec.executors as i64)?;
+        let deadline = started + spec.startup_timeout;
+        loop {
+            if is_interrupted(&hooks) {
+                return Err(JobError::Interrupted);
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match driver
+                .wait_for_executors(spec.executors, remaining.min(Duration::from_millis(100)))
+            {
+                Ok(()) => break,
+                Err(_) if !remaining.is_zero() => continue,
+                Err(_) => driver.wait_for_executors(spec.executors, Duration::ZERO)?,
+            }
+        }
+        let startup = started.elapsed();
+        let cores = driver.total_cores();
+        let handle = driver.submit(TaskSet::new(0, 0, spec.tasks, spec.task.payload()))?;
+        let deadline = Instant::now() + spec.job_timeout;
+        let outcome = loop {
+            if is_interrupted(&hooks) {
+                return Err(JobError::Interrupted);
+            }
+            if let Some(progress) = hooks.progress.as_mut() {
+                let (done, total) = handle.progress();
+                progress(done, total);
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match handle.wait(remaining.min(Duration::from_millis(100))) {
+                Ok(outcome) => break outcome,
+                Err(TaskSetError::Timeout { .. }) if !remaining.is_zero() => continue,
+                Err(TaskSetError::Timeout {
+                    finished, total, ..
+                }) => {
+                    return Err(JobError::TaskSet(TaskSetError::Timeout {
+                        task_set: handle.id(),
+                        timeout: spec.job_timeout,
+                        finished,
+                        total,
+                    }))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if let Some(progress) = hooks.progress.as_mut() {
+            let (done, total) = handle.progress();
+            progress(done, total);
+        }
+        let seconds = outcome.elapsed.as_secs_f64();
+        Ok(JobReport {
+            tasks: spec.tasks,
+            executors: spec.executors,
+            cores,
+            task: spec.task.to_string(),
+            startup_seconds: startup.as_secs_f64(),
+            seconds,
+            tasks_per_sec: if seconds > 0.0 {
+                f64::from(spec.tasks) / seconds
+            } else {
+                0.0
+            },
+            latency: outcome.latency,
+            failed_attempts: outcome.failed_attempts,
+            prefetch: conf.executor_task_prefetch()?,
+        })
+    })();
+    let stopped = driver.stop();
+    let report = result?;
+    stopped?;
+    Ok(report)
+}
+
+fn is_interrupted(hooks: &JobHooks<'_>) -> bool {
+    hooks
+        .interrupted
+        .is_some_and(|flag| flag.load(Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_specs_parse_name_and_input() {
+        let spec: TaskSpec = "sleep:50".parse().unwrap();
+        assert_eq!(
+            (spec.function.as_str(), spec.input.as_str()),
+            ("sleep", "50")
+        );
+        assert_eq!(spec.to_string(), "sleep:50");
+        let spec: TaskSpec = "echo:a:b".parse().unwrap();
+        assert_eq!(spec.input, "a:b");
+        let noop: TaskSpec = "noop".parse().unwrap();
+        assert_eq!(&noop.payload()[..], b"\x04noop");
+        assert!("".parse::<TaskSpec>().is_err());
+        assert!(":x".parse::<TaskSpec>().is_err());
+    }
+
+    #[test]
+    fn reports_print_as_json() {
+        let report = JobReport {
+            tasks: 10,
+            executors: 2,
+            cores: 2,
+            task: "echo:\"hi\"".into(),
+            startup_seconds: 0.5,
+            seconds: 0.25,
+            tasks_per_sec: 40.0,
+            latency: LatencySummary {
+                count: 10,
+                p50_us: 12.5,
+                p90_us: 20.0,
+                p99_us: 30.0,
+                max_us: 31.0,
+                mean_us: 14.0,
+            },
+            failed_attempts: 0,
+            prefetch: 0,
+        };
+        assert_eq!(
+            report.to_json(),
+            "{\"tasks\":10,\"executors\":2,\"cores\":2,\"task\":\"echo:\\\"hi\\\"\",\"prefetch\":0,\"startup_seconds\":0.500000,\"seconds\":0.250000,\"tasks_per_sec\":40.0,\"latency_us\":{\"p50\":12.5,\"p90\":20.0,\"p99\":30.0,\"max\":31.0,\"mean\":14.0},\"failed_attempts\":0}"
+        );
+        assert!(report
+            .to_text()
+            .contains("10 tasks (echo:\"hi\") on 2 executors"));
+    }
+
+    #[test]
+    fn executors_get_the_conf_but_the_driver_port() {
+        let conf = Conf::from_pairs([
+            "rpc.port=7077",
+            "spark.task.cpus=1",
+            "rpc.message.maxSize=1",
+        ])
+        .unwrap();
+        let pairs = executor_conf(&conf);
+        assert!(
+            pairs.iter().all(|(k, _)| !k.ends_with("rpc.port")),
+            "{pairs:?}"
+        );
+        assert_eq!(pairs.len(), 2);
+    }
+}

@@ -1,0 +1,545 @@
+//! End to end: a driver in this process, `flint executor` processes on 127.0.0.1, real
+//! sockets. Every wait is bounded; every process started is killed when its test ends.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flint::job::{local_cluster, run_job, JobHooks, JobSpec};
+use flint::rpc::Conf;
+use flint::scheduler::{
+    ClusterManager, Driver, LocalClusterManager, SchedulerEvent, SchedulerListener, TaskSet,
+    TaskSetError, DISASSOCIATED,
+};
+use flint::wire::{TaskPayload, TaskState};
+
+const FLINT: &str = env!("CARGO_BIN_EXE_flint");
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
+const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A local cluster manager the test can still look into once the driver owns it.
+#[derive(Clone)]
+struct SharedCluster(Arc<Mutex<LocalClusterManager>>);
+
+impl SharedCluster {
+    fn new(cores: u32, conf: &Conf) -> Self {
+        SharedCluster(Arc::new(Mutex::new(local_cluster(FLINT, cores, conf))))
+    }
+
+    fn pid(&self, executor_id: &str) -> u32 {
+        self.0
+            .lock()
+            .unwrap()
+            .pid(executor_id)
+            .unwrap_or_else(|| panic!("no process for executor {executor_id}"))
+    }
+}
+
+impl ClusterManager for SharedCluster {
+    fn start(&mut self, driver: SocketAddr) {
+        self.0.lock().unwrap().start(driver)
+    }
+    fn request_total_executors(
+        &mut self,
+        total: u32,
+    ) -> Result<bool, flint::scheduler::cluster_manager::ClusterManagerError> {
+        self.0.lock().unwrap().request_total_executors(total)
+    }
+    fn kill_executors(
+        &mut self,
+        ids: &[String],
+    ) -> Result<bool, flint::scheduler::cluster_manager::ClusterManagerError> {
+        self.0.lock().unwrap().kill_executors(ids)
+    }
+    fn stop(&mut self, grace: Duration) {
+        self.0.lock().unwrap().stop(grace)
+    }
+}
+
+/// Records the events that are not about single tasks, and every task end's state.
+#[derive(Clone, Default)]
+struct Recorder {
+    events: Arc<Mutex<Vec<SchedulerEvent>>>,
+    task_ends: Arc<Mutex<Vec<(u64, String, TaskState)>>>,
+    task_starts: Arc<Mutex<Vec<(u64, String)>>>,
+}
+
+impl SchedulerListener for Recorder {
+    fn on_event(&mut self, event: &SchedulerEvent) {
+        match event {
+            SchedulerEvent::TaskStart {
+                task_id,
+                executor_id,
+                ..
+            } => self
+                .task_starts
+                .lock()
+                .unwrap()
+                .push((*task_id, executor_id.to_string())),
+            SchedulerEvent::TaskEnd {
+                task_id,
+                executor_id,
+                state,
+                ..
+            } => self
+                .task_ends
+                .lock()
+                .unwrap()
+                .push((*task_id, executor_id.to_string(), *state)),
+            other => self.events.lock().unwrap().push(other.clone()),
+        }
+    }
+}
+
+impl Recorder {
+    fn removed(&self) -> Vec<(String, String)> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                SchedulerEvent::ExecutorRemoved {
+                    executor_id,
+                    reason,
+                } => Some((executor_id.to_string(), reason.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn added(&self) -> usize {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e, SchedulerEvent::ExecutorAdded { .. }))
+            .count()
+    }
+}
+
+/// Polls `check` until it holds, at most `timeout`.
+fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn conf(pairs: &[&str]) -> Conf {
+    Conf::from_pairs(pairs.iter().copied()).unwrap()
+}
+
+/// A driver with `executors` local executor processes of `cores` cores, registered.
+fn cluster(conf: &Conf, executors: usize, cores: u32) -> (Driver, SharedCluster, Recorder) {
+    let shared = SharedCluster::new(cores, conf);
+    let driver = Driver::start(conf, Box::new(shared.clone())).unwrap();
+    let recorder = Recorder::default();
+    driver.add_listener(recorder.clone());
+    driver.request_total_executors(executors as i64).unwrap();
+    driver
+        .wait_for_executors(executors, REGISTER_TIMEOUT)
+        .unwrap();
+    (driver, shared, recorder)
+}
+
+fn task(function: &str, input: &str) -> bytes::Bytes {
+    TaskPayload::encode(function, input.as_bytes()).unwrap()
+}
+
+/// Executor processes started by the test itself, killed when it ends.
+struct Processes(Vec<Child>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn_executor(driver: SocketAddr, executor_id: &str) -> Child {
+    Command::new(FLINT)
+        .args(["executor", "--driver", &driver.to_string(), "--cores", "1"])
+        .args(["--executor-id", executor_id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {} did not exit",
+            child.id()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_100_000_task_noop_job_records_every_result_once() {
+    let conf = conf(&[]);
+    let spec = JobSpec {
+        executors: 2,
+        cores: 1,
+        tasks: 100_000,
+        task: "noop".parse().unwrap(),
+        startup_timeout: REGISTER_TIMEOUT,
+        job_timeout: JOB_TIMEOUT,
+    };
+    let report = run_job(
+        &conf,
+        &spec,
+        Box::new(local_cluster(FLINT, 1, &conf)),
+        JobHooks::default(),
+    )
+    .unwrap();
+    assert_eq!(report.tasks, 100_000);
+    assert_eq!(
+        report.latency.count, 100_000,
+        "one latency sample per task: {report:?}"
+    );
+    assert_eq!(report.failed_attempts, 0);
+
+    // And through the API, with each result checked by index.
+    let (driver, _cluster, _) = cluster(&conf, 2, 1);
+    let outcome = driver
+        .submit(TaskSet::new(1, 1, 20_000, task("echo", "r")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert_eq!(outcome.results.len(), 20_000);
+    assert!(outcome.results.iter().all(|r| &r[..] == b"r"));
+    assert_eq!(outcome.duplicate_results, 0);
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_killed_executor_s_tasks_run_again_and_its_removal_carries_the_reason() {
+    let conf = conf(&[]);
+    let (driver, cluster, recorder) = cluster(&conf, 2, 1);
+    let handle = driver
+        .submit(TaskSet::new(0, 0, 200, task("sleep", "10")))
+        .unwrap();
+    wait_until("some tasks finished", JOB_TIMEOUT, || {
+        handle.progress().0 >= 20
+    });
+    let victim = recorder
+        .task_starts
+        .lock()
+        .unwrap()
+        .last()
+        .unwrap()
+        .1
+        .clone();
+    let pid = cluster.pid(&victim);
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let outcome = handle.wait(JOB_TIMEOUT).unwrap();
+    assert_eq!(outcome.results.len(), 200);
+    assert!(
+        outcome.failed_attempts >= 1,
+        "the task running on the killed executor ran again"
+    );
+    let removed = recorder.removed();
+    assert!(
+        removed
+            .iter()
+            .any(|(id, reason)| id == &victim && reason == DISASSOCIATED),
+        "{removed:?}"
+    );
+    let lost: Vec<_> = recorder
+        .task_ends
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, executor, state)| executor == &victim && *state == TaskState::Lost)
+        .cloned()
+        .collect();
+    assert!(!lost.is_empty(), "its running task ended LOST");
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_stopped_executor_is_expired_after_the_network_timeout_and_its_tasks_rescheduled() {
+    let conf = conf(&[
+        "network.timeout=1s",
+        "executor.heartbeatInterval=100ms",
+        "rpc.askTimeout=5s",
+    ]);
+    let (driver, cluster, recorder) = cluster(&conf, 2, 1);
+    let handle = driver
+        .submit(TaskSet::new(0, 0, 100, task("sleep", "20")))
+        .unwrap();
+    wait_until("some tasks finished", JOB_TIMEOUT, || {
+        handle.progress().0 >= 10
+    });
+    let victim = recorder
+        .task_starts
+        .lock()
+        .unwrap()
+        .last()
+        .unwrap()
+        .1
+        .clone();
+    let pid = cluster.pid(&victim).to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let stopped_at = Instant::now();
+
+    let outcome = handle.wait(JOB_TIMEOUT).unwrap();
+    assert_eq!(outcome.results.len(), 100);
+    let removed = recorder.removed();
+    let (_, reason) = removed
+        .iter()
+        .find(|(id, _)| id == &victim)
+        .unwrap_or_else(|| panic!("executor {victim} was not removed: {removed:?}"));
+    assert!(
+        reason.starts_with("Executor heartbeat timed out after "),
+        "{reason}"
+    );
+    assert!(stopped_at.elapsed() >= Duration::from_secs(1));
+    // Its process was killed (a stopped process, too) and a replacement registered.
+    wait_until(
+        "the stopped executor was killed",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |stat| stat.contains(") Z "))
+        },
+    );
+    wait_until("a replacement registered", REGISTER_TIMEOUT, || {
+        recorder.added() >= 3
+    });
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_second_executor_with_the_same_id_is_refused_with_the_seeds_text() {
+    let driver = Driver::standalone(&conf(&[])).unwrap();
+    let mut processes = Processes(vec![spawn_executor(driver.address(), "7")]);
+    driver.wait_for_executors(1, REGISTER_TIMEOUT).unwrap();
+    processes.0.push(spawn_executor(driver.address(), "7"));
+    let status = wait_exit(&mut processes.0[1], REGISTER_TIMEOUT);
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(processes.0[1].stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("Duplicate executor ID: 7"), "{stderr}");
+    assert_eq!(driver.executor_ids(), ["7"], "the first one stays");
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_task_larger_than_the_message_limit_aborts_its_task_set_with_the_seeds_message() {
+    let conf = conf(&["rpc.message.maxSize=1"]);
+    let (driver, _cluster, _) = cluster(&conf, 1, 1);
+    let input = "x".repeat(2 << 20);
+    let err = driver
+        .submit(TaskSet::new(0, 3, 2, task("echo", &input)))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap_err();
+    let TaskSetError::Failed { message, .. } = &err else {
+        panic!("{err}");
+    };
+    assert!(message.starts_with("Serialized task 0:0 was "), "{message}");
+    assert!(
+        message.ends_with(" bytes, which exceeds max allowed: rpc.message.maxSize (1048576 bytes). Consider increasing rpc.message.maxSize or using broadcast variables for large values."),
+        "{message}"
+    );
+    // The executor is fine and the next task set runs.
+    let outcome = driver
+        .submit(TaskSet::new(1, 4, 3, task("echo", "small")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert_eq!(outcome.results.len(), 3);
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_10_mib_result_under_a_1_mib_limit_arrives_whole_through_the_block_fetch() {
+    let conf = conf(&["rpc.message.maxSize=1m"]);
+    let (driver, _cluster, _) = cluster(&conf, 1, 1);
+    let outcome = driver
+        .submit(TaskSet::new(0, 0, 2, task("large-result", "10m")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    for result in &outcome.results {
+        assert_eq!(result.len(), 10 << 20);
+        assert!(result
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i % 251) as u8));
+    }
+    // driver.maxResultSize is enforced: 3 results of 10 MiB go over 25m.
+    let conf = Conf::from_pairs(["rpc.message.maxSize=1m", "driver.maxResultSize=25m"]).unwrap();
+    let (limited, _cluster2, _) = cluster(&conf, 1, 1);
+    let err = limited
+        .submit(TaskSet::new(0, 0, 3, task("large-result", "10m")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("Total size of serialized results of 3 tasks (30.0 MiB) is bigger than driver.maxResultSize (25.0 MiB)"),
+        "{err}"
+    );
+    limited.stop().unwrap();
+    driver.stop().unwrap();
+}
+
+#[test]
+fn kill_task_ends_a_running_sleep_task_killed() {
+    let (driver, _cluster, recorder) = cluster(&conf(&[]), 1, 1);
+    let handle = driver
+        .submit(TaskSet::new(0, 0, 1, task("sleep", "60000")))
+        .unwrap();
+    wait_until("the task started", REGISTER_TIMEOUT, || {
+        !recorder.task_starts.lock().unwrap().is_empty()
+    });
+    let (task_id, executor_id) = recorder.task_starts.lock().unwrap()[0].clone();
+    let asked = Instant::now();
+    driver.kill_task(task_id, &executor_id, true, "the test asked");
+    wait_until("the task ended", Duration::from_secs(10), || {
+        recorder
+            .task_ends
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(id, _, _)| *id == task_id)
+    });
+    assert!(asked.elapsed() < Duration::from_secs(5));
+    let ends = recorder.task_ends.lock().unwrap().clone();
+    assert_eq!(ends[0], (task_id, executor_id, TaskState::Killed));
+    // The killed task is pending again; cancel the stage so the driver can stop.
+    driver.cancel_stage(0, true);
+    assert!(matches!(
+        handle.wait(Duration::from_secs(10)),
+        Err(TaskSetError::Failed { .. })
+    ));
+    driver.stop().unwrap();
+}
+
+#[test]
+fn stop_executors_makes_every_executor_process_exit_0() {
+    let driver = Driver::standalone(&conf(&[])).unwrap();
+    let mut processes = Processes(
+        (1..=3)
+            .map(|i| spawn_executor(driver.address(), &i.to_string()))
+            .collect(),
+    );
+    driver.wait_for_executors(3, REGISTER_TIMEOUT).unwrap();
+    let outcome = driver
+        .submit(TaskSet::new(0, 0, 30, task("noop", "")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert_eq!(outcome.results.len(), 30);
+    driver.stop().unwrap();
+    let codes: BTreeMap<usize, Option<i32>> = processes
+        .0
+        .iter_mut()
+        .enumerate()
+        .map(|(i, child)| (i, wait_exit(child, Duration::from_secs(20)).code()))
+        .collect();
+    assert!(codes.values().all(|&c| c == Some(0)), "{codes:?}");
+}
+
+#[test]
+fn the_cli_runs_the_main_job_and_prints_json() {
+    let output = Command::new(FLINT)
+        .args([
+            "run",
+            "--executors",
+            "2",
+            "--cores",
+            "1",
+            "--tasks",
+            "2000",
+            "--task",
+            "noop",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = stdout.trim();
+    assert!(
+        line.starts_with("{\"tasks\":2000,") && line.ends_with('}'),
+        "{line}"
+    );
+    for field in [
+        "\"tasks_per_sec\":",
+        "\"startup_seconds\":",
+        "\"latency_us\":{\"p50\":",
+        "\"p90\":",
+        "\"p99\":",
+    ] {
+        assert!(line.contains(field), "{field} missing: {line}");
+    }
+
+    // A failed job exits non-zero with the reason.
+    let output = Command::new(FLINT)
+        .args([
+            "run",
+            "--executors",
+            "1",
+            "--tasks",
+            "1",
+            "--task",
+            "fail-n-attempts:100",
+        ])
+        .args(["--conf", "task.maxFailures=2"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("failed 2 times"), "{stderr}");
+}
+
+#[test]
+fn failed_attempts_are_retried_until_they_succeed() {
+    let (driver, _cluster, recorder) = cluster(&conf(&[]), 2, 1);
+    let outcome = driver
+        .submit(TaskSet::new(0, 0, 4, task("fail-n-attempts", "2")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert_eq!(
+        outcome.failed_attempts, 8,
+        "two failed attempts of each of 4 tasks"
+    );
+    let failed = recorder
+        .task_ends
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, _, s)| *s == TaskState::Failed)
+        .count();
+    assert_eq!(failed, 8);
+    driver.stop().unwrap();
+}
