@@ -768,6 +768,16 @@ impl DriverCore {
         let Some(executor_id) = self.address_to_executor.get(&remote).cloned() else {
             return;
         };
+        if self.stopping {
+            // It was asked to stop: its leaving is no loss.
+            debug!("Executor {executor_id} disconnected after it was asked to stop");
+            if let Some(executor) = self.executors.remove(&executor_id) {
+                self.address_to_executor.remove(&remote);
+                self.total_core_count = self.total_core_count.saturating_sub(executor.total_cores);
+                self.heartbeats.executor_removed(&executor_id);
+            }
+            return;
+        }
         let reason = if self.pending_to_remove.contains(&executor_id) {
             ExecutorLossReason::ExecutorKilled
         } else {
