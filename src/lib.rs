@@ -19,6 +19,7 @@
 //! assert!(decoder.next_frame().unwrap().is_some());
 //! ```
 
+pub mod bench;
 pub mod job;
 
 pub use flint_executor as executor;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use flint::bench::{run_bench, BenchOptions};
 use flint::executor::{run_executor, ExecutorOptions, TaskRegistry};
 use flint::job::{local_cluster, run_job, JobError, JobHooks, JobReport, JobSpec, TaskSpec};
 use flint::rpc::Conf;
@@ -31,6 +32,31 @@ enum Command {
     Driver(DriverArgs),
     /// Run an executor: register with the driver and run the tasks it sends.
     Executor(ExecutorArgs),
+    /// Measure task launch beside its floors: raw TCP round trip, one-task job latency,
+    /// throughput with and without launch pipelining.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Round trips measured for the floor, and one-task jobs for latency.
+    #[arg(long, default_value_t = 5_000)]
+    samples: usize,
+    /// Tasks of each throughput job.
+    #[arg(long, default_value_t = 100_000)]
+    tasks: u32,
+    /// Executors (of 1 core) of the throughput jobs.
+    #[arg(long, default_value_t = 2)]
+    executors: usize,
+    /// executor.taskPrefetch of the pipelined job.
+    #[arg(long, default_value_t = 64)]
+    prefetch: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Configuration, KEY=VALUE, for every driver and executor.
+    #[arg(long = "conf", value_name = "KEY=VALUE")]
+    conf: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -103,6 +129,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Driver(args) => driver(args),
         Command::Executor(args) => executor(args),
+        Command::Bench(args) => bench(args),
     }
 }
 
@@ -236,6 +263,39 @@ fn print_report(report: &JobReport, json: bool) {
         println!("{}", report.to_json());
     } else {
         println!("{}", report.to_text());
+    }
+}
+
+fn bench(args: BenchArgs) -> ExitCode {
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(e) => return fail(format!("cannot find the flint executable to start executors: {e}")),
+    };
+    let mut conf = Vec::new();
+    for pair in &args.conf {
+        match Conf::parse_pair(pair) {
+            Ok(pair) => conf.push(pair),
+            Err(e) => return fail(e),
+        }
+    }
+    let options = BenchOptions {
+        program,
+        samples: args.samples,
+        tasks: args.tasks,
+        executors: args.executors,
+        prefetch: args.prefetch,
+        conf,
+    };
+    match run_bench(&options) {
+        Ok(report) if args.json => {
+            println!("{}", report.to_json());
+            ExitCode::SUCCESS
+        }
+        Ok(report) => {
+            print!("{}", report.to_table());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(format!("the bench failed: {e}")),
     }
 }
 

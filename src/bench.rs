@@ -1,0 +1,415 @@
+//! Task-launch figures beside their floors, as `flint bench` prints them and the
+//! `task_launch` criterion bench measures them:
+//!
+//! - the floor round trip: a blocking std::net TCP ping-pong on 127.0.0.1 of a
+//!   LaunchTask-sized frame one way and a StatusUpdate-sized frame back (TCP_NODELAY);
+//! - one-task job latency: a task set of one noop task submitted to a driver with one
+//!   executor process, from submission to its result recorded at the driver, and its
+//!   ratio to the floor;
+//! - throughput: a 100,000-task noop job on 2 executor processes of 1 core, without
+//!   pipelining (`executor.taskPrefetch=0`, a task launched only on a free core) and
+//!   with it, beside the free-core floor: executor cores divided by the floor round
+//!   trip (the most a scheduler can launch when a task goes only to a free core).
+//!
+//! Executors are real `flint executor` processes started by a local cluster manager.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use flint_rpc::Conf;
+use flint_scheduler::{Driver, TaskSet};
+use flint_wire::{
+    Encoder, Message, Route, StatusUpdate, TaskDescription, TaskOutcome, TaskPayload, TaskState,
+    DRIVER_ENDPOINT, EXECUTOR_ENDPOINT,
+};
+use hdrhistogram::Histogram;
+
+use crate::job::{json_string, local_cluster, run_job, JobError, JobHooks, JobSpec};
+
+/// The frame sizes of a noop task's LaunchTask and of its StatusUpdate, as the driver
+/// and the executor send them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameSizes {
+    /// Bytes of a LaunchTask frame.
+    pub launch: usize,
+    /// Bytes of a StatusUpdate frame.
+    pub status: usize,
+}
+
+impl FrameSizes {
+    /// Encodes the two frames a noop task costs.
+    pub fn of_noop_task() -> FrameSizes {
+        let mut encoder = Encoder::new(usize::MAX);
+        let mut out = BytesMut::new();
+        let task = TaskDescription {
+            task_id: 12_345,
+            attempt_number: 0,
+            executor_id: "1".into(),
+            name: "task 12345.0 in stage 0.0 (TID 12345)".into(),
+            index: 12_345,
+            partition_id: 12_345,
+            added_files: vec![],
+            added_jars: vec![],
+            properties: vec![],
+            cpus: 1,
+            serialized_task: TaskPayload::encode("noop", b"").expect("a valid name"),
+        };
+        let to_executor = Route::OneWay {
+            endpoint: EXECUTOR_ENDPOINT.into(),
+        };
+        let launch = encoder
+            .encode(&to_executor, &Message::LaunchTask(task), &mut out)
+            .expect("encodes");
+        let to_driver = Route::OneWay {
+            endpoint: DRIVER_ENDPOINT.into(),
+        };
+        let status = Message::StatusUpdate(StatusUpdate {
+            executor_id: "1".into(),
+            task_id: 12_345,
+            state: TaskState::Finished,
+            outcome: TaskOutcome::Direct {
+                value: Bytes::new(),
+                metrics: Default::default(),
+                accumulators: vec![],
+            },
+        });
+        let status = encoder.encode(&to_driver, &status, &mut out).expect("encodes");
+        FrameSizes { launch, status }
+    }
+}
+
+/// A blocking TCP ping-pong on 127.0.0.1: `request` bytes one way, `reply` bytes back.
+#[derive(Debug)]
+pub struct RawPingPong {
+    socket: TcpStream,
+    request: Vec<u8>,
+    reply: Vec<u8>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl RawPingPong {
+    /// Starts the answering thread and connects to it.
+    pub fn start(request: usize, reply: usize) -> std::io::Result<RawPingPong> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let address = listener.local_addr()?;
+        let server = std::thread::Builder::new()
+            .name("raw-ping-pong".into())
+            .spawn(move || {
+                let Ok((mut socket, _)) = listener.accept() else {
+                    return;
+                };
+                let _ = socket.set_nodelay(true);
+                let mut inbound = vec![0u8; request];
+                let outbound = vec![0x24u8; reply];
+                while socket.read_exact(&mut inbound).is_ok() {
+                    if socket.write_all(&outbound).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        let socket = TcpStream::connect(address)?;
+        socket.set_nodelay(true)?;
+        Ok(RawPingPong {
+            socket,
+            request: vec![0x42; request],
+            reply: vec![0; reply],
+            server: Some(server),
+        })
+    }
+
+    /// One round trip.
+    pub fn round_trip(&mut self) -> std::io::Result<()> {
+        self.socket.write_all(&self.request)?;
+        self.socket.read_exact(&mut self.reply)
+    }
+}
+
+impl Drop for RawPingPong {
+    fn drop(&mut self) {
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+        if let Some(server) = self.server.take() {
+            let _ = server.join();
+        }
+    }
+}
+
+/// A driver with executor processes, ready to run task sets one after another.
+pub struct BenchCluster {
+    driver: Driver,
+    next_stage: u32,
+    payload: Bytes,
+}
+
+impl BenchCluster {
+    /// A driver configured by `conf` with `executors` processes of `program` (the
+    /// `flint` binary) of `cores` cores, registered.
+    pub fn start(program: &Path, conf: &Conf, executors: usize, cores: u32) -> Result<BenchCluster, JobError> {
+        let driver = Driver::start(conf, Box::new(local_cluster(program, cores, conf)))?;
+        driver.request_total_executors(executors as i64)?;
+        driver.wait_for_executors(executors, Duration::from_secs(60))?;
+        Ok(BenchCluster {
+            driver,
+            next_stage: 0,
+            payload: TaskPayload::encode("noop", b"").expect("a valid name"),
+        })
+    }
+
+    /// Runs a task set of `tasks` noop tasks; returns the time from its submission to
+    /// its last result recorded at the driver.
+    pub fn run_noop(&mut self, tasks: u32) -> Result<Duration, JobError> {
+        let stage = self.next_stage;
+        self.next_stage += 1;
+        let task_set = TaskSet::new(stage, stage, tasks, self.payload.clone());
+        let outcome = self.driver.submit(task_set)?.wait(Duration::from_secs(600))?;
+        Ok(outcome.elapsed)
+    }
+
+    /// Stops the driver and its executors.
+    pub fn stop(self) -> Result<(), JobError> {
+        self.driver.stop()?;
+        Ok(())
+    }
+}
+
+/// What `flint bench` measures.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// The `flint` binary that executor processes run.
+    pub program: PathBuf,
+    /// Round trips measured for the floor, and one-task jobs for latency.
+    pub samples: usize,
+    /// Tasks of each throughput job.
+    pub tasks: u32,
+    /// Executors of the throughput jobs (1 core each).
+    pub executors: usize,
+    /// `executor.taskPrefetch` of the pipelined job.
+    pub prefetch: usize,
+    /// Further configuration for every driver and executor.
+    pub conf: Vec<(String, String)>,
+}
+
+/// The figures, each beside its floor.
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    /// Bytes of the floor's request and reply.
+    pub frames: FrameSizes,
+    /// Floor round trip, median, in microseconds.
+    pub floor_rtt_us: f64,
+    /// Floor round trip, 99th percentile.
+    pub floor_rtt_p99_us: f64,
+    /// One-task job latency, median, in microseconds.
+    pub job_latency_p50_us: f64,
+    /// One-task job latency, 99th percentile.
+    pub job_latency_p99_us: f64,
+    /// Executor cores of the throughput jobs.
+    pub cores: u32,
+    /// Tasks of each throughput job.
+    pub tasks: u32,
+    /// `cores / floor round trip`, in tasks per second.
+    pub free_core_floor_tps: f64,
+    /// Throughput without pipelining.
+    pub strict_tps: f64,
+    /// Throughput with `executor.taskPrefetch = prefetch`.
+    pub pipelined_tps: f64,
+    /// The prefetch of the pipelined job.
+    pub prefetch: usize,
+}
+
+impl BenchReport {
+    /// One-task job latency over the floor round trip.
+    pub fn latency_ratio(&self) -> f64 {
+        self.job_latency_p50_us / self.floor_rtt_us
+    }
+
+    /// Strict throughput over the free-core floor.
+    pub fn strict_ratio(&self) -> f64 {
+        self.strict_tps / self.free_core_floor_tps
+    }
+
+    /// One JSON object.
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"version\":{}}}",
+            self.floor_rtt_us,
+            self.floor_rtt_p99_us,
+            self.frames.launch,
+            self.frames.status,
+            self.job_latency_p50_us,
+            self.job_latency_p99_us,
+            self.latency_ratio(),
+            self.cores,
+            self.tasks,
+            self.free_core_floor_tps,
+            self.strict_tps,
+            self.strict_ratio(),
+            self.pipelined_tps,
+            self.prefetch,
+            json_string(env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    /// A table for people.
+    pub fn to_table(&self) -> String {
+        let rows = [
+            (
+                "floor round trip (raw TCP, p50)".to_owned(),
+                format!("{:.1} us", self.floor_rtt_us),
+                format!("{} B out, {} B back", self.frames.launch, self.frames.status),
+            ),
+            (
+                "one-task job latency p50".to_owned(),
+                format!("{:.1} us", self.job_latency_p50_us),
+                format!("{:.2} x floor (p99 {:.1} us)", self.latency_ratio(), self.job_latency_p99_us),
+            ),
+            (
+                format!("free-core floor ({} cores / round trip)", self.cores),
+                format!("{:.0} tasks/s", self.free_core_floor_tps),
+                String::new(),
+            ),
+            (
+                format!("{} noop tasks, no pipelining", self.tasks),
+                format!("{:.0} tasks/s", self.strict_tps),
+                format!("{:.0}% of the free-core floor", 100.0 * self.strict_ratio()),
+            ),
+            (
+                format!("{} noop tasks, prefetch {}", self.tasks, self.prefetch),
+                format!("{:.0} tasks/s", self.pipelined_tps),
+                format!("{:.1} x no pipelining", self.pipelined_tps / self.strict_tps),
+            ),
+        ];
+        let mut out = String::new();
+        for (what, figure, note) in rows {
+            out.push_str(&format!("{what:<44} {figure:>16}   {note}\n"));
+        }
+        out
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+fn micros(ns: u64) -> f64 {
+    ns as f64 / 1_000.0
+}
+
+/// The floor round trip: median and 99th percentile over `samples`, in nanoseconds.
+pub fn floor_round_trip(frames: FrameSizes, samples: usize) -> std::io::Result<(u64, u64)> {
+    let mut raw = RawPingPong::start(frames.launch, frames.status)?;
+    for _ in 0..samples.min(1_000) {
+        raw.round_trip()?;
+    }
+    let mut times = histogram();
+    for _ in 0..samples {
+        let start = Instant::now();
+        raw.round_trip()?;
+        times.saturating_record(start.elapsed().as_nanos() as u64);
+    }
+    Ok((times.value_at_quantile(0.5), times.value_at_quantile(0.99)))
+}
+
+/// Measures everything `flint bench` prints.
+pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
+    let pairs = options.conf.iter().map(|(k, v)| format!("{k}={v}"));
+    let base = Conf::from_pairs(pairs)?;
+    let frames = FrameSizes::of_noop_task();
+    let (floor, floor_p99) = floor_round_trip(frames, options.samples).map_err(|e| {
+        JobError::Driver(flint_scheduler::DriverError::Rpc(flint_rpc::RpcError::Io(e)))
+    })?;
+
+    // One-task jobs, one after another, on one executor.
+    let mut cluster = BenchCluster::start(&options.program, &base, 1, 1)?;
+    for _ in 0..options.samples.min(200) {
+        cluster.run_noop(1)?;
+    }
+    let mut latency = histogram();
+    for _ in 0..options.samples {
+        latency.saturating_record(cluster.run_noop(1)?.as_nanos() as u64);
+    }
+    cluster.stop()?;
+
+    let throughput = |prefetch: usize| -> Result<f64, JobError> {
+        let mut conf = base.clone();
+        conf.set("executor.taskPrefetch", prefetch.to_string());
+        let spec = JobSpec {
+            executors: options.executors,
+            cores: 1,
+            tasks: options.tasks,
+            task: "noop".parse().expect("a valid task"),
+            startup_timeout: Duration::from_secs(60),
+            job_timeout: Duration::from_secs(600),
+        };
+        let cluster = local_cluster(&options.program, 1, &conf);
+        Ok(run_job(&conf, &spec, Box::new(cluster), JobHooks::default())?.tasks_per_sec)
+    };
+    let strict_tps = throughput(0)?;
+    let pipelined_tps = throughput(options.prefetch)?;
+    let cores = options.executors as u32;
+    Ok(BenchReport {
+        frames,
+        floor_rtt_us: micros(floor),
+        floor_rtt_p99_us: micros(floor_p99),
+        job_latency_p50_us: micros(latency.value_at_quantile(0.5)),
+        job_latency_p99_us: micros(latency.value_at_quantile(0.99)),
+        cores,
+        tasks: options.tasks,
+        free_core_floor_tps: f64::from(cores) / (micros(floor) / 1e6),
+        strict_tps,
+        pipelined_tps,
+        prefetch: options.prefetch,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_uses_the_real_frame_sizes_and_round_trips() {
+        let frames = FrameSizes::of_noop_task();
+        assert!(frames.launch > frames.status, "{frames:?}");
+        assert_eq!(frames.launch % 16, 0);
+        let mut raw = RawPingPong::start(frames.launch, frames.status).unwrap();
+        for _ in 0..10 {
+            raw.round_trip().unwrap();
+        }
+        let (p50, p99) = floor_round_trip(frames, 50).unwrap();
+        assert!(p50 > 0 && p99 >= p50);
+    }
+
+    #[test]
+    fn the_report_prints_as_json_and_as_a_table() {
+        let report = BenchReport {
+            frames: FrameSizes { launch: 256, status: 144 },
+            floor_rtt_us: 20.0,
+            floor_rtt_p99_us: 40.0,
+            job_latency_p50_us: 28.0,
+            job_latency_p99_us: 60.0,
+            cores: 2,
+            tasks: 100_000,
+            free_core_floor_tps: 100_000.0,
+            strict_tps: 85_000.0,
+            pipelined_tps: 1_200_000.0,
+            prefetch: 64,
+        };
+        let json = report.to_json();
+        for field in [
+            "\"floor_rtt_us\":20.00",
+            "\"job_latency_us\":{\"p50\":28.00,\"p99\":60.00}",
+            "\"free_core_floor_tps\":100000",
+            "\"strict_tps\":85000",
+            "\"pipelined_tps\":1200000",
+            "\"prefetch\":64",
+            "\"latency_ratio\":1.400",
+        ] {
+            assert!(json.contains(field), "{field} not in {json}");
+        }
+        let table = report.to_table();
+        assert!(table.contains("1.40 x floor"), "{table}");
+        assert!(table.contains("85% of the free-core floor"), "{table}");
+    }
+}
