@@ -26,6 +26,12 @@ pub trait Endpoint: Send + 'static {
     /// A message arrived. Asks are answered with [`Incoming::reply`], now or later.
     fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>);
 
+    /// Called once the loop has delivered every message that arrived in one of its
+    /// wake-ups, to each endpoint that received at least one. Work that gains from
+    /// batching (a decision over many updates, one flush for many frames) waits here
+    /// instead of running per message; what is sent from here leaves in the same write.
+    fn on_batch_end(&mut self, _ctx: &mut EndpointContext<'_>) {}
+
     /// A timer this endpoint scheduled fired.
     fn on_timer(&mut self, _ctx: &mut EndpointContext<'_>, _timer: TimerId) {}
 

@@ -1,7 +1,6 @@
 //! The RPC environment: its shared state, the handle other threads use, and references
 //! to endpoints.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -9,6 +8,7 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use flint_wire::{Message, Route, SharedStr};
+use rustc_hash::FxHashMap;
 
 use crate::ask::{PendingAsks, ReplySlot};
 use crate::conf::Conf;
@@ -126,7 +126,7 @@ pub(crate) struct Shared {
     pub(crate) settings: Settings,
     pub(crate) handoff: Handoff<Command, WakerNotify>,
     pub(crate) asks: Mutex<PendingAsks<AskCompletion, ConnKey>>,
-    outgoing: Mutex<HashMap<SocketAddr, Arc<Outbox>>>,
+    outgoing: Mutex<FxHashMap<SocketAddr, Arc<Outbox>>>,
     pub(crate) local: Arc<Outbox>,
     next_key: AtomicU64,
     pub(crate) loop_thread: OnceLock<ThreadId>,
@@ -487,7 +487,7 @@ impl RpcEnv {
             settings,
             handoff: Handoff::new(WakerNotify(waker)),
             asks: Mutex::new(PendingAsks::new()),
-            outgoing: Mutex::new(HashMap::new()),
+            outgoing: Mutex::new(FxHashMap::default()),
             local,
             next_key: AtomicU64::new(FIRST_CONNECTION_KEY),
             loop_thread: OnceLock::new(),

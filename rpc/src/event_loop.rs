@@ -1,6 +1,6 @@
 //! The event loop thread: sockets, dispatch to endpoints, timers, ask expiry.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -14,6 +14,7 @@ use flint_wire::{
 };
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use rustc_hash::FxHashMap;
 use tracing::{debug, error, info, warn};
 
 use crate::ask::PendingAsk;
@@ -120,8 +121,12 @@ struct Endpoints {
     env: RpcEnvHandle,
     slots: Vec<Option<Box<dyn Endpoint>>>,
     names: Vec<SharedStr>,
-    by_name: HashMap<SharedStr, usize>,
+    by_name: FxHashMap<SharedStr, usize>,
     timers: TimerQueue<usize>,
+    /// Endpoints that received a message since their last `on_batch_end`, and a flag per
+    /// slot so that each is listed once.
+    in_batch: Vec<usize>,
+    batch_flags: Vec<bool>,
 }
 
 impl Endpoints {
@@ -178,10 +183,29 @@ impl Endpoints {
         }
         let index = self.slots.len();
         self.slots.push(Some(endpoint));
+        self.batch_flags.push(false);
         self.names.push(name.clone());
         self.by_name.insert(name, index);
         self.call(index, now, |endpoint, ctx| endpoint.on_start(ctx));
         Ok(())
+    }
+
+    /// Calls `on_batch_end` on every endpoint that received a message since its last
+    /// call; false if there was none.
+    fn end_batch(&mut self, now: Instant) -> bool {
+        if self.in_batch.is_empty() {
+            return false;
+        }
+        let mut batch = std::mem::take(&mut self.in_batch);
+        for &index in &batch {
+            self.batch_flags[index] = false;
+            self.call(index, now, |endpoint, ctx| endpoint.on_batch_end(ctx));
+        }
+        batch.clear();
+        if self.in_batch.is_empty() {
+            self.in_batch = batch;
+        }
+        true
     }
 
     fn each(
@@ -200,6 +224,10 @@ impl Endpoints {
         match self.by_name.get(endpoint) {
             Some(&index) => {
                 let request = incoming.reply_handle();
+                if !self.batch_flags[index] {
+                    self.batch_flags[index] = true;
+                    self.in_batch.push(index);
+                }
                 let delivered =
                     self.call(index, now, |endpoint, ctx| endpoint.receive(ctx, incoming));
                 if !delivered {
@@ -227,7 +255,7 @@ pub(crate) struct EventLoop {
     poll: Poll,
     listener: TcpListener,
     shared: Arc<Shared>,
-    connections: HashMap<ConnKey, Connection>,
+    connections: FxHashMap<ConnKey, Connection>,
     endpoints: Endpoints,
     local_decoder: FrameDecoder,
     /// Encodes handshake frames, which bypass the outbox.
@@ -255,11 +283,13 @@ impl EventLoop {
                 },
                 slots: Vec::new(),
                 names: Vec::new(),
-                by_name: HashMap::new(),
+                by_name: FxHashMap::default(),
                 timers: TimerQueue::new(),
+                in_batch: Vec::new(),
+                batch_flags: Vec::new(),
             },
             shared,
-            connections: HashMap::new(),
+            connections: FxHashMap::default(),
             local_decoder: FrameDecoder::new(max_payload),
             control: Encoder::new(max_payload),
             commands: Vec::new(),
@@ -287,6 +317,10 @@ impl EventLoop {
             self.fire_timers(now);
             self.expire(now);
             self.process_commands();
+            // What batch ends send (locally too) is carried out before the loop sleeps.
+            while self.endpoints.end_batch(now) {
+                self.process_commands();
+            }
             if self.stopping {
                 break;
             }

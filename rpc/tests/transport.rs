@@ -633,3 +633,68 @@ fn an_ask_to_a_closed_port_fails_with_the_connect_error() {
     assert!(error.to_string().contains("cannot connect to"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// Counts messages, and at each batch end records how many it had and tells `echo`.
+struct Batcher {
+    received: u32,
+    batches: Arc<Mutex<Vec<u32>>>,
+    echo: Option<flint_rpc::EndpointRef>,
+}
+
+impl Endpoint for Batcher {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, _message: Incoming<'_>) {
+        self.received += 1;
+    }
+
+    fn on_batch_end(&mut self, _ctx: &mut EndpointContext<'_>) {
+        self.batches.lock().unwrap().push(self.received);
+        if let Some(echo) = &self.echo {
+            echo.send(&custom(self.received)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn batch_ends_follow_every_delivered_batch_and_what_they_send_leaves() {
+    let (client, probe) = server_with_probe(&[]);
+    let server = env(&[]);
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let echo = server.handle().endpoint_ref(client.address(), "probe");
+    server
+        .handle()
+        .register(
+            "batcher",
+            Batcher {
+                received: 0,
+                batches: batches.clone(),
+                echo: Some(echo),
+            },
+        )
+        .unwrap();
+    let batcher = client.handle().endpoint_ref(server.address(), "batcher");
+    const MESSAGES: u32 = 20_000;
+    for tag in 0..MESSAGES {
+        loop {
+            match batcher.send(&custom(tag)) {
+                Ok(()) => break,
+                Err(RpcError::OutboxFull { .. }) => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    // The last batch end has seen every message, and its echo came back.
+    probe.wait_for("the last batch's echo", |seen| {
+        seen.contains(&Seen::Message(MESSAGES))
+    });
+    let batches = batches.lock().unwrap().clone();
+    assert_eq!(batches.last(), Some(&MESSAGES));
+    assert!(
+        batches.windows(2).all(|w| w[0] < w[1]),
+        "a batch end follows new messages only"
+    );
+    assert!(
+        batches.len() < MESSAGES as usize,
+        "{} batch ends for {MESSAGES} messages: not once per message",
+        batches.len()
+    );
+}
