@@ -12,7 +12,7 @@ use flint_rpc::{
 use flint_wire::{
     ArchivedBlockId, ArchivedDependency, ArchivedMessage, ArchivedTaskDescription, BlockId,
     BlockManagerId, Dependency, Heartbeat, Message, Property, RegisterExecutor, SharedStr,
-    TaskDescription, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+    TaskDescription, TaskName, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
 };
 use tracing::{debug, error, info, warn};
 
@@ -460,7 +460,7 @@ fn task_description(
         task_id: task.task_id.to_native(),
         attempt_number: task.attempt_number.to_native(),
         executor_id,
-        name: SharedStr::from(task.name.as_str()),
+        name: TaskName::from(task.name.as_str()),
         index: task.index.to_native(),
         partition_id: task.partition_id.to_native(),
         added_files: task.added_files.iter().map(dependency).collect(),

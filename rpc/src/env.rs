@@ -241,6 +241,7 @@ impl RpcEnvHandle {
             env: self.clone(),
             name: name.into(),
             target: RefTarget::Remote(address),
+            owes_flush: Arc::default(),
         }
     }
 
@@ -250,6 +251,7 @@ impl RpcEnvHandle {
             env: self.clone(),
             name: name.into(),
             target: RefTarget::Connection(self.shared.local.clone()),
+            owes_flush: Arc::default(),
         }
     }
 
@@ -283,13 +285,27 @@ impl RpcEnvHandle {
         route: &Route,
         message: &Message,
     ) -> Result<(), RpcError> {
+        if self.push_deferred(outbox, route, message)? {
+            self.flush(outbox);
+        }
+        Ok(())
+    }
+
+    /// Queues a frame; true if the loop has yet to be told of the outbox.
+    fn push_deferred(
+        &self,
+        outbox: &Arc<Outbox>,
+        route: &Route,
+        message: &Message,
+    ) -> Result<bool, RpcError> {
         if self.shared.stopped.load(Ordering::Acquire) {
             return Err(RpcError::Stopped);
         }
-        if outbox.push(route, message)? {
-            self.shared.command(Command::Flush(outbox.clone()));
-        }
-        Ok(())
+        outbox.push(route, message)
+    }
+
+    fn flush(&self, outbox: &Arc<Outbox>) {
+        self.shared.command(Command::Flush(outbox.clone()));
     }
 }
 
@@ -307,6 +323,8 @@ pub struct EndpointRef {
     env: RpcEnvHandle,
     name: SharedStr,
     target: RefTarget,
+    /// Whether a deferred send left the loop untold (shared by clones).
+    owes_flush: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for EndpointRef {
@@ -321,6 +339,7 @@ impl EndpointRef {
             env,
             name,
             target: RefTarget::Connection(connection),
+            owes_flush: Arc::default(),
         }
     }
 
@@ -359,6 +378,42 @@ impl EndpointRef {
             endpoint: self.name.clone(),
         };
         self.env.push(&self.outbox(), &route, message)
+    }
+
+    /// Queues a one-way message without telling the event loop: it leaves with the next
+    /// [`EndpointRef::flush`] of this reference (or of a clone). For a thread that sends
+    /// many messages in a row: one wake-up of the loop, and one write, for all of them.
+    ///
+    /// Flush soon: until then, frames that others send to the same connection wait too
+    /// (the loop is told of a connection once for everything queued on it).
+    ///
+    /// ```
+    /// # use flint_rpc::{Conf, RpcEnv};
+    /// # use flint_wire::Message;
+    /// # let env = RpcEnv::new(&Conf::new()).unwrap();
+    /// # let driver = env.handle().local_ref("nobody");
+    /// for _ in 0..3 {
+    ///     driver.send_deferred(&Message::ReviveOffers)?;
+    /// }
+    /// driver.flush(); // the loop takes all three at once
+    /// # Ok::<(), flint_rpc::RpcError>(())
+    /// ```
+    pub fn send_deferred(&self, message: &Message) -> Result<(), RpcError> {
+        let route = Route::OneWay {
+            endpoint: self.name.clone(),
+        };
+        let outbox = self.outbox();
+        if self.env.push_deferred(&outbox, &route, message)? {
+            self.owes_flush.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Hands what [`EndpointRef::send_deferred`] queued to the event loop.
+    pub fn flush(&self) {
+        if self.owes_flush.swap(false, Ordering::AcqRel) {
+            self.env.flush(&self.outbox());
+        }
     }
 
     /// Asks and waits for the reply, at most rpc.askTimeout.

@@ -698,3 +698,35 @@ fn batch_ends_follow_every_delivered_batch_and_what_they_send_leaves() {
         batches.len()
     );
 }
+
+#[test]
+fn deferred_sends_leave_together_at_the_flush_in_order() {
+    let (server, probe) = server_with_probe(&[]);
+    let client = env(&[]);
+    let target = client.handle().endpoint_ref(server.address(), "probe");
+    // Connected first, so that only the deferral can hold the frames back.
+    target.ask(&custom(0)).unwrap();
+    for tag in 1..=1_000 {
+        target.send_deferred(&custom(tag)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let before = probe
+        .seen()
+        .iter()
+        .filter(|s| matches!(s, Seen::Message(_)))
+        .count();
+    assert_eq!(before, 1, "nothing deferred left before the flush");
+    target.clone().flush();
+    probe.wait_for("every deferred message", |seen| {
+        seen.contains(&Seen::Message(1_000))
+    });
+    let tags: Vec<u32> = probe
+        .seen()
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Message(tag) => Some(*tag),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tags, (0..=1_000).collect::<Vec<_>>());
+}

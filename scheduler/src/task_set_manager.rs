@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flint_wire::{Property, SharedStr, TaskDescription, TaskFailureKind, TaskState};
+use flint_wire::{Property, SharedStr, TaskDescription, TaskFailureKind, TaskName, TaskState};
 use tracing::{debug, error, info, warn};
 
 use crate::config::SpeculationConfig;
@@ -528,7 +528,13 @@ impl TaskSetManager {
             task_id,
             attempt_number: attempt,
             executor_id: executor_id.clone(),
-            name: task_name(index, attempt, self.id, task_id),
+            name: TaskName::Numbered {
+                index,
+                attempt,
+                stage_id: self.id.stage_id,
+                stage_attempt_id: self.id.stage_attempt_id,
+                task_id,
+            },
             index,
             partition_id: spec.partition_id,
             added_files: Vec::new(),
@@ -808,96 +814,5 @@ impl TaskSetManager {
             found = true;
         }
         found
-    }
-}
-
-/// "task 3.0 in stage 1.0 (TID 17)", built on the stack and copied into one allocation:
-/// `format!` would cost more than the rest of a launch.
-fn task_name(index: u32, attempt: u32, stage: TaskSetId, task_id: u64) -> SharedStr {
-    let mut name = NameBuffer::default();
-    name.push(b"task ");
-    name.push_number(u64::from(index));
-    name.push(b".");
-    name.push_number(u64::from(attempt));
-    name.push(b" in stage ");
-    name.push_number(u64::from(stage.stage_id));
-    name.push(b".");
-    name.push_number(u64::from(stage.stage_attempt_id));
-    name.push(b" (TID ");
-    name.push_number(task_id);
-    name.push(b")");
-    SharedStr::from(name.as_str())
-}
-
-/// Room for the longest task name: 4 numbers of up to 20 digits and 28 bytes of text.
-struct NameBuffer {
-    bytes: [u8; 112],
-    len: usize,
-}
-
-impl Default for NameBuffer {
-    fn default() -> Self {
-        NameBuffer {
-            bytes: [0; 112],
-            len: 0,
-        }
-    }
-}
-
-impl NameBuffer {
-    #[inline]
-    fn push(&mut self, text: &[u8]) {
-        self.bytes[self.len..self.len + text.len()].copy_from_slice(text);
-        self.len += text.len();
-    }
-
-    #[inline]
-    fn push_number(&mut self, mut n: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.push(&digits[i..]);
-    }
-
-    fn as_str(&self) -> &str {
-        // Only ASCII digits and text were pushed.
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn task_names_read_as_the_seeds_print_them() {
-        let stage = TaskSetId {
-            stage_id: 1,
-            stage_attempt_id: 0,
-        };
-        assert_eq!(
-            &*task_name(3, 0, stage, 17),
-            "task 3.0 in stage 1.0 (TID 17)"
-        );
-        let big = TaskSetId {
-            stage_id: u32::MAX,
-            stage_attempt_id: u32::MAX,
-        };
-        let name = task_name(u32::MAX, u32::MAX, big, u64::MAX);
-        assert_eq!(
-            &*name,
-            format!(
-                "task {0}.{0} in stage {0}.{0} (TID {1})",
-                u32::MAX,
-                u64::MAX
-            )
-        );
     }
 }

@@ -123,9 +123,13 @@ fn offers_honour_task_cpus_and_the_registries_follow_launches() {
     assert_eq!(s.host_of("3").map(|h| &**h), Some("host-b"));
     assert!(s.has_executors_alive_on_host("host-b"));
     assert_eq!(launched_ids(&launched), [0, 1, 2, 3]);
-    let names: Vec<&str> = launched.iter().flatten().map(|t| &*t.name).collect();
+    let names: Vec<String> = launched
+        .iter()
+        .flatten()
+        .map(|t| t.name.to_string())
+        .collect();
     assert!(
-        names.contains(&"task 0.0 in stage 0.0 (TID 0)")
+        names.iter().any(|n| n == "task 0.0 in stage 0.0 (TID 0)")
             || names
                 .iter()
                 .any(|n| n.starts_with("task 0.0 in stage 0.0 (TID "))
@@ -639,7 +643,7 @@ fn fair_pools_share_by_min_share_then_weight() {
         let mut pools = Vec::new();
         for step in 0..10 {
             let launched = s.resource_offers(at(base, step), &[WorkerOffer::new(step.to_string(), "h", 1)]);
-            let stage = launched[0][0].name.contains("in stage 1.0");
+            let stage = launched[0][0].name.to_string().contains("in stage 1.0");
             pools.push(if stage { "small" } else { "big" });
         }
         assert_eq!(

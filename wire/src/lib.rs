@@ -92,6 +92,7 @@ mod kind;
 #[allow(missing_docs)]
 mod message;
 mod shared_str;
+mod task_name;
 mod task_payload;
 #[cfg(test)]
 mod tests;
@@ -105,6 +106,7 @@ pub use header::{
 pub use kind::MessageKind;
 pub use message::*;
 pub use shared_str::{AsArchivedString, SharedStr};
+pub use task_name::{AsNameString, TaskName};
 pub use task_payload::{
     TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAX_FUNCTION_NAME,
 };

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::shared_str::{AsArchivedString, LeanVec, SharedStr};
+use crate::task_name::{AsNameString, TaskName};
 
 #[cfg(test)]
 use proptest::prelude::*;
@@ -228,9 +229,9 @@ pub struct TaskDescription {
     #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
     pub executor_id: SharedStr,
     /// Display name, e.g. "task 3.0 in stage 1.0 (TID 17)".
-    #[rkyv(with = AsArchivedString)]
-    #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
-    pub name: SharedStr,
+    #[rkyv(with = AsNameString)]
+    #[cfg_attr(test, proptest(strategy = "arb_shared_str().prop_map(TaskName::Text)"))]
+    pub name: TaskName,
     /// Index of the task within its task set.
     pub index: u32,
     /// Partition the task computes.

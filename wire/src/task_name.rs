@@ -1,0 +1,208 @@
+//! A task's display name, "task 3.0 in stage 1.0 (TID 17)", kept as the numbers it is
+//! made of until it is printed or archived, so that launching a task allocates no string
+//! for it. On the wire it is an ordinary archived string.
+
+use std::fmt;
+
+use rkyv::rancor::{Fallible, Source};
+use rkyv::string::{ArchivedString, StringResolver};
+use rkyv::with::{ArchiveWith, DeserializeWith, SerializeWith};
+use rkyv::{Place, SerializeUnsized};
+
+use crate::shared_str::SharedStr;
+
+/// A task attempt's display name.
+#[derive(Debug, Clone, Eq)]
+pub enum TaskName {
+    /// `task {index}.{attempt} in stage {stage_id}.{stage_attempt_id} (TID {task_id})`,
+    /// as the seeds print it.
+    Numbered {
+        /// Index of the task in its task set.
+        index: u32,
+        /// Attempt number of the task.
+        attempt: u32,
+        /// The stage.
+        stage_id: u32,
+        /// The stage attempt.
+        stage_attempt_id: u32,
+        /// The attempt's task id.
+        task_id: u64,
+    },
+    /// Any other name (as read back from the wire, or chosen by a caller).
+    Text(SharedStr),
+}
+
+/// Room for the longest numbered name: four numbers of up to 20 digits and 28 bytes of
+/// text.
+const MAX_NUMBERED: usize = 112;
+
+/// A numbered name written out on the stack.
+struct NameBuffer {
+    bytes: [u8; MAX_NUMBERED],
+    len: usize,
+}
+
+impl NameBuffer {
+    fn push(&mut self, text: &[u8]) {
+        self.bytes[self.len..self.len + text.len()].copy_from_slice(text);
+        self.len += text.len();
+    }
+
+    fn push_number(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII digits and text were pushed.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl TaskName {
+    /// Calls `f` with the name as text, formatting a numbered name on the stack.
+    pub fn with_str<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        match self {
+            TaskName::Text(text) => f(text),
+            TaskName::Numbered {
+                index,
+                attempt,
+                stage_id,
+                stage_attempt_id,
+                task_id,
+            } => {
+                let mut name = NameBuffer {
+                    bytes: [0; MAX_NUMBERED],
+                    len: 0,
+                };
+                name.push(b"task ");
+                name.push_number(u64::from(*index));
+                name.push(b".");
+                name.push_number(u64::from(*attempt));
+                name.push(b" in stage ");
+                name.push_number(u64::from(*stage_id));
+                name.push(b".");
+                name.push_number(u64::from(*stage_attempt_id));
+                name.push(b" (TID ");
+                name.push_number(*task_id);
+                name.push(b")");
+                f(name.as_str())
+            }
+        }
+    }
+}
+
+impl fmt::Display for TaskName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.with_str(|text| f.write_str(text))
+    }
+}
+
+impl PartialEq for TaskName {
+    /// Names are equal when they read the same, however they are held.
+    fn eq(&self, other: &Self) -> bool {
+        self.with_str(|a| other.with_str(|b| a == b))
+    }
+}
+
+impl From<&str> for TaskName {
+    fn from(text: &str) -> Self {
+        TaskName::Text(text.into())
+    }
+}
+
+impl From<String> for TaskName {
+    fn from(text: String) -> Self {
+        TaskName::Text(text.into())
+    }
+}
+
+impl From<SharedStr> for TaskName {
+    fn from(text: SharedStr) -> Self {
+        TaskName::Text(text)
+    }
+}
+
+/// rkyv wrapper that archives a [`TaskName`] as an [`ArchivedString`].
+#[derive(Debug)]
+pub struct AsNameString;
+
+impl ArchiveWith<TaskName> for AsNameString {
+    type Archived = ArchivedString;
+    type Resolver = StringResolver;
+
+    fn resolve_with(field: &TaskName, resolver: StringResolver, out: Place<ArchivedString>) {
+        field.with_str(|text| ArchivedString::resolve_from_str(text, resolver, out));
+    }
+}
+
+impl<S> SerializeWith<TaskName, S> for AsNameString
+where
+    S: Fallible + ?Sized,
+    S::Error: Source,
+    str: SerializeUnsized<S>,
+{
+    fn serialize_with(field: &TaskName, serializer: &mut S) -> Result<StringResolver, S::Error> {
+        field.with_str(|text| ArchivedString::serialize_from_str(text, serializer))
+    }
+}
+
+impl<D: Fallible + ?Sized> DeserializeWith<ArchivedString, TaskName, D> for AsNameString {
+    fn deserialize_with(field: &ArchivedString, _: &mut D) -> Result<TaskName, D::Error> {
+        Ok(TaskName::Text(field.as_str().into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numbered(
+        index: u32,
+        attempt: u32,
+        stage_id: u32,
+        stage_attempt_id: u32,
+        task_id: u64,
+    ) -> TaskName {
+        TaskName::Numbered {
+            index,
+            attempt,
+            stage_id,
+            stage_attempt_id,
+            task_id,
+        }
+    }
+
+    #[test]
+    fn numbered_names_read_as_the_seeds_print_them() {
+        assert_eq!(
+            numbered(3, 0, 1, 0, 17).to_string(),
+            "task 3.0 in stage 1.0 (TID 17)"
+        );
+        let max = numbered(u32::MAX, u32::MAX, u32::MAX, u32::MAX, u64::MAX);
+        assert_eq!(
+            max.to_string(),
+            format!(
+                "task {0}.{0} in stage {0}.{0} (TID {1})",
+                u32::MAX,
+                u64::MAX
+            )
+        );
+    }
+
+    #[test]
+    fn names_are_equal_when_they_read_the_same() {
+        let text = TaskName::from("task 3.0 in stage 1.0 (TID 17)");
+        assert_eq!(numbered(3, 0, 1, 0, 17), text);
+        assert_ne!(numbered(3, 1, 1, 0, 17), text);
+    }
+}
