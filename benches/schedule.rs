@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use flint_scheduler::{SchedulerConfig, TaskDescription, TaskScheduler, TaskSet, WorkerOffer};
+use flint_scheduler::{SchedulerConfig, TaskScheduler, TaskSet, WorkerOffer};
 use flint_wire::{TaskOutcome, TaskState};
 
 /// Counts the bytes currently allocated, to measure what the scheduler holds.
@@ -113,14 +113,14 @@ fn report_memory_per_pending_task() {
 }
 
 /// Reports every launched task finished, so the scheduler is ready for the next round.
-fn finish_all(scheduler: &mut TaskScheduler, now: Instant, launched: Vec<Vec<TaskDescription>>) {
-    for task in launched.into_iter().flatten() {
+fn finish_all(scheduler: &mut TaskScheduler, now: Instant, launched: &[u64]) {
+    for &task_id in launched {
         let outcome = TaskOutcome::Direct {
             value: Bytes::new(),
             metrics: Default::default(),
             accumulators: Vec::new(),
         };
-        scheduler.status_update(now, task.task_id, TaskState::Finished, outcome);
+        scheduler.status_update(now, task_id, TaskState::Finished, outcome);
     }
     scheduler.drain_actions().for_each(drop);
 }
@@ -136,8 +136,9 @@ fn bench_resource_offers(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(10));
 
     let mut scheduler = loaded_scheduler(start, &offers);
-    let launched = scheduler.resource_offers(start, &offers);
-    finish_all(&mut scheduler, start, launched);
+    let mut ids: Vec<u64> = Vec::with_capacity(TASKS as usize);
+    scheduler.resource_offers_with(start, &offers, |_, task| ids.push(task.task_id));
+    finish_all(&mut scheduler, start, &ids);
     let mut stage = 1;
     group.bench_function("warm", |b| {
         b.iter_custom(|iterations| {
@@ -148,11 +149,16 @@ fn bench_resource_offers(c: &mut Criterion) {
                     .unwrap();
                 stage += 1;
                 scheduler.drain_actions().for_each(drop);
+                ids.clear();
                 let begin = Instant::now();
-                let launched = scheduler.resource_offers(start, black_box(&offers));
+                let launched =
+                    scheduler.resource_offers_with(start, black_box(&offers), |_, task| {
+                        ids.push(task.task_id);
+                        black_box(task);
+                    });
                 timed += begin.elapsed();
-                assert_eq!(launched.iter().map(Vec::len).sum::<usize>(), TASKS as usize);
-                finish_all(&mut scheduler, start, launched);
+                assert_eq!(launched, TASKS as usize);
+                finish_all(&mut scheduler, start, &ids);
             }
             timed
         })
@@ -162,10 +168,13 @@ fn bench_resource_offers(c: &mut Criterion) {
         b.iter_batched(
             || loaded_scheduler(start, &offers),
             |mut scheduler| {
-                let launched = scheduler.resource_offers(start, black_box(&offers));
-                assert_eq!(launched.iter().map(Vec::len).sum::<usize>(), TASKS as usize);
-                // Dropping the launches and the scheduler is not the scheduler's time.
-                (scheduler, launched)
+                let launched =
+                    scheduler.resource_offers_with(start, black_box(&offers), |_, task| {
+                        black_box(task);
+                    });
+                assert_eq!(launched, TASKS as usize);
+                // Dropping the scheduler is not the scheduler's time.
+                scheduler
             },
             BatchSize::PerIteration,
         )

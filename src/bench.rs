@@ -77,7 +77,9 @@ impl FrameSizes {
                 accumulators: vec![],
             },
         });
-        let status = encoder.encode(&to_driver, &status, &mut out).expect("encodes");
+        let status = encoder
+            .encode(&to_driver, &status, &mut out)
+            .expect("encodes");
         FrameSizes { launch, status }
     }
 }
@@ -147,7 +149,12 @@ pub struct BenchCluster {
 impl BenchCluster {
     /// A driver configured by `conf` with `executors` processes of `program` (the
     /// `flint` binary) of `cores` cores, registered.
-    pub fn start(program: &Path, conf: &Conf, executors: usize, cores: u32) -> Result<BenchCluster, JobError> {
+    pub fn start(
+        program: &Path,
+        conf: &Conf,
+        executors: usize,
+        cores: u32,
+    ) -> Result<BenchCluster, JobError> {
         let driver = Driver::start(conf, Box::new(local_cluster(program, cores, conf)))?;
         driver.request_total_executors(executors as i64)?;
         driver.wait_for_executors(executors, Duration::from_secs(60))?;
@@ -164,7 +171,10 @@ impl BenchCluster {
         let stage = self.next_stage;
         self.next_stage += 1;
         let task_set = TaskSet::new(stage, stage, tasks, self.payload.clone());
-        let outcome = self.driver.submit(task_set)?.wait(Duration::from_secs(600))?;
+        let outcome = self
+            .driver
+            .submit(task_set)?
+            .wait(Duration::from_secs(600))?;
         Ok(outcome.elapsed)
     }
 
@@ -258,12 +268,19 @@ impl BenchReport {
             (
                 "floor round trip (raw TCP, p50)".to_owned(),
                 format!("{:.1} us", self.floor_rtt_us),
-                format!("{} B out, {} B back", self.frames.launch, self.frames.status),
+                format!(
+                    "{} B out, {} B back",
+                    self.frames.launch, self.frames.status
+                ),
             ),
             (
                 "one-task job latency p50".to_owned(),
                 format!("{:.1} us", self.job_latency_p50_us),
-                format!("{:.2} x floor (p99 {:.1} us)", self.latency_ratio(), self.job_latency_p99_us),
+                format!(
+                    "{:.2} x floor (p99 {:.1} us)",
+                    self.latency_ratio(),
+                    self.job_latency_p99_us
+                ),
             ),
             (
                 format!("free-core floor ({} cores / round trip)", self.cores),
@@ -278,7 +295,10 @@ impl BenchReport {
             (
                 format!("{} noop tasks, prefetch {}", self.tasks, self.prefetch),
                 format!("{:.0} tasks/s", self.pipelined_tps),
-                format!("{:.1} x no pipelining", self.pipelined_tps / self.strict_tps),
+                format!(
+                    "{:.1} x no pipelining",
+                    self.pipelined_tps / self.strict_tps
+                ),
             ),
         ];
         let mut out = String::new();
@@ -318,7 +338,9 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
     let base = Conf::from_pairs(pairs)?;
     let frames = FrameSizes::of_noop_task();
     let (floor, floor_p99) = floor_round_trip(frames, options.samples).map_err(|e| {
-        JobError::Driver(flint_scheduler::DriverError::Rpc(flint_rpc::RpcError::Io(e)))
+        JobError::Driver(flint_scheduler::DriverError::Rpc(flint_rpc::RpcError::Io(
+            e,
+        )))
     })?;
 
     // One-task jobs, one after another, on one executor.
@@ -384,7 +406,10 @@ mod tests {
     #[test]
     fn the_report_prints_as_json_and_as_a_table() {
         let report = BenchReport {
-            frames: FrameSizes { launch: 256, status: 144 },
+            frames: FrameSizes {
+                launch: 256,
+                status: 144,
+            },
             floor_rtt_us: 20.0,
             floor_rtt_p99_us: 40.0,
             job_latency_p50_us: 28.0,

@@ -269,7 +269,11 @@ fn print_report(report: &JobReport, json: bool) {
 fn bench(args: BenchArgs) -> ExitCode {
     let program = match std::env::current_exe() {
         Ok(program) => program,
-        Err(e) => return fail(format!("cannot find the flint executable to start executors: {e}")),
+        Err(e) => {
+            return fail(format!(
+                "cannot find the flint executable to start executors: {e}"
+            ))
+        }
     };
     let mut conf = Vec::new();
     for pair in &args.conf {

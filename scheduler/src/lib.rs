@@ -71,6 +71,7 @@ pub mod events;
 mod exclusion;
 mod fx_hash;
 pub mod heartbeat;
+mod id_window;
 pub mod job;
 pub mod locality;
 mod pending;

@@ -1,19 +1,20 @@
-//! The scheduler's view of the cluster: live executors, their hosts and racks, and the
-//! tasks running on each (the seeds' `executorIdToHost`, `executorIdToRunningTaskIds`,
-//! `hostToExecutors` and `hostsByRack`).
+//! The scheduler's view of the cluster: live executors, their hosts and racks (the
+//! seeds' `executorIdToHost`, `hostToExecutors` and `hostsByRack`). The seeds'
+//! `executorIdToRunningTaskIds` is not kept: the running attempts say where they run, and
+//! the rare question of what runs on one executor walks them (see
+//! [`crate::TaskScheduler::running_tasks_on`]), so that a launch updates one map less.
 
 use std::collections::BTreeSet;
 
 use flint_wire::SharedStr;
 
-use crate::fx_hash::{FxHashMap, FxHashSet};
+use crate::fx_hash::FxHashMap;
 
 /// A live executor.
 #[derive(Debug)]
 pub(crate) struct ExecutorRecord {
     pub host: SharedStr,
     pub cores: u32,
-    pub running: FxHashSet<u64>,
 }
 
 /// Live executors, by id, host and rack.
@@ -39,7 +40,6 @@ impl ExecutorRegistry {
             ExecutorRecord {
                 host: host.clone(),
                 cores,
-                running: FxHashSet::default(),
             },
         );
         self.executors_by_host
@@ -56,7 +56,7 @@ impl ExecutorRegistry {
     }
 
     /// Removes an executor, and its host and rack if it was their last; returns its
-    /// record (with the tasks that were running on it).
+    /// record.
     pub fn remove(&mut self, executor_id: &str) -> Option<ExecutorRecord> {
         let record = self.executors.remove(executor_id)?;
         if let Some(on_host) = self.executors_by_host.get_mut(&record.host) {
@@ -89,10 +89,6 @@ impl ExecutorRegistry {
 
     pub fn get(&self, executor_id: &str) -> Option<&ExecutorRecord> {
         self.executors.get(executor_id)
-    }
-
-    pub fn get_mut(&mut self, executor_id: &str) -> Option<&mut ExecutorRecord> {
-        self.executors.get_mut(executor_id)
     }
 
     pub fn is_executor_alive(&self, executor_id: &str) -> bool {

@@ -14,6 +14,7 @@ use crate::config::SchedulerConfig;
 use crate::error::SchedulerError;
 use crate::events::{Action, JobResult, SchedulerEvent, TaskResult};
 use crate::fx_hash::{FxHashMap, FxHashSet};
+use crate::id_window::IdWindow;
 use crate::locality::TaskLocality;
 use crate::pool::{PoolConfig, Pools, TaskSetStats};
 use crate::registry::ExecutorRegistry;
@@ -43,7 +44,7 @@ pub struct TaskScheduler {
     /// Task id to the key of its task set (the seeds' `taskIdToTaskSetManager`); the
     /// seeds' `taskIdToExecutorId` is the task set's running attempt, so that a launch
     /// inserts into one map and clones no executor id for it.
-    task_owners: FxHashMap<u64, u32>,
+    task_owners: IdWindow,
     pools: Pools,
     /// Jobs seen and whether they ended.
     jobs: FxHashMap<u32, bool>,
@@ -57,6 +58,8 @@ pub struct TaskScheduler {
     locality_revive_at: Option<Instant>,
     sorted_scratch: Vec<u32>,
     duration_scratch: Vec<u64>,
+    order_scratch: Vec<usize>,
+    available_scratch: Vec<u32>,
     /// Hosts the application excludes: their offers are ignored and their executors
     /// may not register (the seeds' node blacklist).
     excluded_hosts: FxHashSet<SharedStr>,
@@ -72,7 +75,7 @@ impl TaskScheduler {
             registry: ExecutorRegistry::default(),
             task_sets: FxHashMap::default(),
             task_sets_by_stage: BTreeMap::new(),
-            task_owners: FxHashMap::default(),
+            task_owners: IdWindow::default(),
             pools,
             jobs: FxHashMap::default(),
             next_task_id: 0,
@@ -85,6 +88,8 @@ impl TaskScheduler {
             locality_revive_at: None,
             sorted_scratch: Vec::new(),
             duration_scratch: Vec::new(),
+            order_scratch: Vec::new(),
+            available_scratch: Vec::new(),
             excluded_hosts: FxHashSet::default(),
         }
     }
@@ -141,25 +146,27 @@ impl TaskScheduler {
 
     /// The task set a running task belongs to.
     pub fn task_set_of(&self, task_id: u64) -> Option<TaskSetId> {
-        let key = self.task_owners.get(&task_id)?;
-        self.task_sets.get(key).map(|t| t.id())
+        let key = self.task_owners.get(task_id)?;
+        self.task_sets.get(&key).map(|t| t.id())
     }
 
     /// The executor a running task runs on.
     pub fn executor_of(&self, task_id: u64) -> Option<&SharedStr> {
-        let key = self.task_owners.get(&task_id)?;
+        let key = self.task_owners.get(task_id)?;
         self.task_sets
-            .get(key)?
+            .get(&key)?
             .running_attempt(task_id)
             .map(|a| &a.executor_id)
     }
 
-    /// The tasks running on an executor, in no particular order.
-    pub fn running_tasks_on(&self, executor_id: &str) -> impl Iterator<Item = u64> + '_ {
-        self.registry
-            .get(executor_id)
-            .into_iter()
-            .flat_map(|r| r.running.iter().copied())
+    /// The tasks running on an executor, in id order. It walks every running task:
+    /// the question is rare (an executor lost, a kill that spares busy executors), and
+    /// launches stay cheaper for it.
+    pub fn running_tasks_on<'a>(&'a self, executor_id: &'a str) -> impl Iterator<Item = u64> + 'a {
+        self.task_owners.iter().filter_map(move |(task_id, key)| {
+            let attempt = self.task_sets.get(&key)?.running_attempt(task_id)?;
+            (&*attempt.executor_id == executor_id).then_some(task_id)
+        })
     }
 
     /// The number of tasks running anywhere.
@@ -496,19 +503,9 @@ impl TaskScheduler {
         reason: &str,
         abort: Option<String>,
     ) {
-        let Some(key) = self.task_owners.remove(&task_id) else {
+        let Some(key) = self.task_owners.remove(task_id) else {
             return;
         };
-        if let Some(executor_id) = self
-            .task_sets
-            .get(&key)
-            .and_then(|m| m.running_attempt(task_id))
-            .map(|a| a.executor_id.clone())
-        {
-            if let Some(record) = self.registry.get_mut(&executor_id) {
-                record.running.remove(&task_id);
-            }
-        }
         if let Some(manager) = self.task_sets.get_mut(&key) {
             manager.handle_failed_task(
                 now,
@@ -554,16 +551,33 @@ impl TaskScheduler {
     // ---- offers --------------------------------------------------------------------
 
     /// Picks tasks for the offered cores (the seeds' `resourceOffers`); the result has
-    /// one list per offer, in the offers' order.
-    ///
-    /// Unknown executors in the offers are registered. Offers are shuffled, task sets
-    /// taken in pool order, and each offered its locality levels in turn, most local
-    /// first, with delay scheduling; each launch takes `task.cpus` of its offer's cores.
+    /// one list per offer, in the offers' order. See
+    /// [`resource_offers_with`](Self::resource_offers_with), which this collects.
     pub fn resource_offers(
         &mut self,
         now: Instant,
         offers: &[WorkerOffer],
     ) -> Vec<Vec<TaskDescription>> {
+        let mut launched: Vec<Vec<TaskDescription>> = offers.iter().map(|_| Vec::new()).collect();
+        self.resource_offers_with(now, offers, |offer, task| launched[offer].push(task));
+        launched
+    }
+
+    /// Picks tasks for the offered cores (the seeds' `resourceOffers`) and hands each to
+    /// `launch` with the index of its offer, as soon as it is chosen; returns how many.
+    ///
+    /// Unknown executors in the offers are registered. Offers are shuffled, task sets
+    /// taken in pool order, and each offered its locality levels in turn, most local
+    /// first, with delay scheduling; each launch takes `task.cpus` of its offer's cores.
+    /// Nothing is allocated per task once the scheduler's scratch space has grown: the
+    /// caller sends each description on (the driver encodes it into its executor's
+    /// connection) instead of the scheduler collecting them.
+    pub fn resource_offers_with(
+        &mut self,
+        now: Instant,
+        offers: &[WorkerOffer],
+        mut launch: impl FnMut(usize, TaskDescription),
+    ) -> usize {
         let mut new_executor = false;
         for offer in offers {
             if self.is_host_excluded(&offer.host) {
@@ -589,22 +603,20 @@ impl TaskScheduler {
         }
 
         let cpus = self.config.task_cpus.max(1);
-        let mut order: Vec<usize> = (0..offers.len()).collect();
+        let mut order = std::mem::take(&mut self.order_scratch);
+        order.clear();
+        order.extend(0..offers.len());
         self.rng.shuffle(&mut order);
-        let mut available: Vec<u32> = offers
-            .iter()
-            .map(|o| {
-                if self.is_host_excluded(&o.host) {
-                    0
-                } else {
-                    o.cores
-                }
-            })
-            .collect();
-        let mut launched: Vec<Vec<TaskDescription>> = offers
-            .iter()
-            .map(|o| Vec::with_capacity((o.cores / cpus) as usize))
-            .collect();
+        let mut available = std::mem::take(&mut self.available_scratch);
+        available.clear();
+        available.extend(offers.iter().map(|o| {
+            if self.is_host_excluded(&o.host) {
+                0
+            } else {
+                o.cores
+            }
+        }));
+        let mut count = 0;
 
         let mut sorted = std::mem::take(&mut self.sorted_scratch);
         {
@@ -671,7 +683,8 @@ impl TaskScheduler {
                             true,
                         ) {
                             self.task_owners.insert(task.task_id, key);
-                            launched[i].push(task);
+                            count += 1;
+                            launch(i, task);
                             available[i] -= cpus;
                             launched_in_pass = true;
                         }
@@ -690,14 +703,6 @@ impl TaskScheduler {
         }
         self.sorted_scratch = sorted;
 
-        for (offer, tasks) in offers.iter().zip(&launched) {
-            if tasks.is_empty() {
-                continue;
-            }
-            if let Some(record) = self.registry.get_mut(&offer.executor_id) {
-                record.running.extend(tasks.iter().map(|t| t.task_id));
-            }
-        }
         if launched_any_task {
             self.has_launched_task = true;
             self.starvation_deadline = None;
@@ -714,7 +719,9 @@ impl TaskScheduler {
         } else {
             None
         };
-        launched
+        self.order_scratch = order;
+        self.available_scratch = available;
+        count
     }
 
     // ---- executors -----------------------------------------------------------------
@@ -770,10 +777,9 @@ impl TaskScheduler {
                 "exited unrelated to the running tasks"
             }
         );
-        let mut task_ids: Vec<u64> = record.running.into_iter().collect();
-        task_ids.sort_unstable();
+        let task_ids: Vec<u64> = self.running_tasks_on(executor_id).collect();
         for task_id in task_ids {
-            let Some(key) = self.task_owners.remove(&task_id) else {
+            let Some(key) = self.task_owners.remove(task_id) else {
                 continue;
             };
             if let Some(manager) = self.task_sets.get_mut(&key) {
@@ -822,7 +828,7 @@ impl TaskScheduler {
         state: TaskState,
         outcome: TaskOutcome,
     ) {
-        if !self.task_owners.contains_key(&task_id) {
+        if !self.task_owners.contains(task_id) {
             error!(
                 "Ignoring update with state {state} for TID {task_id} because its task set is gone (this is likely the result of receiving duplicate task finished status updates)"
             );
@@ -831,7 +837,7 @@ impl TaskScheduler {
         if !state.is_finished() {
             return;
         }
-        let Some(key) = self.task_owners.remove(&task_id) else {
+        let Some(key) = self.task_owners.remove(task_id) else {
             return;
         };
         let Some(executor_id) = self
@@ -842,9 +848,6 @@ impl TaskScheduler {
         else {
             return;
         };
-        if let Some(record) = self.registry.get_mut(&executor_id) {
-            record.running.remove(&task_id);
-        }
         let result = match (state, outcome) {
             (TaskState::Finished, TaskOutcome::Direct { value, metrics, .. }) => {
                 Ok(TaskResult::Direct { value, metrics })

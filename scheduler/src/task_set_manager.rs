@@ -14,7 +14,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::SpeculationConfig;
 use crate::events::{Action, SchedulerEvent, TaskEndReason, TaskResult};
 use crate::exclusion::{ExclusionPolicy, TaskSetExclusion};
-use crate::fx_hash::FxHashMap;
+use crate::id_window::Attempts;
 use crate::locality::{TaskLocality, TaskLocation};
 use crate::pending::{any_pending, dequeue, PendingTasks};
 use crate::registry::ExecutorRegistry;
@@ -98,7 +98,7 @@ pub struct TaskSetManager {
     pending: PendingTasks,
     /// Tasks marked for a speculative copy, with the host of the copy already running.
     speculatable: Vec<(u32, SharedStr)>,
-    running: FxHashMap<u64, RunningAttempt>,
+    running: Attempts<RunningAttempt>,
     successful: u32,
     /// Run times of successful tasks, in nanoseconds, for the speculation median.
     successful_durations: Vec<u64>,
@@ -144,7 +144,7 @@ impl TaskSetManager {
             specs,
             pending,
             speculatable: Vec::new(),
-            running: FxHashMap::default(),
+            running: Attempts::default(),
             successful: 0,
             successful_durations: Vec::new(),
             zombie: false,
@@ -254,7 +254,7 @@ impl TaskSetManager {
     }
 
     pub(crate) fn running_attempt(&self, task_id: u64) -> Option<&RunningAttempt> {
-        self.running.get(&task_id)
+        self.running.get(task_id)
     }
 
     /// Whether it is done with and can be dropped: no more launches, nothing running.
@@ -556,7 +556,7 @@ impl TaskSetManager {
         result: TaskResult,
         actions: &mut VecDeque<Action>,
     ) {
-        let Some(attempt) = self.running.remove(&task_id) else {
+        let Some(attempt) = self.running.remove(task_id) else {
             return;
         };
         let index = attempt.index;
@@ -586,7 +586,7 @@ impl TaskSetManager {
             );
             // First success wins: kill the other copies.
             if self.tasks[index as usize].copies_running > 0 {
-                for (&other, other_attempt) in &self.running {
+                for (other, other_attempt) in self.running.iter() {
                     if other_attempt.index == index {
                         info!(
                             "Killing attempt {} for task {index}.{} in stage {} (TID {other}) on {} as the attempt {} succeeded on {}",
@@ -629,7 +629,7 @@ impl TaskSetManager {
         registry: &ExecutorRegistry,
         actions: &mut VecDeque<Action>,
     ) {
-        let Some(attempt) = self.running.remove(&task_id) else {
+        let Some(attempt) = self.running.remove(task_id) else {
             return;
         };
         let index = attempt.index;
@@ -717,12 +717,10 @@ impl TaskSetManager {
         reason: &str,
         actions: &mut VecDeque<Action>,
     ) {
-        let mut task_ids: Vec<u64> = self.running.keys().copied().collect();
-        task_ids.sort_unstable();
-        for task_id in task_ids {
+        for (task_id, attempt) in self.running.iter() {
             actions.push_back(Action::KillTask {
                 task_id,
-                executor_id: self.running[&task_id].executor_id.clone(),
+                executor_id: attempt.executor_id.clone(),
                 interrupt_thread,
                 reason: reason.to_owned(),
             });
@@ -796,7 +794,7 @@ impl TaskSetManager {
             .running
             .iter()
             .filter(|(_, a)| now.saturating_duration_since(a.launched_at) > threshold)
-            .map(|(&tid, a)| (tid, a.index, a.host.clone()))
+            .map(|(tid, a)| (tid, a.index, a.host.clone()))
             .collect();
         candidates.sort_unstable_by_key(|c| c.0);
         for (_, index, host) in candidates {
