@@ -9,7 +9,6 @@
 //! [`crate::Driver`] API on the driver program's threads. It reads no clock: callers
 //! pass `now`.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -59,6 +58,8 @@ pub(crate) struct DriverSettings {
 /// A registered executor (the seeds' `ExecutorData`).
 #[derive(Debug)]
 pub(crate) struct ExecutorData {
+    /// Its id (the key it is registered under).
+    pub id: SharedStr,
     /// The executor's endpoint, reached over the connection it registered on.
     pub endpoint: EndpointRef,
     /// The remote address of that connection.
@@ -69,6 +70,8 @@ pub(crate) struct ExecutorData {
     /// Cores not taken by launched tasks, plus the prefetch slots not taken
     /// (`executor.taskPrefetch` × `task.cpus`): what an offer on it can give.
     pub free_slots: u32,
+    /// Whether it waits in `pending_offers`.
+    pub offer_pending: bool,
 }
 
 /// A registration, as the RegisterExecutor handler reads it.
@@ -96,9 +99,8 @@ struct ResultFetch {
 pub(crate) struct DriverCore {
     pub settings: DriverSettings,
     pub scheduler: TaskScheduler,
-    /// The seeds' `executorDataMap`, ordered so that anything walking it does so the
-    /// same way every time.
-    executors: BTreeMap<SharedStr, ExecutorData>,
+    /// The seeds' `executorDataMap`.
+    executors: FxHashMap<SharedStr, ExecutorData>,
     address_to_executor: FxHashMap<SocketAddr, SharedStr>,
     pending_to_remove: FxHashSet<SharedStr>,
     num_pending_executors: u32,
@@ -118,6 +120,10 @@ pub(crate) struct DriverCore {
     stopping: bool,
     self_ref: Weak<Mutex<DriverCore>>,
     offers: Vec<WorkerOffer>,
+    /// Executors that freed cores since the last round of offers.
+    pending_offers: Vec<SharedStr>,
+    /// Launches that could not be sent in the current round: task, reason, abort.
+    launch_failures: Vec<(u64, String, Option<String>)>,
 }
 
 impl std::fmt::Debug for DriverCore {
@@ -141,7 +147,7 @@ impl DriverCore {
                 heartbeats: HeartbeatTracker::new(settings.network_timeout),
                 settings,
                 scheduler,
-                executors: BTreeMap::new(),
+                executors: FxHashMap::default(),
                 address_to_executor: FxHashMap::default(),
                 pending_to_remove: FxHashSet::default(),
                 num_pending_executors: 0,
@@ -157,6 +163,8 @@ impl DriverCore {
                 stopping: false,
                 self_ref: self_ref.clone(),
                 offers: Vec::new(),
+                pending_offers: Vec::new(),
+                launch_failures: Vec::new(),
             })
         })
     }
@@ -177,9 +185,11 @@ impl DriverCore {
 
     // ---- queries -------------------------------------------------------------------
 
-    /// Registered executors' ids, in order.
+    /// Registered executors' ids, sorted.
     pub fn executor_ids(&self) -> Vec<String> {
-        self.executors.keys().map(|id| id.to_string()).collect()
+        let mut ids: Vec<String> = self.executors.keys().map(|id| id.to_string()).collect();
+        ids.sort_unstable();
+        ids
     }
 
     pub fn num_executors(&self) -> usize {
@@ -293,11 +303,13 @@ impl DriverCore {
         self.executors.insert(
             executor_id.clone(),
             ExecutorData {
+                id: executor_id.clone(),
                 endpoint,
                 address,
                 host: host.clone(),
                 total_cores: cores,
                 free_slots,
+                offer_pending: false,
             },
         );
         self.heartbeats.executor_added(&executor_id, now);
@@ -376,7 +388,7 @@ impl DriverCore {
         }
         if finished {
             if self.executors.contains_key(executor_id) {
-                self.make_offers_on(now, executor_id);
+                self.offer_later(executor_id);
             } else {
                 warn!("Ignored task status update ({task_id} state {state}) from unknown executor with ID {executor_id}");
             }
@@ -580,80 +592,104 @@ impl DriverCore {
                     cores: e.free_slots,
                 }),
         );
-        if !offers.is_empty() {
-            let tasks = self.scheduler.resource_offers(now, &offers);
-            self.launch_tasks(now, &offers, tasks);
+        self.pending_offers.clear();
+        for executor in self.executors.values_mut() {
+            executor.offer_pending = false;
         }
+        self.launch_on(now, &offers);
         self.offers = offers;
     }
 
-    /// The seeds' `makeOffers(executorId)`: one executor's free cores, if it is alive
-    /// and not being removed.
-    fn make_offers_on(&mut self, now: Instant, executor_id: &str) {
-        if self.stopping || self.pending_to_remove.contains(executor_id) {
-            return;
+    /// Notes that an executor has free cores to offer, at the end of the current batch
+    /// of messages ([`DriverCore::flush_offers`]).
+    fn offer_later(&mut self, executor_id: &str) {
+        if let Some(executor) = self.executors.get_mut(executor_id) {
+            if !executor.offer_pending {
+                executor.offer_pending = true;
+                self.pending_offers.push(executor.id.clone());
+            }
         }
-        let Some((id, executor)) = self.executors.get_key_value(executor_id) else {
-            return;
-        };
-        if executor.free_slots < self.settings.task_cpus {
-            return;
-        }
-        let offer = [WorkerOffer {
-            executor_id: id.clone(),
-            host: executor.host.clone(),
-            cores: executor.free_slots,
-        }];
-        let tasks = self.scheduler.resource_offers(now, &offer);
-        self.launch_tasks(now, &offer, tasks);
     }
 
-    /// The seeds' `launchTasks`: each task is encoded once, into its executor's
+    /// The seeds' `makeOffers(executorId)` for every executor that freed cores since the
+    /// last call, in one round of offers: many status updates that arrived together
+    /// launch their successors together.
+    pub fn flush_offers(&mut self, now: Instant) {
+        if self.pending_offers.is_empty() {
+            return;
+        }
+        let cpus = self.settings.task_cpus;
+        let mut offers = std::mem::take(&mut self.offers);
+        offers.clear();
+        for id in self.pending_offers.drain(..) {
+            let Some(executor) = self.executors.get_mut(&id) else {
+                continue;
+            };
+            executor.offer_pending = false;
+            if executor.free_slots >= cpus
+                && !self.stopping
+                && !self.pending_to_remove.contains(&id)
+            {
+                offers.push(WorkerOffer {
+                    host: executor.host.clone(),
+                    cores: executor.free_slots,
+                    executor_id: id,
+                });
+            }
+        }
+        self.launch_on(now, &offers);
+        self.offers = offers;
+    }
+
+    /// The seeds' `makeOffers(executorId)`: one executor's free cores, now.
+    fn make_offers_on(&mut self, now: Instant, executor_id: &str) {
+        self.offer_later(executor_id);
+        self.flush_offers(now);
+    }
+
+    /// Offers `offers` to the scheduler and launches what it picks: the seeds'
+    /// `launchTasks`. Each task is encoded once, straight into its executor's
     /// connection, and its cores taken. A task too large for `rpc.message.maxSize`
     /// aborts its task set with the seeds' message.
-    fn launch_tasks(
-        &mut self,
-        now: Instant,
-        offers: &[WorkerOffer],
-        tasks: Vec<Vec<flint_wire::TaskDescription>>,
-    ) {
+    fn launch_on(&mut self, now: Instant, offers: &[WorkerOffer]) {
+        if offers.is_empty() {
+            return;
+        }
         let cpus = self.settings.task_cpus;
-        for (offer, tasks) in offers.iter().zip(tasks) {
-            for task in tasks {
-                let task_id = task.task_id;
-                let index = task.index;
-                let Some(executor) = self.executors.get_mut(&offer.executor_id) else {
-                    self.scheduler
-                        .launch_failed(now, task_id, "its executor is gone", None);
-                    continue;
-                };
-                debug!(
-                    "Launching task {task_id} on executor id: {} hostname: {}.",
-                    offer.executor_id, executor.host
-                );
-                match executor.endpoint.send(&Message::LaunchTask(task)) {
-                    Ok(()) => executor.free_slots = executor.free_slots.saturating_sub(cpus),
-                    Err(RpcError::Wire(WireError::MessageTooLarge { size, limit })) => {
-                        let message = format!(
-                            "Serialized task {task_id}:{index} was {size} bytes, which exceeds max allowed: rpc.message.maxSize ({limit} bytes). Consider increasing rpc.message.maxSize or using broadcast variables for large values."
-                        );
-                        self.scheduler
-                            .launch_failed(now, task_id, &message, Some(message.clone()));
-                    }
-                    Err(e) => {
-                        warn!(
-                            "Cannot launch task {task_id} on executor {}: {e}",
-                            offer.executor_id
-                        );
-                        self.scheduler.launch_failed(
-                            now,
-                            task_id,
-                            &format!("cannot send the task: {e}"),
-                            None,
-                        );
-                    }
+        let DriverCore {
+            scheduler,
+            executors,
+            launch_failures,
+            ..
+        } = self;
+        scheduler.resource_offers_with(now, offers, |i, task| {
+            let offer = &offers[i];
+            let task_id = task.task_id;
+            let index = task.index;
+            let Some(executor) = executors.get_mut(&offer.executor_id) else {
+                launch_failures.push((task_id, "its executor is gone".to_owned(), None));
+                return;
+            };
+            debug!(
+                "Launching task {task_id} on executor id: {} hostname: {}.",
+                offer.executor_id, executor.host
+            );
+            match executor.endpoint.send(&Message::LaunchTask(task)) {
+                Ok(()) => executor.free_slots = executor.free_slots.saturating_sub(cpus),
+                Err(RpcError::Wire(WireError::MessageTooLarge { size, limit })) => {
+                    let message = format!(
+                        "Serialized task {task_id}:{index} was {size} bytes, which exceeds max allowed: rpc.message.maxSize ({limit} bytes). Consider increasing rpc.message.maxSize or using broadcast variables for large values."
+                    );
+                    launch_failures.push((task_id, message.clone(), Some(message)));
+                }
+                Err(e) => {
+                    warn!("Cannot launch task {task_id} on executor {}: {e}", offer.executor_id);
+                    launch_failures.push((task_id, format!("cannot send the task: {e}"), None));
                 }
             }
+        });
+        for (task_id, reason, abort) in std::mem::take(&mut self.launch_failures) {
+            self.scheduler.launch_failed(now, task_id, &reason, abort);
         }
     }
 

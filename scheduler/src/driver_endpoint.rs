@@ -145,6 +145,15 @@ impl Endpoint for DriverEndpoint {
         self.sync_timer(ctx, &core, now);
     }
 
+    fn on_batch_end(&mut self, ctx: &mut EndpointContext<'_>) {
+        let now = Instant::now();
+        let core = self.core.clone();
+        let mut core = lock(&core);
+        core.flush_offers(now);
+        core.process_actions(now);
+        self.sync_timer(ctx, &core, now);
+    }
+
     fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
         let now = Instant::now();
         let core = self.core.clone();
