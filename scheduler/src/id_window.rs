@@ -56,7 +56,9 @@ impl IdWindow {
             self.base = id;
         }
         let offset = usize::try_from(id - self.base).expect("a window fits in memory");
-        if offset >= self.slots.len() {
+        if offset == self.slots.len() {
+            self.slots.push_back(EMPTY);
+        } else if offset > self.slots.len() {
             self.slots.resize(offset + 1, EMPTY);
         }
         let previous = std::mem::replace(&mut self.slots[offset], value);
@@ -237,6 +239,34 @@ mod tests {
         assert_eq!(
             a.iter().map(|(id, v)| (id, v.clone())).collect::<Vec<_>>(),
             [(98, "98".to_owned()), (99, "99".to_owned())]
+        );
+    }
+
+    #[test]
+    fn pipelined_launches_and_results_keep_the_window_small() {
+        // Two executors with 65 tasks in flight each, results in batches of 16.
+        let mut w = IdWindow::default();
+        let mut in_flight: [VecDeque<u64>; 2] = Default::default();
+        let mut next = 0u64;
+        let mut widest = 0;
+        for round in 0..10_000 {
+            for queue in &mut in_flight {
+                while queue.len() < 65 {
+                    w.insert(next, 1);
+                    queue.push_back(next);
+                    next += 1;
+                }
+            }
+            let queue = &mut in_flight[round % 2];
+            for _ in 0..16 {
+                let id = queue.pop_front().unwrap();
+                assert_eq!(w.remove(id), Some(1));
+            }
+            widest = widest.max(w.slots.len());
+        }
+        assert!(
+            widest < 1_000,
+            "the window grew to {widest} slots for 130 live ids"
         );
     }
 

@@ -207,6 +207,10 @@ struct Pool {
 pub(crate) struct Pools {
     mode: SchedulingMode,
     pools: Vec<Pool>,
+    /// Scratch of [`Pools::sorted_task_sets`], kept so that a round of offers
+    /// allocates nothing: running tasks per pool, and the pools in order.
+    running_scratch: Vec<usize>,
+    order_scratch: Vec<usize>,
 }
 
 impl Pools {
@@ -214,6 +218,8 @@ impl Pools {
         let mut pools = Pools {
             mode,
             pools: Vec::new(),
+            running_scratch: Vec::new(),
+            order_scratch: Vec::new(),
         };
         match mode {
             SchedulingMode::Fifo => pools.pools.push(Pool {
@@ -299,33 +305,51 @@ impl Pools {
 
     /// Every task set, in the order they get offers.
     pub fn sorted_task_sets<'a>(
-        &self,
+        &mut self,
         stats_of: impl Fn(u32) -> TaskSetStats<'a>,
         out: &mut Vec<u32>,
     ) {
         out.clear();
-        let mut pools: Vec<(SchedulableStats<'_>, Vec<TaskSetStats<'a>>, SchedulingMode)> = self
-            .pools
-            .iter()
-            .map(|pool| {
-                let task_sets: Vec<TaskSetStats<'a>> =
-                    pool.task_sets.iter().map(|&k| stats_of(k)).collect();
-                let stats = SchedulableStats {
-                    name: &pool.config.name,
-                    running_tasks: task_sets.iter().map(|t| t.running_tasks).sum(),
-                    min_share: pool.config.min_share,
-                    weight: pool.config.weight,
-                };
-                (stats, task_sets, pool.config.mode)
-            })
-            .collect();
-        pools.sort_by(|a, b| fair_order(&a.0, &b.0));
-        for (_, mut task_sets, mode) in pools {
-            match mode {
-                SchedulingMode::Fifo => task_sets.sort_by(fifo_order),
-                SchedulingMode::Fair => task_sets.sort_by(fair_task_set_order),
+        if let [pool] = self.pools.as_slice() {
+            if let [only] = pool.task_sets.as_slice() {
+                out.push(*only);
+                return;
             }
-            out.extend(task_sets.iter().map(|t| t.key));
+        }
+        let Pools {
+            pools,
+            running_scratch: running,
+            order_scratch: order,
+            ..
+        } = self;
+        running.clear();
+        running.extend(pools.iter().map(|pool| {
+            pool.task_sets
+                .iter()
+                .map(|&k| stats_of(k).running_tasks)
+                .sum::<usize>()
+        }));
+        let pool_stats = |i: usize| SchedulableStats {
+            name: &pools[i].config.name,
+            running_tasks: running[i],
+            min_share: pools[i].config.min_share,
+            weight: pools[i].config.weight,
+        };
+        order.clear();
+        order.extend(0..pools.len());
+        order.sort_by(|&a, &b| fair_order(&pool_stats(a), &pool_stats(b)));
+        for &i in order.iter() {
+            let start = out.len();
+            out.extend_from_slice(&pools[i].task_sets);
+            let task_sets = &mut out[start..];
+            match pools[i].config.mode {
+                SchedulingMode::Fifo => {
+                    task_sets.sort_by(|&a, &b| fifo_order(&stats_of(a), &stats_of(b)))
+                }
+                SchedulingMode::Fair => {
+                    task_sets.sort_by(|&a, &b| fair_task_set_order(&stats_of(a), &stats_of(b)))
+                }
+            }
         }
     }
 }
