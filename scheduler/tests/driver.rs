@@ -536,3 +536,118 @@ fn the_driver_is_ready_once_enough_executors_registered() {
     ));
     driver.stop().unwrap();
 }
+
+#[test]
+fn with_prefetch_a_queued_task_keeps_its_locality() {
+    // Four tasks that prefer executor loc-a; both executors have one core. With two
+    // prefetch slots loc-a takes three at once, PROCESS_LOCAL; loc-b waits (locality.wait).
+    let (driver, _, events) = driver(&["executor.taskPrefetch=2", "locality.wait=1h"]);
+    let a = FakeExecutor::start(driver.address(), "loc-a");
+    a.register("host-a", 1);
+    let b = FakeExecutor::start(driver.address(), "loc-b");
+    b.register("host-b", 1);
+    let preferred = flint_scheduler::TaskLocation::Executor {
+        host: "host-a".into(),
+        executor_id: "loc-a".into(),
+    };
+    let mut task_set = TaskSet::new(0, 0, 4, noop());
+    for task in &mut task_set.tasks {
+        *task = task.clone().with_locations(vec![preferred.clone()]);
+    }
+    let handle = driver.submit(task_set).unwrap();
+    wait_until("three launches on loc-a", || a.inbox.launched().len() == 3);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        b.inbox.launched().is_empty(),
+        "no task went to the other executor"
+    );
+    let starts: Vec<(String, flint_scheduler::TaskLocality)> = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            SchedulerEvent::TaskStart {
+                executor_id,
+                locality,
+                ..
+            } => Some((executor_id.to_string(), *locality)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts.len(), 3);
+    assert!(starts
+        .iter()
+        .all(|(e, l)| e == "loc-a" && *l == flint_scheduler::TaskLocality::ProcessLocal));
+    // Finishing the queue lets the fourth in, still on loc-a.
+    let mut reported = 0;
+    while !handle.is_done() {
+        let launched = a.inbox.launched();
+        for &task_id in &launched[reported..] {
+            a.report(task_id, TaskState::Finished, b"");
+        }
+        reported = launched.len();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(reported, 4);
+    assert!(b.inbox.launched().is_empty());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn with_prefetch_a_queued_straggler_is_speculated_and_the_first_success_wins() {
+    // One executor with a core and a prefetch slot, and another: the task that sits
+    // queued behind a stuck one on spec-a counts as running, is speculated on spec-b,
+    // and once the copy wins the original is killed.
+    let (driver, _, events) = driver(&[
+        "executor.taskPrefetch=1",
+        "speculation=true",
+        "speculation.interval=10ms",
+        "speculation.quantile=0.5",
+    ]);
+    let a = FakeExecutor::start(driver.address(), "spec-a");
+    a.register("h1", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 4, noop())).unwrap();
+    wait_until("two launches on spec-a", || a.inbox.launched().len() == 2);
+    let (stuck, queued) = (a.inbox.launched()[0], a.inbox.launched()[1]);
+    // spec-b joins, finishes what it is given fast: tasks 2 and 3.
+    let b = FakeExecutor::start(driver.address(), "spec-b");
+    b.register("h2", 1);
+    let mut reported = 0;
+    let deadline = Instant::now() + WAIT;
+    while !handle.is_done() {
+        assert!(Instant::now() < deadline, "{}", logs().dump());
+        let launched = b.inbox.launched();
+        for &task_id in &launched[reported..] {
+            std::thread::sleep(Duration::from_millis(1));
+            b.report(task_id, TaskState::Finished, b"b");
+        }
+        reported = launched.len();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let outcome = handle.wait(WAIT).unwrap();
+    assert_eq!(
+        outcome.results,
+        [&b"b"[..], b"b", b"b", b"b"],
+        "every result from spec-b's copies"
+    );
+    let speculative = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, SchedulerEvent::TaskStart { speculative: true, executor_id, .. } if &**executor_id == "spec-b"))
+        .count();
+    assert_eq!(
+        speculative, 2,
+        "copies of the stuck task and of the one queued behind it"
+    );
+    for original in [stuck, queued] {
+        wait_until("the original attempt was killed", || {
+            a.inbox
+                .count(|m| matches!(m, Message::KillTask { task_id, .. } if *task_id == original))
+                == 1
+        });
+    }
+    driver.stop().unwrap();
+}
