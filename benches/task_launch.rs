@@ -1,0 +1,110 @@
+//! Task launch as users measure it, beside its floors, in one run. Executors are real
+//! `flint executor` processes started by the driver's local cluster manager, over
+//! loopback.
+//!
+//! - `latency/raw_tcp_round_trip`: a blocking std::net ping-pong of a LaunchTask-sized
+//!   frame out and a StatusUpdate-sized frame back (TCP_NODELAY): the floor.
+//! - `latency/one_task_job`: a task set of one noop task on one executor of one core,
+//!   from submission to its result recorded at the driver.
+//! - `throughput/strict`: a 100,000-task noop job on 2 executors of 1 core each, a task
+//!   launched only on a free core (`executor.taskPrefetch=0`, the seeds' semantics).
+//! - `throughput/pipelined`: the same with `executor.taskPrefetch=64`.
+//!
+//! After criterion's figures it prints, from medians measured in the same run: the
+//! one-task job latency over the floor round trip, the free-core floor (executor cores
+//! divided by the floor round trip: the most a scheduler can launch when a task goes
+//! only to a free core), and each throughput against it.
+//!
+//! `cargo bench --bench task_launch` (about three minutes). `flint bench` prints the
+//! same figures as a table.
+
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use flint::bench::{floor_round_trip, BenchCluster, FrameSizes, RawPingPong};
+use flint::rpc::Conf;
+
+const FLINT: &str = env!("CARGO_BIN_EXE_flint");
+const TASKS: u32 = 100_000;
+const PREFETCH: u32 = 64;
+
+fn conf(prefetch: u32) -> Conf {
+    Conf::from_pairs([format!("executor.taskPrefetch={prefetch}")]).expect("a valid conf")
+}
+
+/// The median of `samples` one-task jobs, in nanoseconds.
+fn median_job_latency(cluster: &mut BenchCluster, samples: usize) -> f64 {
+    let mut times: Vec<Duration> = (0..samples)
+        .map(|_| cluster.run_noop(1).expect("a one-task job"))
+        .collect();
+    times.sort_unstable();
+    times[samples / 2].as_nanos() as f64
+}
+
+fn task_launch(c: &mut Criterion) {
+    let frames = FrameSizes::of_noop_task();
+    let mut group = c.benchmark_group("latency");
+    let mut raw = RawPingPong::start(frames.launch, frames.status).expect("a loopback socket");
+    group.bench_function("raw_tcp_round_trip", |b| {
+        b.iter(|| raw.round_trip().expect("the raw server answers"))
+    });
+    drop(raw);
+    let mut one = BenchCluster::start(Path::new(FLINT), &conf(0), 1, 1).expect("a cluster");
+    group.bench_function("one_task_job", |b| {
+        b.iter_custom(|iterations| {
+            (0..iterations)
+                .map(|_| one.run_noop(1).expect("a one-task job"))
+                .sum()
+        })
+    });
+    // The ratio, from medians taken now, one after the other.
+    let (floor_ns, _) = floor_round_trip(frames, 5_000).expect("a loopback socket");
+    let floor_ns = floor_ns as f64;
+    let job_ns = median_job_latency(&mut one, 2_000);
+    one.stop().expect("the cluster stops");
+    group.finish();
+
+    let mut group = c.benchmark_group("throughput");
+    group.throughput(Throughput::Elements(u64::from(TASKS)));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(20));
+    let mut rates = Vec::new();
+    for (name, prefetch) in [("strict", 0), ("pipelined", PREFETCH)] {
+        let mut cluster =
+            BenchCluster::start(Path::new(FLINT), &conf(prefetch), 2, 1).expect("a cluster");
+        group.bench_function(name, |b| {
+            b.iter_custom(|iterations| {
+                (0..iterations)
+                    .map(|_| cluster.run_noop(TASKS).expect("a job"))
+                    .sum()
+            })
+        });
+        let elapsed = cluster.run_noop(TASKS).expect("a job");
+        rates.push((name, f64::from(TASKS) / elapsed.as_secs_f64()));
+        cluster.stop().expect("the cluster stops");
+    }
+    group.finish();
+
+    let floor_tps = 2.0 / (floor_ns / 1e9);
+    println!();
+    println!(
+        "floor round trip (raw TCP, median):   {:>10.1} us",
+        floor_ns / 1e3
+    );
+    println!(
+        "one-task job latency (median):        {:>10.1} us  = {:.2} x the floor",
+        job_ns / 1e3,
+        job_ns / floor_ns
+    );
+    println!("free-core floor (2 cores / round trip): {floor_tps:>8.0} tasks/s");
+    for (name, rate) in rates {
+        println!(
+            "{name:<10} 100,000 noop tasks:      {rate:>10.0} tasks/s = {:.0}% of the free-core floor",
+            100.0 * rate / floor_tps
+        );
+    }
+}
+
+criterion_group!(benches, task_launch);
+criterion_main!(benches);
