@@ -10,15 +10,18 @@ use flint_rpc::{
     Conf, Endpoint, EndpointContext, EndpointRef, Incoming, Reply, RpcEnv, RpcError, TimerId,
 };
 use flint_wire::{
-    ArchivedBlockId, ArchivedDependency, ArchivedMessage, ArchivedTaskDescription, BlockId,
-    BlockManagerId, Dependency, Heartbeat, Message, Property, RegisterExecutor, SharedStr,
-    TaskDescription, TaskName, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+    ArchivedBlockId, ArchivedMessage, ArchivedTaskDescription, BlockId, BlockManagerId, Heartbeat,
+    Message, RegisterExecutor, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
 };
 use tracing::{debug, error, info, warn};
 
-use crate::executor::{Executor, ExecutorConfig, RESULT_OVERHEAD};
+use crate::executor::{Executor, ExecutorConfig, Launch, Staged, RESULT_OVERHEAD};
 use crate::heartbeater::{random_initial_delay, HeartbeatAction, Heartbeater};
 use crate::registry::TaskRegistry;
+
+/// Launches of one batch of the event loop the endpoint has room for before its staging
+/// buffer grows.
+const STAGED_CAPACITY: usize = 256;
 
 /// Where an executor finds its driver and what it offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,6 +198,9 @@ impl Backend {
         if let Err(e) = sent {
             self.on_heartbeat_result(Err(e));
         }
+        // A runner's deferred status updates may hold the connection's flush: the
+        // heartbeat must not wait for them.
+        self.driver.flush();
     }
 
     fn on_heartbeat_result(self: &Arc<Self>, result: Result<Reply, RpcError>) {
@@ -273,18 +279,41 @@ impl Backend {
 
 /// The executor's endpoint (the seeds' `CoarseGrainedExecutorBackend`), registered as
 /// [`EXECUTOR_ENDPOINT`].
+///
+/// Launches are read in place and staged as they arrive; they are handed to the runners
+/// all at once, waking sleeping ones, at the end of the event loop's batch
+/// ([`Endpoint::on_batch_end`]), or before any other message is handled (a kill must
+/// find the launch that came before it).
 struct ExecutorEndpoint {
     backend: Arc<Backend>,
     heartbeat_timer: Option<TimerId>,
+    staged: Staged,
 }
 
 impl ExecutorEndpoint {
-    fn launch(&self, incoming: &Incoming<'_>, task: &ArchivedTaskDescription) {
-        let task = task_description(incoming, task, self.backend.executor.shared_id());
-        let task_id = task.task_id;
+    fn launch(&mut self, incoming: &Incoming<'_>, task: &ArchivedTaskDescription) {
+        let task_id = task.task_id.to_native();
         debug!("Got assigned task {task_id}");
-        if let Err(e) = self.backend.executor.launch_task(task) {
-            warn!("Received LaunchTask command for task {task_id} but {e}; dropped");
+        let executor = &self.backend.executor;
+        if task.executor_id.as_str() != executor.executor_id() {
+            warn!(
+                "task (TID {task_id}) was launched for executor {}, not this one ({}); \
+                 running it here",
+                task.executor_id,
+                executor.executor_id()
+            );
+        }
+        executor.stage(
+            &mut self.staged,
+            Launch::from_archived(incoming.frame(), task),
+        );
+    }
+
+    /// Hands the staged launches to the runners.
+    fn commit(&mut self) {
+        if !self.staged.is_empty() {
+            // A stopped executor logs what it drops.
+            let _ = self.backend.executor.commit(&mut self.staged);
         }
     }
 
@@ -335,9 +364,14 @@ impl ExecutorEndpoint {
 
 impl Endpoint for ExecutorEndpoint {
     fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        if let ArchivedMessage::LaunchTask(task) = message.message() {
+            self.launch(&message, task);
+            return;
+        }
+        // Launches staged before this message go first: a kill must find them.
+        self.commit();
         let backend = &self.backend;
         match message.message() {
-            ArchivedMessage::LaunchTask(task) => self.launch(&message, task),
             ArchivedMessage::KillTask {
                 task_id,
                 interrupt_thread,
@@ -399,6 +433,13 @@ impl Endpoint for ExecutorEndpoint {
         }
     }
 
+    fn on_batch_end(&mut self, _ctx: &mut EndpointContext<'_>) {
+        self.commit();
+        // Replies sent from this batch share the connection with the runners' deferred
+        // status updates: hand whatever they left queued to the loop now.
+        self.backend.driver.flush();
+    }
+
     fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
         if self.heartbeat_timer != Some(timer) {
             return;
@@ -441,47 +482,6 @@ fn block_id_of(block_id: &ArchivedBlockId) -> BlockId {
         ArchivedBlockId::TaskResult { task_id } => BlockId::TaskResult {
             task_id: task_id.to_native(),
         },
-    }
-}
-
-/// An owned task description whose serialized task is a view of the frame (no copy);
-/// the executor id reuses the executor's own when it is the same.
-fn task_description(
-    incoming: &Incoming<'_>,
-    task: &ArchivedTaskDescription,
-    own_id: &SharedStr,
-) -> TaskDescription {
-    let executor_id = if task.executor_id.as_str() == &**own_id {
-        own_id.clone()
-    } else {
-        SharedStr::from(task.executor_id.as_str())
-    };
-    TaskDescription {
-        task_id: task.task_id.to_native(),
-        attempt_number: task.attempt_number.to_native(),
-        executor_id,
-        name: TaskName::from(task.name.as_str()),
-        index: task.index.to_native(),
-        partition_id: task.partition_id.to_native(),
-        added_files: task.added_files.iter().map(dependency).collect(),
-        added_jars: task.added_jars.iter().map(dependency).collect(),
-        properties: task
-            .properties
-            .iter()
-            .map(|p| Property {
-                key: p.key.to_string(),
-                value: p.value.to_string(),
-            })
-            .collect(),
-        cpus: task.cpus.to_native(),
-        serialized_task: incoming.frame().bytes_of(task.serialized_task.as_slice()),
-    }
-}
-
-fn dependency(d: &ArchivedDependency) -> Dependency {
-    Dependency {
-        name: d.name.to_string(),
-        timestamp: d.timestamp.to_native(),
     }
 }
 
@@ -555,6 +555,7 @@ fn start(
             ExecutorEndpoint {
                 backend: backend.clone(),
                 heartbeat_timer: None,
+                staged: Staged::with_capacity(STAGED_CAPACITY),
             },
         )
         .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor's endpoint: {e}")))?;

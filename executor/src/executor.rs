@@ -1,24 +1,59 @@
 //! The executor: a pool of task runner threads, the registry of running tasks, and what a
 //! runner does with a task from its launch to its status update.
+//!
+//! # The launch path
+//!
+//! Launching a task allocates nothing once the executor has warmed up, and costs the
+//! runners and the event loop as few wake-ups as the work allows:
+//!
+//! - the executor's endpoint reads the archived `LaunchTask` in place and keeps only what
+//!   a runner needs ([`Launch`]): the task's numbers, its name and its serialized task
+//!   (files, jars and properties only when it has some). A small launch is copied out of
+//!   the frame into its task handle's reused buffer ([`COPY_LIMIT`]); a large one stays a
+//!   view of the frame;
+//! - each task gets a [`TaskHandle`] (kill flag, metrics, that buffer) from a free list
+//!   and gives it back when it is forgotten; the running tasks are an `FxHashMap` that
+//!   keeps its capacity;
+//! - the endpoint stages the launches of one batch of the event loop
+//!   ([`Executor::stage`]) and hands them over under one lock at the batch's end
+//!   ([`Executor::commit`]), waking sleeping runners then, and only them;
+//! - the runner of a one-core executor takes every queued task at once; a runner among
+//!   several takes one at a time, so that tasks queued behind a long one are left to
+//!   the other runners. A task that ends is marked ended at once (a kill or a heartbeat
+//!   no longer sees it) and forgotten when its runner next takes work;
+//! - status updates go out with `send_deferred`: a runner hands them to the event loop
+//!   ([`StatusSender::flush`]) when its batch is done (before it takes more work or
+//!   sleeps), every [`FLUSH_EVERY`] updates, and whenever the next task might be long (a
+//!   different function, or a task that ran [`DEFER_BELOW`] or more), so that no update
+//!   waits behind a long task. The executor's endpoint also flushes at the end of its
+//!   batches and after each heartbeat, so that its own frames on the same connection
+//!   never wait for a runner.
+//!
+//! Runners sleep on a condition variable as soon as they run out of work: polling for a
+//! while first (spinning, or yielding) measured no better on two cores shared by a
+//! driver and two executors, and costs the event loops the core they need.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use flint_rpc::{EndpointRef, RpcError};
 use flint_wire::{
-    BlockId, Message, SharedStr, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskFailureKind,
-    TaskMetrics, TaskOutcome, TaskPayload, TaskState,
+    ArchivedDependency, ArchivedTaskDescription, BlockId, Dependency, Frame, Message, Property,
+    SharedStr, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskFailureKind, TaskMetrics,
+    TaskName, TaskOutcome, TaskPayload, TaskState,
 };
+use rustc_hash::FxHashMap;
 use tracing::{debug, error, info, warn};
 
 use crate::block_store::BlockStore;
-use crate::registry::TaskRegistry;
-use crate::task::{TaskContext, TaskError, TaskHandle};
+use crate::registry::{TaskFn, TaskRegistry};
+use crate::task::{TaskContext, TaskError, TaskExtras, TaskHandle};
 
 /// Room left in a message for everything but a direct result's value: a result travels
 /// in its status update when `value.len() + RESULT_OVERHEAD <= rpc.message.maxSize`.
@@ -34,17 +69,57 @@ pub const STOP_REASON: &str = "Executor is stopping";
 /// for, before it gives the update up.
 const STATUS_RETRY_LIMIT: Duration = Duration::from_secs(30);
 
+/// The most status updates a runner leaves queued before it hands them to the event loop.
+const FLUSH_EVERY: usize = 32;
+
+/// A task that ran less than this may leave its status update queued while the runner
+/// runs the next task, if that one runs the same function.
+const DEFER_BELOW: Duration = Duration::from_micros(20);
+
+/// Task handles kept for reuse, at most.
+const SPARE_HANDLES: usize = 1024;
+
+/// A launch whose name and serialized task together are at most this long is copied out
+/// of the frame it came in (into its handle's reused buffer) rather than kept as views of
+/// it: views of a frame keep the event loop's whole receive buffer alive, and while
+/// queued tasks hold it the loop must allocate a new one for every few frames it reads.
+/// Larger launches stay views (no copy), and cost the buffers they pin.
+const COPY_LIMIT: usize = 512;
+
+/// Room reserved up front in the task queues, the running-task map and the spare
+/// handles.
+const INITIAL_CAPACITY: usize = 256;
+
 /// Where task runners send their tasks' status updates: the driver's endpoint, or a
 /// test's collector.
 pub trait StatusSender: Send + Sync + 'static {
     /// Sends one [`Message::StatusUpdate`], one-way. [`RpcError::OutboxFull`] makes the
     /// runner retry a little later; any other error gives the update up.
     fn send_status(&self, message: &Message) -> Result<(), RpcError>;
+
+    /// Queues one status update that may wait for the next [`StatusSender::flush`]; a
+    /// runner flushes before it waits for work, so nothing queued is left behind. By
+    /// default the same as [`StatusSender::send_status`].
+    fn send_status_deferred(&self, message: &Message) -> Result<(), RpcError> {
+        self.send_status(message)
+    }
+
+    /// Sends what [`StatusSender::send_status_deferred`] queued. By default nothing to
+    /// do.
+    fn flush(&self) {}
 }
 
 impl StatusSender for EndpointRef {
     fn send_status(&self, message: &Message) -> Result<(), RpcError> {
         self.send(message)
+    }
+
+    fn send_status_deferred(&self, message: &Message) -> Result<(), RpcError> {
+        self.send_deferred(message)
+    }
+
+    fn flush(&self) {
+        EndpointRef::flush(self)
     }
 }
 
@@ -87,20 +162,185 @@ pub enum ExecutorError {
     Stopped,
 }
 
-/// A task waiting for a runner.
+/// A task's display name as a runner keeps it, made into text only when it is printed.
+enum LaunchName {
+    /// A view of the launch frame (the archived string, already checked to be UTF-8).
+    Wire(Bytes),
+    /// The name a [`TaskDescription`] gave.
+    Given(TaskName),
+}
+
+impl fmt::Display for LaunchName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LaunchName::Wire(bytes) => match std::str::from_utf8(bytes) {
+                Ok(text) => f.write_str(text),
+                Err(_) => f.write_str(&String::from_utf8_lossy(bytes)),
+            },
+            LaunchName::Given(name) => name.fmt(f),
+        }
+    }
+}
+
+/// What a runner needs of one launched task: its numbers, its name and its serialized
+/// task (views of the launch frame when it came from the driver: nothing is copied), and
+/// its files, jars and properties only when it has some.
+pub(crate) struct Launch {
+    task_id: u64,
+    attempt_number: u32,
+    index: u32,
+    partition_id: u32,
+    cpus: u32,
+    name: LaunchName,
+    serialized_task: Bytes,
+    extras: Option<Arc<TaskExtras>>,
+}
+
+impl Launch {
+    /// Reads an archived task description in place; allocates only for a task with files,
+    /// jars or properties.
+    pub(crate) fn from_archived(frame: &Frame, task: &ArchivedTaskDescription) -> Launch {
+        let extras = if task.added_files.is_empty()
+            && task.added_jars.is_empty()
+            && task.properties.is_empty()
+        {
+            None
+        } else {
+            let dependency = |d: &ArchivedDependency| Dependency {
+                name: d.name.to_string(),
+                timestamp: d.timestamp.to_native(),
+            };
+            TaskExtras::of(
+                task.added_files.iter().map(dependency).collect(),
+                task.added_jars.iter().map(dependency).collect(),
+                task.properties
+                    .iter()
+                    .map(|p| Property {
+                        key: p.key.to_string(),
+                        value: p.value.to_string(),
+                    })
+                    .collect(),
+            )
+        };
+        Launch {
+            task_id: task.task_id.to_native(),
+            attempt_number: task.attempt_number.to_native(),
+            index: task.index.to_native(),
+            partition_id: task.partition_id.to_native(),
+            cpus: task.cpus.to_native(),
+            name: LaunchName::Wire(frame.bytes_of(task.name.as_bytes())),
+            serialized_task: frame.bytes_of(task.serialized_task.as_slice()),
+            extras,
+        }
+    }
+
+    fn from_description(task: TaskDescription) -> Launch {
+        Launch {
+            task_id: task.task_id,
+            attempt_number: task.attempt_number,
+            index: task.index,
+            partition_id: task.partition_id,
+            cpus: task.cpus,
+            name: LaunchName::Given(task.name),
+            serialized_task: task.serialized_task,
+            extras: TaskExtras::of(task.added_files, task.added_jars, task.properties),
+        }
+    }
+
+    /// Copies a small launch's name and serialized task out of the frame they are views
+    /// of, into `scratch` (which keeps its memory from task to task), so that the frame's
+    /// receive buffer is free again once the event loop is done with it.
+    fn copy_out_of_frame(&mut self, scratch: &mut BytesMut) {
+        let LaunchName::Wire(name) = &self.name else {
+            return;
+        };
+        let task_len = self.serialized_task.len();
+        let len = task_len + name.len();
+        if len > COPY_LIMIT {
+            return;
+        }
+        // Takes back the memory of the handle's previous task when nothing holds it.
+        scratch.reserve(len);
+        scratch.extend_from_slice(&self.serialized_task);
+        scratch.extend_from_slice(name);
+        let copy = scratch.split().freeze();
+        self.serialized_task = copy.slice(..task_len);
+        self.name = LaunchName::Wire(copy.slice(task_len..));
+    }
+
+    /// The serialized task's length byte and function name, if it has them.
+    fn function_prefix(&self) -> Option<&[u8]> {
+        let len = usize::from(*self.serialized_task.first()?);
+        self.serialized_task.get(..=len)
+    }
+
+    /// Whether both run the same task function.
+    fn same_function(&self, other: &Launch) -> bool {
+        self.function_prefix()
+            .is_some_and(|prefix| other.function_prefix() == Some(prefix))
+    }
+}
+
+/// A task waiting for a runner, or running.
 struct Job {
-    task: TaskDescription,
+    launch: Launch,
     handle: Arc<TaskHandle>,
 }
 
-#[derive(Default)]
-struct Pool {
+/// Launches read from one batch of the event loop, not yet handed to the runners, and
+/// task handles ready for the next ones: what the executor's endpoint keeps between
+/// [`Executor::stage`] and [`Executor::commit`].
+pub(crate) struct Staged {
+    jobs: Vec<Job>,
+    spare: Vec<Arc<TaskHandle>>,
+}
+
+impl Staged {
+    /// Room for `capacity` launches and as many spare handles.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        Staged {
+            jobs: Vec::with_capacity(capacity),
+            spare: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Whether launches wait for [`Executor::commit`].
+    pub(crate) fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+}
+
+/// What the executor and its runners share under one lock.
+struct State {
     queue: VecDeque<Job>,
-    /// Runners waiting for work.
-    idle: usize,
+    /// Tasks launched and not yet forgotten, ended ones included until their runner
+    /// forgets them (see [`TaskHandle::is_ended`]).
+    running: FxHashMap<u64, Arc<TaskHandle>>,
+    /// Handles of forgotten tasks, reset, for the next launches.
+    spare: Vec<Arc<TaskHandle>>,
     /// Runners that have not exited.
     live: usize,
     shutdown: bool,
+}
+
+impl State {
+    /// Removes the task from the running registry, unless a later launch replaced it,
+    /// and keeps its handle for reuse when nobody else holds it.
+    fn forget(&mut self, task_id: u64, mut handle: Arc<TaskHandle>) {
+        if self
+            .running
+            .get(&task_id)
+            .is_some_and(|current| Arc::ptr_eq(current, &handle))
+        {
+            self.running.remove(&task_id);
+        }
+        if self.spare.len() < SPARE_HANDLES {
+            if let Some(unique) = Arc::get_mut(&mut handle) {
+                unique.reset();
+                self.spare.push(handle);
+            }
+        }
+    }
 }
 
 /// State shared by the executor and its runner threads.
@@ -114,8 +354,9 @@ struct Inner {
     registry: TaskRegistry,
     blocks: Arc<BlockStore>,
     status: Box<dyn StatusSender>,
-    running: Mutex<HashMap<u64, Arc<TaskHandle>>>,
-    pool: Mutex<Pool>,
+    state: Mutex<State>,
+    /// Runners asleep on `work` (changed under the `state` lock).
+    sleeping: AtomicUsize,
     /// Signalled when work is queued or the pool shuts down.
     work: Condvar,
     /// Signalled when a runner exits.
@@ -209,8 +450,14 @@ impl Executor {
             registry,
             blocks: Arc::new(BlockStore::new()),
             status: Box::new(status),
-            running: Mutex::new(HashMap::new()),
-            pool: Mutex::new(Pool::default()),
+            state: Mutex::new(State {
+                queue: VecDeque::with_capacity(INITIAL_CAPACITY),
+                running: FxHashMap::with_capacity_and_hasher(INITIAL_CAPACITY, Default::default()),
+                spare: Vec::with_capacity(INITIAL_CAPACITY),
+                live: 0,
+                shutdown: false,
+            }),
+            sleeping: AtomicUsize::new(0),
             work: Condvar::new(),
             exited: Condvar::new(),
             stopped: AtomicBool::new(false),
@@ -221,14 +468,14 @@ impl Executor {
         };
         for n in 0..config.cores {
             let inner = executor.inner.clone();
-            lock(&inner.pool).live += 1;
+            lock(&inner.state).live += 1;
             let spawned = std::thread::Builder::new()
                 .name(format!("Executor task launch worker-{n}"))
                 .spawn(move || runner(inner));
             match spawned {
                 Ok(thread) => lock(&executor.runners).push(thread),
                 Err(e) => {
-                    lock(&executor.inner.pool).live -= 1;
+                    lock(&executor.inner.state).live -= 1;
                     executor.stop();
                     return Err(ExecutorError::Spawn(e));
                 }
@@ -267,30 +514,81 @@ impl Executor {
         &self.inner.blocks
     }
 
-    /// Registers the task as running and queues it for a runner thread.
+    /// Registers the task as running and queues it for a runner thread, waking one if
+    /// they all sleep.
     pub fn launch_task(&self, task: TaskDescription) -> Result<(), ExecutorError> {
+        let mut staged = Staged::with_capacity(1);
+        staged.spare.extend(lock(&self.inner.state).spare.pop());
+        self.stage(&mut staged, Launch::from_description(task));
+        self.hand_over(&mut staged, false)
+    }
+
+    /// Prepares a launch for [`Executor::commit`]: gives it a task handle (a spare one
+    /// when there is one) and copies a small launch out of its frame into the handle's
+    /// buffer. Allocates nothing once warmed up.
+    pub(crate) fn stage(&self, staged: &mut Staged, mut launch: Launch) {
+        let mut handle = staged
+            .spare
+            .pop()
+            .unwrap_or_else(|| Arc::new(TaskHandle::with_scratch(COPY_LIMIT)));
+        if let Some(unique) = Arc::get_mut(&mut handle) {
+            launch.copy_out_of_frame(&mut unique.scratch);
+        }
+        staged.jobs.push(Job { launch, handle });
+    }
+
+    /// Registers the staged launches as running and queues them, under one lock, takes
+    /// back spare handles for the next launches, and wakes as many sleeping runners as
+    /// there are queued tasks (no system call when none sleeps). Fails, dropping the
+    /// launches, once the executor has stopped.
+    pub(crate) fn commit(&self, staged: &mut Staged) -> Result<(), ExecutorError> {
+        self.hand_over(staged, true)
+    }
+
+    /// [`Executor::commit`], taking back spare handles only when `refill`.
+    fn hand_over(&self, staged: &mut Staged, refill: bool) -> Result<(), ExecutorError> {
+        if staged.jobs.is_empty() {
+            return Ok(());
+        }
         let inner = &*self.inner;
-        if inner.stopped.load(Ordering::Acquire) {
+        let mut state = lock(&inner.state);
+        if state.shutdown || inner.stopped.load(Ordering::Acquire) {
+            drop(state);
+            for job in staged.jobs.drain(..) {
+                let task_id = job.launch.task_id;
+                warn!(
+                    "Received LaunchTask command for task {task_id} but the executor has \
+                     stopped; dropped"
+                );
+            }
             return Err(ExecutorError::Stopped);
         }
-        let task_id = task.task_id;
-        let handle = Arc::new(TaskHandle::default());
-        if let Some(previous) = lock(&inner.running).insert(task_id, handle.clone()) {
-            // The driver never reuses a TID; should it, the older attempt is forgotten.
-            warn!("task (TID {task_id}) launched again while it runs; the first launch is killed");
-            previous.kill("launched again");
-        }
-        let wake = {
-            let mut pool = lock(&inner.pool);
-            if pool.shutdown {
-                drop(pool);
-                inner.forget(task_id, &handle);
-                return Err(ExecutorError::Stopped);
+        let shared = &mut *state;
+        for job in staged.jobs.drain(..) {
+            let task_id = job.launch.task_id;
+            let previous = shared.running.insert(task_id, job.handle.clone());
+            if let Some(previous) = previous.filter(|previous| !previous.is_ended()) {
+                // The driver never reuses a TID; should it, the older attempt is forgotten.
+                warn!(
+                    "task (TID {task_id}) launched again while it runs; the first launch is \
+                     killed"
+                );
+                previous.kill("launched again");
             }
-            pool.queue.push_back(Job { task, handle });
-            pool.idle > 0
-        };
-        if wake {
+            shared.queue.push_back(job);
+        }
+        if refill {
+            let room = staged.spare.capacity() - staged.spare.len();
+            let keep = shared.spare.len().saturating_sub(room);
+            staged.spare.extend(shared.spare.drain(keep..));
+        }
+        let queued = shared.queue.len();
+        drop(state);
+        // A runner counts itself sleeping under the lock before it waits: one that found
+        // the queue empty is counted here, and a notification sent between its unlock
+        // and its wait still reaches it.
+        let sleeping = inner.sleeping.load(Ordering::Acquire);
+        for _ in 0..sleeping.min(queued) {
             inner.work.notify_one();
         }
         Ok(())
@@ -301,9 +599,10 @@ impl Executor {
     /// accepted for the protocol's sake (a Rust thread cannot be interrupted). Returns
     /// whether the task was running here.
     pub fn kill_task(&self, task_id: u64, interrupt_thread: bool, reason: &str) -> bool {
-        let handle = lock(&self.inner.running).get(&task_id).cloned();
+        // Cloned under the lock: a handle someone holds is not reused for another task.
+        let handle = lock(&self.inner.state).running.get(&task_id).cloned();
         match handle {
-            Some(handle) => {
+            Some(handle) if !handle.is_ended() => {
                 info!(
                     interrupt_thread,
                     "Executor is trying to kill task (TID {task_id}), reason: {reason}"
@@ -311,7 +610,7 @@ impl Executor {
                 handle.kill(reason);
                 true
             }
-            None => {
+            _ => {
                 debug!("kill of task (TID {task_id}), which is not running here");
                 false
             }
@@ -320,18 +619,25 @@ impl Executor {
 
     /// Ids of the tasks launched and not yet ended, sorted.
     pub fn running_tasks(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = lock(&self.inner.running).keys().copied().collect();
+        let mut ids: Vec<u64> = lock(&self.inner.state)
+            .running
+            .iter()
+            .filter(|(_, handle)| !handle.is_ended())
+            .map(|(&task_id, _)| task_id)
+            .collect();
         ids.sort_unstable();
         ids
     }
 
-    /// The metrics so far of every task whose function has started: a heartbeat's
-    /// accumulator updates.
+    /// The metrics so far of every task whose function has started and not ended: a
+    /// heartbeat's accumulator updates.
     pub fn heartbeat_updates(&self) -> Vec<TaskAccumUpdates> {
         let now = self.inner.since_epoch(Instant::now());
-        let running = lock(&self.inner.running);
-        let mut updates: Vec<TaskAccumUpdates> = running
+        let state = lock(&self.inner.state);
+        let mut updates: Vec<TaskAccumUpdates> = state
+            .running
             .iter()
+            .filter(|(_, handle)| !handle.is_ended())
             .filter_map(|(&task_id, handle)| {
                 let started = handle.started_at()?;
                 Some(TaskAccumUpdates {
@@ -341,7 +647,7 @@ impl Executor {
                 })
             })
             .collect();
-        drop(running);
+        drop(state);
         updates.sort_unstable_by_key(|u| u.task_id);
         updates
     }
@@ -364,35 +670,44 @@ impl Executor {
     pub fn stop_within(&self, grace: Duration) -> bool {
         let inner = &*self.inner;
         if inner.stopped.swap(true, Ordering::AcqRel) {
-            return lock(&inner.pool).live == 0;
+            return lock(&inner.state).live == 0;
         }
         let dropped: Vec<Job> = {
-            let mut pool = lock(&inner.pool);
-            pool.shutdown = true;
-            pool.queue.drain(..).collect()
+            let mut state = lock(&inner.state);
+            state.shutdown = true;
+            let dropped: Vec<Job> = state.queue.drain(..).collect();
+            for job in &dropped {
+                let task_id = job.launch.task_id;
+                if state
+                    .running
+                    .get(&task_id)
+                    .is_some_and(|current| Arc::ptr_eq(current, &job.handle))
+                {
+                    state.running.remove(&task_id);
+                }
+            }
+            for handle in state.running.values() {
+                handle.kill(STOP_REASON);
+            }
+            dropped
         };
         inner.work.notify_all();
-        for job in dropped {
-            inner.forget(job.task.task_id, &job.handle);
-        }
-        for handle in lock(&inner.running).values() {
-            handle.kill(STOP_REASON);
-        }
+        drop(dropped);
         let deadline = Instant::now() + grace;
-        let mut pool = lock(&inner.pool);
-        while pool.live > 0 {
+        let mut state = lock(&inner.state);
+        while state.live > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
-            pool = inner
+            state = inner
                 .exited
-                .wait_timeout(pool, left)
+                .wait_timeout(state, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        let stuck = pool.live;
-        drop(pool);
+        let stuck = state.live;
+        drop(state);
         let mut runners = lock(&self.runners);
         for runner in runners.drain(..) {
             if runner.is_finished() {
@@ -420,30 +735,85 @@ struct Exiting<'a>(&'a Inner);
 
 impl Drop for Exiting<'_> {
     fn drop(&mut self) {
-        lock(&self.0.pool).live -= 1;
+        lock(&self.0.state).live -= 1;
         self.0.exited.notify_all();
     }
 }
 
-/// A runner thread: takes queued tasks until the pool shuts down.
+/// The task function a runner looked up last, so that a run of tasks of one function
+/// looks it up once.
+struct FunctionCache<'r> {
+    name: &'r str,
+    function: Option<&'r TaskFn>,
+}
+
+impl<'r> FunctionCache<'r> {
+    fn get(&mut self, registry: &'r TaskRegistry, name: &str) -> Option<&'r TaskFn> {
+        match self.function {
+            Some(function) if self.name == name => Some(function),
+            _ => {
+                let (name, function) = registry.entry(name)?;
+                self.name = name;
+                self.function = Some(function);
+                Some(function)
+            }
+        }
+    }
+}
+
+/// A runner thread: takes queued tasks until the pool shuts down. The only runner of a
+/// one-core executor takes every queued task at once; a runner among several takes one
+/// at a time, so that tasks queued behind a long one are left to the other runners.
 fn runner(inner: Arc<Inner>) {
     let _exiting = Exiting(&inner);
-    loop {
-        let job = {
-            let mut pool = lock(&inner.pool);
-            loop {
-                if let Some(job) = pool.queue.pop_front() {
-                    break job;
-                }
-                if pool.shutdown {
-                    return;
-                }
-                pool.idle += 1;
-                pool = inner.work.wait(pool).unwrap_or_else(|e| e.into_inner());
-                pool.idle -= 1;
+    let take_all = inner.cores == 1;
+    let mut functions = FunctionCache {
+        name: "",
+        function: None,
+    };
+    let mut batch: VecDeque<Job> = VecDeque::with_capacity(INITIAL_CAPACITY);
+    // Tasks of the batch that ended, forgotten when the runner takes its next batch.
+    let mut ended: Vec<(u64, Arc<TaskHandle>)> = Vec::with_capacity(INITIAL_CAPACITY);
+    // Status updates sent deferred and not flushed yet; zero whenever the runner waits.
+    let mut unflushed = 0usize;
+    while inner.next_batch(&mut ended, &mut batch, take_all) {
+        while let Some(Job { launch, handle }) = batch.pop_front() {
+            let task_id = launch.task_id;
+            if inner.stopped.load(Ordering::Acquire) {
+                debug!("task (TID {task_id}) dropped: the executor stops");
+                handle.mark_ended();
+                ended.push((task_id, handle));
+                continue;
             }
-        };
-        inner.run(job);
+            let (outcome, quick, handle) = inner.execute(&launch, handle, &mut functions);
+            handle.mark_ended();
+            let same_function = batch
+                .front()
+                .is_some_and(|next| launch.same_function(&next.launch));
+            // Its views of the handle's scratch buffer go before the handle is reused.
+            drop(launch);
+            ended.push((task_id, handle));
+            if inner.stopped.load(Ordering::Acquire) {
+                debug!("task (TID {task_id}) ended while the executor stops; no status update");
+            } else {
+                let message = Message::StatusUpdate(StatusUpdate {
+                    executor_id: inner.executor_id.clone(),
+                    task_id,
+                    state: outcome.state,
+                    outcome: outcome.outcome,
+                });
+                inner.send_status(task_id, &message);
+                unflushed += 1;
+            }
+            // Only a quick task followed by one of the same function leaves its update
+            // queued: the next one is likely quick too. The last task of a batch always
+            // flushes.
+            let defer = quick && same_function && unflushed < FLUSH_EVERY;
+            if !defer && unflushed > 0 {
+                inner.status.flush();
+                unflushed = 0;
+            }
+        }
     }
 }
 
@@ -484,48 +854,54 @@ impl Inner {
         u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Removes the task from the running registry, unless a later launch replaced it.
-    fn forget(&self, task_id: u64, handle: &Arc<TaskHandle>) {
-        let mut running = lock(&self.running);
-        if running
-            .get(&task_id)
-            .is_some_and(|current| Arc::ptr_eq(current, handle))
-        {
-            running.remove(&task_id);
+    /// Forgets the ended tasks and fills `batch` (empty) with the next queued tasks:
+    /// all of them when `take_all`, else one; sleeps until there are some. False once the
+    /// pool shuts down.
+    fn next_batch(
+        &self,
+        ended: &mut Vec<(u64, Arc<TaskHandle>)>,
+        batch: &mut VecDeque<Job>,
+        take_all: bool,
+    ) -> bool {
+        debug_assert!(batch.is_empty());
+        let mut state = lock(&self.state);
+        for (task_id, handle) in ended.drain(..) {
+            state.forget(task_id, handle);
+        }
+        loop {
+            if take_all && !state.queue.is_empty() {
+                // The runner's empty queue, with its capacity, becomes the shared one.
+                std::mem::swap(&mut state.queue, batch);
+                return true;
+            }
+            if let Some(job) = state.queue.pop_front() {
+                batch.push_back(job);
+                return true;
+            }
+            if state.shutdown {
+                return false;
+            }
+            self.sleeping.fetch_add(1, Ordering::AcqRel);
+            state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
+            self.sleeping.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
-    /// Runs one task and reports how it ended.
-    fn run(&self, job: Job) {
-        let Job { task, handle } = job;
-        let task_id = task.task_id;
-        let ended = self.execute(task, &handle);
-        self.forget(task_id, &handle);
-        drop(handle);
-        if self.stopped.load(Ordering::Acquire) {
-            debug!("task (TID {task_id}) ended while the executor stops; no status update");
-            return;
-        }
-        let message = Message::StatusUpdate(StatusUpdate {
-            executor_id: self.executor_id.clone(),
-            task_id,
-            state: ended.state,
-            outcome: ended.outcome,
-        });
-        self.send_status(task_id, &message);
-    }
-
+    /// Sends a status update deferred (the runner flushes), retrying while the
+    /// connection's outbox is full.
     fn send_status(&self, task_id: u64, message: &Message) {
         let mut started: Option<Instant> = None;
         let mut pause = Duration::from_micros(100);
         loop {
-            match self.status.send_status(message) {
+            match self.status.send_status_deferred(message) {
                 Ok(()) => return,
                 Err(RpcError::OutboxFull { .. })
                     if !self.stopped.load(Ordering::Acquire)
                         && started.get_or_insert_with(Instant::now).elapsed()
                             < STATUS_RETRY_LIMIT =>
                 {
+                    // What this runner queued must leave for the outbox to drain.
+                    self.status.flush();
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(20));
                 }
@@ -537,73 +913,88 @@ impl Inner {
         }
     }
 
-    fn execute(&self, task: TaskDescription, handle: &Arc<TaskHandle>) -> Ended {
+    /// Runs one task; returns how it ended, whether it finished quickly (under
+    /// [`DEFER_BELOW`]), and its handle (lent to the task's context, not shared).
+    fn execute<'r>(
+        &'r self,
+        launch: &Launch,
+        handle: Arc<TaskHandle>,
+        functions: &mut FunctionCache<'r>,
+    ) -> (Ended, bool, Arc<TaskHandle>) {
         let start = Instant::now();
-        let task_id = task.task_id;
         if let Some(reason) = handle.kill_reason() {
             info!(
                 "Executor killed {} before it started, reason: {reason}",
-                task.name
+                launch.name
             );
-            return Ended::killed(reason, TaskMetrics::default());
+            let ended = Ended::killed(reason, TaskMetrics::default());
+            return (ended, false, handle);
         }
-        debug!("Running {}", task.name);
-        let payload = match TaskPayload::parse(&task.serialized_task) {
+        debug!("Running {}", launch.name);
+        let payload = match TaskPayload::parse(&launch.serialized_task) {
             Ok(payload) => payload,
             Err(e) => {
-                let message = format!("Could not deserialize {}: {e}", task.name);
+                let message = format!("Could not deserialize {}: {e}", launch.name);
                 error!("{message}");
-                return Ended::failed(
+                let ended = Ended::failed(
                     TaskFailureKind::Undeserializable,
                     message,
                     TaskMetrics::default(),
                 );
+                return (ended, false, handle);
             }
         };
-        let Some(function) = self.registry.get(payload.function) else {
+        let Some(function) = functions.get(&self.registry, payload.function) else {
             let message = format!(
                 "No task function named {:?} is registered on executor {} (it has: {})",
                 payload.function,
                 self.executor_id,
                 self.registry.names().join(", ")
             );
-            error!("Could not deserialize {}: {message}", task.name);
-            return Ended::failed(
+            error!("Could not deserialize {}: {message}", launch.name);
+            let ended = Ended::failed(
                 TaskFailureKind::Undeserializable,
                 message,
                 TaskMetrics::default(),
             );
+            return (ended, false, handle);
         };
-        let input: Bytes = task.serialized_task.slice(1 + payload.function.len()..);
+        let input: Bytes = launch.serialized_task.slice(1 + payload.function.len()..);
         let function_name = payload.function;
         let run_start = Instant::now();
         let deserialize_ns = run_start.duration_since(start).as_nanos() as u64;
         handle.mark_started(self.since_epoch(run_start), deserialize_ns);
         let ctx = TaskContext {
-            task_id,
-            attempt_number: task.attempt_number,
-            partition_id: task.partition_id,
-            index: task.index,
-            executor_id: task.executor_id.clone(),
-            handle: handle.clone(),
+            task_id: launch.task_id,
+            attempt_number: launch.attempt_number,
+            partition_id: launch.partition_id,
+            index: launch.index,
+            cpus: launch.cpus,
+            executor_id: self.executor_id.clone(),
+            extras: launch.extras.clone(),
+            handle,
         };
         let result = catch_unwind(AssertUnwindSafe(|| function(&ctx, &input)));
-        let run_ns = run_start.elapsed().as_nanos() as u64;
-        let mut metrics = handle.metrics(run_ns);
+        let run_time = run_start.elapsed();
+        let handle = ctx.handle;
+        let quick = run_time < DEFER_BELOW;
+        let mut metrics = handle.metrics(run_time.as_nanos() as u64);
         // As the seeds' runner: a task asked to stop ends KILLED, whatever it returned.
         if let Some(reason) = handle.kill_reason() {
-            info!("Executor killed {}, reason: {reason}", task.name);
-            return Ended::killed(reason, metrics);
+            info!("Executor killed {}, reason: {reason}", launch.name);
+            let ended = Ended::killed(reason, metrics);
+            return (ended, false, handle);
         }
         match result {
-            Ok(Ok(value)) => self.finished(&task, value, metrics),
+            Ok(Ok(value)) => (self.finished(launch, value, metrics), quick, handle),
             Ok(Err(TaskError::Killed { reason })) => {
-                info!("Executor killed {}, reason: {reason}", task.name);
-                Ended::killed(&reason, metrics)
+                info!("Executor killed {}, reason: {reason}", launch.name);
+                (Ended::killed(&reason, metrics), false, handle)
             }
             Ok(Err(TaskError::Failed(message))) => {
-                error!("Exception in {}: {message}", task.name);
-                Ended::failed(TaskFailureKind::Exception, message, metrics)
+                error!("Exception in {}: {message}", launch.name);
+                let ended = Ended::failed(TaskFailureKind::Exception, message, metrics);
+                (ended, false, handle)
             }
             Err(panic) => {
                 let text = panic
@@ -612,18 +1003,22 @@ impl Inner {
                     .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
                     .unwrap_or("(a panic payload that is not text)");
                 let message = format!("task function {function_name:?} panicked: {text}");
-                error!("Exception in {}: {message}", task.name);
+                error!("Exception in {}: {message}", launch.name);
                 metrics.result_size = 0;
-                Ended::failed(TaskFailureKind::Exception, message, metrics)
+                let ended = Ended::failed(TaskFailureKind::Exception, message, metrics);
+                (ended, false, handle)
             }
         }
     }
 
-    fn finished(&self, task: &TaskDescription, value: Bytes, mut metrics: TaskMetrics) -> Ended {
+    fn finished(&self, launch: &Launch, value: Bytes, mut metrics: TaskMetrics) -> Ended {
         let size = value.len();
         metrics.result_size = size as u64;
         let outcome = if size <= self.direct_limit {
-            debug!("Finished {}. {size} bytes result sent to driver", task.name);
+            debug!(
+                "Finished {}. {size} bytes result sent to driver",
+                launch.name
+            );
             TaskOutcome::Direct {
                 value,
                 metrics,
@@ -631,12 +1026,12 @@ impl Inner {
             }
         } else {
             let block_id = BlockId::TaskResult {
-                task_id: task.task_id,
+                task_id: launch.task_id,
             };
             self.blocks.put(block_id, value);
             info!(
                 "Finished {}. {size} bytes result sent via BlockManager)",
-                task.name
+                launch.name
             );
             TaskOutcome::Indirect {
                 block_id,
@@ -738,9 +1133,9 @@ mod tests {
         };
         let name = std::str::from_utf8(&value).unwrap();
         assert!(name.starts_with("Executor task launch worker-"), "{name}");
-        assert_eq!(lock(&executor.inner.pool).live, 3);
+        assert_eq!(lock(&executor.inner.state).live, 3);
         assert!(executor.stop());
-        assert_eq!(lock(&executor.inner.pool).live, 0);
+        assert_eq!(lock(&executor.inner.state).live, 0);
     }
 
     #[test]
@@ -937,5 +1332,251 @@ mod tests {
         release.store(true, Ordering::SeqCst);
         wait_until("the stuck runner to exit", || executor.stop());
         assert!(rx.try_recv().is_err(), "no status update after stop");
+    }
+
+    /// Hands deferred updates over only when flushed, as a connection does.
+    struct Deferring {
+        pending: Mutex<Vec<StatusUpdate>>,
+        sent: Mutex<mpsc::Sender<StatusUpdate>>,
+        flushes: Arc<AtomicUsize>,
+    }
+
+    impl StatusSender for Deferring {
+        fn send_status(&self, message: &Message) -> Result<(), RpcError> {
+            self.send_status_deferred(message)?;
+            self.flush();
+            Ok(())
+        }
+
+        fn send_status_deferred(&self, message: &Message) -> Result<(), RpcError> {
+            let Message::StatusUpdate(update) = message else {
+                panic!("not a status update: {message:?}");
+            };
+            lock(&self.pending).push(update.clone());
+            Ok(())
+        }
+
+        fn flush(&self) {
+            let pending: Vec<StatusUpdate> = lock(&self.pending).drain(..).collect();
+            if !pending.is_empty() {
+                self.flushes.fetch_add(1, Ordering::SeqCst);
+            }
+            let sent = lock(&self.sent);
+            for update in pending {
+                let _ = sent.send(update);
+            }
+        }
+    }
+
+    fn deferring_executor(
+        cores: u32,
+    ) -> (Executor, mpsc::Receiver<StatusUpdate>, Arc<AtomicUsize>) {
+        let (tx, rx) = mpsc::channel();
+        let flushes = Arc::new(AtomicUsize::new(0));
+        let sender = Deferring {
+            pending: Mutex::new(Vec::new()),
+            sent: Mutex::new(tx),
+            flushes: flushes.clone(),
+        };
+        let config = ExecutorConfig::new("7", "localhost", cores);
+        let executor = Executor::new(config, TaskRegistry::with_builtins(), sender).unwrap();
+        (executor, rx, flushes)
+    }
+
+    #[test]
+    fn a_batch_of_quick_tasks_is_reported_in_few_flushes_and_none_is_left_behind() {
+        let (executor, rx, flushes) = deferring_executor(1);
+        let mut staged = Staged::with_capacity(8);
+        for task_id in 1..=200 {
+            executor.stage(
+                &mut staged,
+                Launch::from_description(task(task_id, "noop", b"")),
+            );
+        }
+        executor.commit(&mut staged).unwrap();
+        let mut ids: Vec<u64> = (0..200)
+            .map(|_| {
+                rx.recv_timeout(WAIT)
+                    .expect("every update is flushed")
+                    .task_id
+            })
+            .collect();
+        // One runner reports its tasks in the order they were launched.
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        ids.dedup();
+        assert_eq!(ids.len(), 200);
+        let flushes = flushes.load(Ordering::SeqCst);
+        assert!(
+            (1..=200 / FLUSH_EVERY + 2).contains(&flushes),
+            "{flushes} flushes for 200 quick tasks"
+        );
+        wait_until("the tasks to be forgotten", || {
+            lock(&executor.inner.state).running.is_empty()
+        });
+    }
+
+    #[test]
+    fn an_update_does_not_wait_behind_a_long_task() {
+        let (executor, rx, _) = deferring_executor(1);
+        let mut staged = Staged::with_capacity(8);
+        executor.stage(&mut staged, Launch::from_description(task(1, "noop", b"")));
+        executor.stage(&mut staged, Launch::from_description(task(2, "noop", b"")));
+        executor.stage(
+            &mut staged,
+            Launch::from_description(task(3, "sleep", b"10000")),
+        );
+        executor.commit(&mut staged).unwrap();
+        for task_id in [1, 2] {
+            let update = rx
+                .recv_timeout(Duration::from_secs(5))
+                .expect("the quick tasks' updates leave before the long task ends");
+            assert_eq!(update.task_id, task_id);
+        }
+        assert_eq!(executor.running_tasks(), [3]);
+        assert!(executor.kill_task(3, false, "done"));
+        assert_eq!(rx.recv_timeout(WAIT).unwrap().state, TaskState::Killed);
+    }
+
+    #[test]
+    fn an_ended_task_is_no_longer_running_and_its_handle_is_reused() {
+        let (executor, rx) = executor(1, 1 << 20, TaskRegistry::with_builtins());
+        let mut staged = Staged::with_capacity(8);
+        executor.stage(&mut staged, Launch::from_description(task(1, "noop", b"")));
+        let first = Arc::as_ptr(&staged.jobs[0].handle);
+        executor.commit(&mut staged).unwrap();
+        assert_eq!(rx.recv_timeout(WAIT).unwrap().task_id, 1);
+        assert!(executor.running_tasks().is_empty());
+        assert!(!executor.kill_task(1, false, "too late"));
+        assert!(executor.heartbeat_updates().is_empty());
+        wait_until("the handle to be spare", || {
+            !lock(&executor.inner.state).spare.is_empty()
+        });
+        // A commit takes spare handles back for the next launches.
+        executor.stage(&mut staged, Launch::from_description(task(2, "noop", b"")));
+        executor.commit(&mut staged).unwrap();
+        assert_eq!(rx.recv_timeout(WAIT).unwrap().task_id, 2);
+        executor.stage(&mut staged, Launch::from_description(task(3, "noop", b"")));
+        assert_eq!(Arc::as_ptr(&staged.jobs[0].handle), first);
+        executor.commit(&mut staged).unwrap();
+        assert_eq!(rx.recv_timeout(WAIT).unwrap().task_id, 3);
+    }
+
+    /// An archived launch of `task`, in a frame of its own.
+    fn launch_frame(task: TaskDescription) -> Frame {
+        let mut out = bytes::BytesMut::new();
+        let route = flint_wire::Route::OneWay {
+            endpoint: "Executor".into(),
+        };
+        flint_wire::Encoder::new(1 << 20)
+            .encode(&route, &Message::LaunchTask(task), &mut out)
+            .unwrap();
+        let mut decoder = flint_wire::FrameDecoder::new(1 << 20);
+        decoder.feed(&out).unwrap();
+        decoder.next_frame().unwrap().unwrap()
+    }
+
+    fn archived(frame: &Frame) -> &ArchivedTaskDescription {
+        match &frame.envelope().unwrap().message {
+            flint_wire::ArchivedMessage::LaunchTask(task) => task,
+            other => panic!("not a launch: {other:?}"),
+        }
+    }
+
+    fn inside(part: &[u8], frame: &Frame) -> bool {
+        let payload = frame.payload().as_ptr_range();
+        payload.contains(&part.as_ptr())
+    }
+
+    #[test]
+    fn a_small_launch_is_copied_out_of_its_frame_and_a_large_one_is_not() {
+        let (executor, _rx) = executor(1, 1 << 20, TaskRegistry::with_builtins());
+        let mut staged = Staged::with_capacity(8);
+        let small = launch_frame(task(1, "echo", b"hi"));
+        executor.stage(&mut staged, Launch::from_archived(&small, archived(&small)));
+        let launch = &staged.jobs[0].launch;
+        assert!(!inside(&launch.serialized_task, &small));
+        assert_eq!(
+            launch.serialized_task,
+            TaskPayload::encode("echo", b"hi").unwrap()
+        );
+        assert_eq!(launch.name.to_string(), "task 1.0 in stage 0.0 (TID 1)");
+        assert!(launch.extras.is_none());
+
+        let input = vec![b'x'; COPY_LIMIT];
+        let large = launch_frame(task(2, "echo", &input));
+        executor.stage(&mut staged, Launch::from_archived(&large, archived(&large)));
+        let launch = &staged.jobs[1].launch;
+        assert!(
+            inside(&launch.serialized_task, &large),
+            "a view, not a copy"
+        );
+        assert_eq!(launch.serialized_task.len(), 1 + 4 + COPY_LIMIT);
+        assert_eq!(launch.name.to_string(), "task 2.0 in stage 0.0 (TID 2)");
+        staged.jobs.clear();
+    }
+
+    #[test]
+    fn a_task_sees_its_cpus_files_jars_and_properties() {
+        let mut registry = TaskRegistry::new();
+        registry
+            .register("describe", |ctx: &TaskContext, _: &Bytes| {
+                Ok(Bytes::from(format!(
+                    "{} {:?} {:?} {:?} {:?}",
+                    ctx.cpus(),
+                    ctx.added_files()
+                        .iter()
+                        .map(|d| &d.name)
+                        .collect::<Vec<_>>(),
+                    ctx.added_jars()
+                        .iter()
+                        .map(|d| d.timestamp)
+                        .collect::<Vec<_>>(),
+                    ctx.local_property("spark.job.description"),
+                    ctx.local_property("absent"),
+                )))
+            })
+            .unwrap();
+        let (executor, rx) = executor(1, 1 << 20, registry);
+        let mut described = task(1, "describe", b"");
+        described.cpus = 2;
+        described.added_files = vec![Dependency {
+            name: "data.csv".into(),
+            timestamp: 5,
+        }];
+        described.added_jars = vec![Dependency {
+            name: "lib.jar".into(),
+            timestamp: 7,
+        }];
+        described.properties = vec![Property {
+            key: "spark.job.description".into(),
+            value: "nightly".into(),
+        }];
+        let frame = launch_frame(described.clone());
+        let mut staged = Staged::with_capacity(2);
+        executor.stage(&mut staged, Launch::from_archived(&frame, archived(&frame)));
+        executor.commit(&mut staged).unwrap();
+        executor
+            .launch_task(TaskDescription {
+                task_id: 2,
+                ..described
+            })
+            .unwrap();
+        let plain = task(3, "describe", b"");
+        let frame = launch_frame(plain);
+        executor.stage(&mut staged, Launch::from_archived(&frame, archived(&frame)));
+        executor.commit(&mut staged).unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let update = rx.recv_timeout(WAIT).unwrap();
+            let TaskOutcome::Direct { value, .. } = update.outcome else {
+                panic!("{update:?}")
+            };
+            seen.push((update.task_id, String::from_utf8(value.to_vec()).unwrap()));
+        }
+        seen.sort();
+        let full = r#"2 ["data.csv"] [7] Some("nightly") None"#;
+        assert_eq!(seen[0], (1, full.to_owned()));
+        assert_eq!(seen[1], (2, full.to_owned()));
+        assert_eq!(seen[2], (3, "1 [] [] None None".to_owned()));
     }
 }

@@ -41,6 +41,11 @@
 //!   seeds' INFO, so that a busy executor does not spend its time logging.
 //! - Stopping kills the running tasks and waits for the runners at most [`STOP_GRACE`];
 //!   tasks that end after the stop began send no status update.
+//! - Launching a task allocates nothing once the executor has warmed up (the launch is
+//!   read in place, task handles are reused), and status updates of a run of quick
+//!   tasks leave together: a runner holds an update back only while it runs the next
+//!   task of the same function, after one that took under 20 µs, and never more than 32
+//!   updates nor past the end of its batch (see `tests/no_alloc.rs`).
 //! - A status update that finds the connection's outbox full is retried for a while
 //!   (back-pressure on the runner) rather than dropped.
 //! - A `FetchBlockChunk` asking for more than a message can carry is served with the

@@ -1,11 +1,11 @@
 //! Task functions by name ([`TaskRegistry`]) and flint's built-in ones.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_wire::MAX_FUNCTION_NAME;
+use rustc_hash::FxHashMap;
 
 use crate::task::{TaskContext, TaskError};
 
@@ -60,7 +60,7 @@ pub struct InvalidFunctionName {
 /// ```
 #[derive(Clone, Default)]
 pub struct TaskRegistry {
-    functions: HashMap<String, Arc<TaskFn>>,
+    functions: FxHashMap<String, Arc<TaskFn>>,
 }
 
 impl std::fmt::Debug for TaskRegistry {
@@ -116,6 +116,13 @@ impl TaskRegistry {
     /// The function registered under `name`.
     pub fn get(&self, name: &str) -> Option<&TaskFn> {
         self.functions.get(name).map(|f| &**f)
+    }
+
+    /// The function registered under `name`, with the name as the registry holds it.
+    pub(crate) fn entry(&self, name: &str) -> Option<(&str, &TaskFn)> {
+        self.functions
+            .get_key_value(name)
+            .map(|(name, f)| (name.as_str(), &**f))
     }
 
     /// The registered names, sorted.

@@ -4,7 +4,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use flint_wire::{SharedStr, TaskMetrics};
+use bytes::BytesMut;
+use flint_wire::{Dependency, Property, SharedStr, TaskMetrics};
 
 /// Why a task function did not produce a result.
 ///
@@ -57,19 +58,57 @@ pub(crate) const NO_REASON: &str = "killed";
 pub(crate) struct TaskHandle {
     killed: AtomicBool,
     kill_reason: OnceLock<String>,
+    /// The task has ended (its status update is on its way): it no longer counts as
+    /// running, though the executor may not have forgotten it yet.
+    ended: AtomicBool,
     /// Nanoseconds since the executor's epoch at which the function started, plus one;
     /// 0 while it has not started.
     started: AtomicU64,
     deserialize_time_ns: AtomicU64,
     input_bytes: AtomicU64,
     output_bytes: AtomicU64,
+    /// Where a small launch's name and serialized task are copied, so that the task does
+    /// not hold on to the receive buffer; reused from task to task. Only touched with
+    /// exclusive access (a handle nobody else holds yet).
+    pub(crate) scratch: BytesMut,
 }
 
 impl TaskHandle {
+    /// A handle whose scratch buffer has room for `scratch` bytes.
+    pub(crate) fn with_scratch(scratch: usize) -> Self {
+        TaskHandle {
+            scratch: BytesMut::with_capacity(scratch),
+            ..TaskHandle::default()
+        }
+    }
+
+    /// Makes a handle whose task ended ready for another task: not killed, not started,
+    /// counters at zero (its scratch buffer is kept). Exclusive access proves that nobody
+    /// still looks at it.
+    pub(crate) fn reset(&mut self) {
+        *self.killed.get_mut() = false;
+        let _ = self.kill_reason.take();
+        *self.ended.get_mut() = false;
+        *self.started.get_mut() = 0;
+        *self.deserialize_time_ns.get_mut() = 0;
+        *self.input_bytes.get_mut() = 0;
+        *self.output_bytes.get_mut() = 0;
+    }
+
     /// Asks the task to stop; the first reason given is kept.
     pub(crate) fn kill(&self, reason: &str) {
         let _ = self.kill_reason.set(reason.to_owned());
         self.killed.store(true, Ordering::Release);
+    }
+
+    /// Notes that the task has ended.
+    pub(crate) fn mark_ended(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    /// Whether the task has ended.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
     }
 
     pub(crate) fn is_killed(&self) -> bool {
@@ -113,6 +152,33 @@ impl TaskHandle {
     }
 }
 
+/// The files, jars and local properties a task was launched with; kept only for a task
+/// that has some (most have none, and then nothing is allocated for them).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct TaskExtras {
+    pub(crate) files: Vec<Dependency>,
+    pub(crate) jars: Vec<Dependency>,
+    pub(crate) properties: Vec<Property>,
+}
+
+impl TaskExtras {
+    /// `None` when all three are empty.
+    pub(crate) fn of(
+        files: Vec<Dependency>,
+        jars: Vec<Dependency>,
+        properties: Vec<Property>,
+    ) -> Option<Arc<TaskExtras>> {
+        if files.is_empty() && jars.is_empty() && properties.is_empty() {
+            return None;
+        }
+        Some(Arc::new(TaskExtras {
+            files,
+            jars,
+            properties,
+        }))
+    }
+}
+
 /// What a task function knows about the attempt it runs: its ids, its kill flag, and
 /// counters of the bytes it reads and writes.
 ///
@@ -147,20 +213,24 @@ pub struct TaskContext {
     pub(crate) attempt_number: u32,
     pub(crate) partition_id: u32,
     pub(crate) index: u32,
+    pub(crate) cpus: u32,
     pub(crate) executor_id: SharedStr,
+    pub(crate) extras: Option<Arc<TaskExtras>>,
     pub(crate) handle: Arc<TaskHandle>,
 }
 
 impl TaskContext {
-    /// A context outside any executor (executor id "driver", partition and index 0),
-    /// to run or test a task function directly.
+    /// A context outside any executor (executor id "driver", partition and index 0, one
+    /// cpu, no files, jars or properties), to run or test a task function directly.
     pub fn new(task_id: u64, attempt_number: u32) -> Self {
         TaskContext {
             task_id,
             attempt_number,
             partition_id: 0,
             index: 0,
+            cpus: 1,
             executor_id: SharedStr::from("driver"),
+            extras: None,
             handle: Arc::default(),
         }
     }
@@ -183,6 +253,31 @@ impl TaskContext {
     /// The task's index within its task set.
     pub fn index(&self) -> u32 {
         self.index
+    }
+
+    /// The cores the task was given (`task.cpus`).
+    pub fn cpus(&self) -> u32 {
+        self.cpus
+    }
+
+    /// The value of the local property `key` the task was launched with, if it has it.
+    pub fn local_property(&self, key: &str) -> Option<&str> {
+        let extras = self.extras.as_deref()?;
+        extras
+            .properties
+            .iter()
+            .find(|p| p.key == key)
+            .map(|p| p.value.as_str())
+    }
+
+    /// The files the task needs, with the times they were added.
+    pub fn added_files(&self) -> &[Dependency] {
+        self.extras.as_deref().map_or(&[], |e| &e.files)
+    }
+
+    /// The jars the task needs, with the times they were added.
+    pub fn added_jars(&self) -> &[Dependency] {
+        self.extras.as_deref().map_or(&[], |e| &e.jars)
     }
 
     /// The id of the executor running the task.
@@ -250,6 +345,23 @@ mod tests {
         ctx.add_output_bytes(3);
         let metrics = ctx.metrics();
         assert_eq!((metrics.input_bytes, metrics.output_bytes), (15, 3));
+    }
+
+    #[test]
+    fn a_reset_handle_is_as_new() {
+        let mut handle = TaskHandle::default();
+        handle.kill("stop");
+        handle.mark_started(5, 6);
+        handle.mark_ended();
+        handle.input_bytes.store(7, Ordering::Relaxed);
+        handle.output_bytes.store(8, Ordering::Relaxed);
+        handle.reset();
+        assert!(!handle.is_ended());
+        assert_eq!(handle.kill_reason(), None);
+        assert_eq!(handle.started_at(), None);
+        assert_eq!(handle.metrics(0), TaskMetrics::default());
+        handle.kill("again");
+        assert_eq!(handle.kill_reason(), Some("again"));
     }
 
     #[test]

@@ -1,0 +1,266 @@
+//! Launching tasks allocates nothing once the executor has warmed up.
+//!
+//! This test binary counts every allocation call of its process (a counting global
+//! allocator) while an executor (`run_executor`, 1 core) runs noop tasks launched by a
+//! fake driver over real sockets on 127.0.0.1. The fake driver keeps [`IN_FLIGHT`] tasks
+//! queued at the executor, as launch pipelining does, and is written to allocate nothing
+//! per task itself: it builds each `TaskDescription` from a numbered name, a shared
+//! executor id and a shared payload, and reads status updates in place. After
+//! [`WARM_UP`] tasks, the next [`MEASURED`] tasks may make at most [`ALLOWED`]
+//! allocation calls in all, in every thread: buffers growing to their working size, not
+//! one per task.
+//!
+//! Heartbeats are an hour apart so that none falls in the measured window. Every wait is
+//! bounded: the test fails, rather than hangs, after [`DEADLINE`].
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use flint_executor::{run_executor, ExecutorExit, ExecutorOptions, TaskRegistry};
+use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
+use flint_wire::{
+    ArchivedMessage, ArchivedTaskState, Message, SharedStr, TaskDescription, TaskName, TaskPayload,
+    DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+};
+
+/// Tasks run before the count starts.
+const WARM_UP: u64 = 20_000;
+/// Tasks run while allocations are counted.
+const MEASURED: u64 = 100_000;
+/// Tasks the fake driver launches in all: the measured window ends in steady state.
+const TOTAL: u64 = WARM_UP + MEASURED + 20_000;
+/// Tasks the fake driver keeps launched and not yet reported.
+const IN_FLIGHT: u64 = 32;
+/// Allocation calls allowed in the measured window, in the whole process.
+const ALLOWED: u64 = 200;
+/// The longest the test may take.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Allocation calls (alloc, alloc_zeroed, realloc) since the process started.
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// The system allocator, counting the calls that obtain memory.
+struct Counting;
+
+// SAFETY: every call is passed unchanged to the system allocator, which upholds the
+// `GlobalAlloc` contract; counting touches only an atomic and never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's guarantees about `layout` are passed on as they are.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by this allocator (hence by `System`) with `layout`,
+        // as the caller guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by this allocator (hence by `System`) with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// What the test thread watches.
+#[derive(Default)]
+struct Progress {
+    finished: AtomicU64,
+    /// Status updates other than FINISHED.
+    other: AtomicU64,
+    heartbeats: AtomicU64,
+    /// The executor's endpoint, once it registered.
+    executor: Mutex<Option<EndpointRef>>,
+}
+
+/// Answers the registration, then launches a task for every status update it gets, up
+/// to [`TOTAL`], keeping [`IN_FLIGHT`] launched.
+struct FakeDriver {
+    progress: Arc<Progress>,
+    executor: Option<EndpointRef>,
+    executor_id: SharedStr,
+    payload: Bytes,
+    launched: u64,
+    reported: u64,
+    /// Launches were sent deferred since the last flush.
+    unflushed: bool,
+}
+
+impl FakeDriver {
+    fn launch_more(&mut self) {
+        let Some(executor) = &self.executor else {
+            return;
+        };
+        while self.launched < TOTAL && self.launched - self.reported < IN_FLIGHT {
+            let task_id = self.launched;
+            let task = TaskDescription {
+                task_id,
+                attempt_number: 0,
+                executor_id: self.executor_id.clone(),
+                name: TaskName::Numbered {
+                    index: task_id as u32,
+                    attempt: 0,
+                    stage_id: 0,
+                    stage_attempt_id: 0,
+                    task_id,
+                },
+                index: task_id as u32,
+                partition_id: task_id as u32,
+                added_files: Vec::new(),
+                added_jars: Vec::new(),
+                properties: Vec::new(),
+                cpus: 1,
+                serialized_task: self.payload.clone(),
+            };
+            executor
+                .send_deferred(&Message::LaunchTask(task))
+                .expect("the executor's connection takes the launch");
+            self.launched += 1;
+            self.unflushed = true;
+        }
+    }
+}
+
+impl Endpoint for FakeDriver {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        match message.message() {
+            ArchivedMessage::RegisterExecutor(registration) => {
+                self.executor_id = SharedStr::from(registration.executor_id.as_str());
+                let executor = message.sender_ref(EXECUTOR_ENDPOINT);
+                *self.progress.executor.lock().unwrap() = Some(executor.clone());
+                self.executor = Some(executor);
+                message.reply(&Message::RegisteredExecutor).unwrap();
+                self.launch_more();
+            }
+            ArchivedMessage::StatusUpdate(update) => {
+                self.reported += 1;
+                if update.state == ArchivedTaskState::Finished {
+                    self.progress.finished.fetch_add(1, Ordering::Release);
+                } else {
+                    self.progress.other.fetch_add(1, Ordering::Release);
+                }
+                self.launch_more();
+            }
+            other => panic!("the fake driver got {}", other.kind().name()),
+        }
+    }
+
+    fn on_batch_end(&mut self, _ctx: &mut EndpointContext<'_>) {
+        if std::mem::take(&mut self.unflushed) {
+            if let Some(executor) = &self.executor {
+                executor.flush();
+            }
+        }
+    }
+}
+
+/// Answers heartbeats (none is expected while counting).
+struct FakeHeartbeatReceiver(Arc<Progress>);
+
+impl Endpoint for FakeHeartbeatReceiver {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        self.0.heartbeats.fetch_add(1, Ordering::Release);
+        let _ = message.reply(&Message::HeartbeatResponse {
+            reregister_block_manager: false,
+        });
+    }
+}
+
+/// Waits until `check` holds, failing the test at `deadline`.
+fn wait_until(what: &str, deadline: Instant, progress: &Progress, check: impl Fn() -> bool) {
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {} tasks finished, {} other updates",
+            progress.finished.load(Ordering::Acquire),
+            progress.other.load(Ordering::Acquire)
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+#[test]
+fn steady_state_task_launches_allocate_nothing() {
+    let deadline = Instant::now() + DEADLINE;
+    let conf =
+        Conf::from_pairs(["executor.heartbeatInterval=3600s", "network.timeout=7200s"]).unwrap();
+    let progress = Arc::new(Progress::default());
+    let driver = RpcEnv::new(&conf).unwrap();
+    let handle = driver.handle();
+    handle
+        .register(
+            DRIVER_ENDPOINT,
+            FakeDriver {
+                progress: progress.clone(),
+                executor: None,
+                executor_id: SharedStr::from(""),
+                payload: TaskPayload::encode("noop", b"").unwrap(),
+                launched: 0,
+                reported: 0,
+                unflushed: false,
+            },
+        )
+        .unwrap();
+    handle
+        .register(HEARTBEAT_ENDPOINT, FakeHeartbeatReceiver(progress.clone()))
+        .unwrap();
+
+    let options = ExecutorOptions::new(driver.address(), "1", "localhost", 1);
+    let (exited, exit) = mpsc::channel();
+    let executor_conf = conf.clone();
+    std::thread::spawn(move || {
+        let _ = exited.send(run_executor(
+            &executor_conf,
+            options,
+            TaskRegistry::with_builtins(),
+        ));
+    });
+
+    let finished = || progress.finished.load(Ordering::Acquire);
+    wait_until("the warm-up", deadline, &progress, || finished() >= WARM_UP);
+    let (allocations_before, tasks_before) = (ALLOCATIONS.load(Ordering::SeqCst), finished());
+    wait_until("the measured tasks", deadline, &progress, || {
+        finished() >= tasks_before + MEASURED
+    });
+    let (allocations_after, tasks_after) = (ALLOCATIONS.load(Ordering::SeqCst), finished());
+    let allocations = allocations_after - allocations_before;
+    let tasks = tasks_after - tasks_before;
+    eprintln!(
+        "{allocations} allocation calls over {tasks} tasks ({} heartbeats)",
+        progress.heartbeats.load(Ordering::Acquire)
+    );
+
+    // End the executor before judging, so that a failure does not leave it running.
+    let executor = progress.executor.lock().unwrap().clone().unwrap();
+    executor.send(&Message::StopExecutor).unwrap();
+    let left = deadline.saturating_duration_since(Instant::now());
+    let exit = exit
+        .recv_timeout(left.max(Duration::from_secs(10)))
+        .expect("the executor ends when stopped");
+    driver.stop();
+
+    assert_eq!(exit, ExecutorExit::Stopped);
+    assert_eq!(
+        progress.other.load(Ordering::Acquire),
+        0,
+        "every task finished"
+    );
+    assert!(
+        allocations < ALLOWED,
+        "{allocations} allocation calls over {tasks} tasks: launching tasks allocates"
+    );
+}
