@@ -8,7 +8,7 @@
 //!   from submission to its result recorded at the driver.
 //! - `throughput/strict`: a 100,000-task noop job on 2 executors of 1 core each, a task
 //!   launched only on a free core (`executor.taskPrefetch=0`, the seeds' semantics).
-//! - `throughput/pipelined`: the same with `executor.taskPrefetch=64`.
+//! - `throughput/pipelined`: the same with `executor.taskPrefetch=256`.
 //!
 //! After criterion's figures it prints, from medians measured in the same run: the
 //! one-task job latency over the floor round trip, the free-core floor (executor cores
@@ -27,7 +27,7 @@ use flint::rpc::Conf;
 
 const FLINT: &str = env!("CARGO_BIN_EXE_flint");
 const TASKS: u32 = 100_000;
-const PREFETCH: u32 = 64;
+const PREFETCH: u32 = 256;
 
 fn conf(prefetch: u32) -> Conf {
     Conf::from_pairs([format!("executor.taskPrefetch={prefetch}")]).expect("a valid conf")

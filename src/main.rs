@@ -49,7 +49,7 @@ struct BenchArgs {
     #[arg(long, default_value_t = 2)]
     executors: usize,
     /// executor.taskPrefetch of the pipelined job.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 256)]
     prefetch: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]

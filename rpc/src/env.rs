@@ -371,13 +371,21 @@ impl EndpointRef {
         }
     }
 
+    /// Calls `f` with the outbox, without cloning it when the reference holds it.
+    fn with_outbox<R>(&self, f: impl FnOnce(&Arc<Outbox>) -> R) -> R {
+        match &self.target {
+            RefTarget::Remote(address) => f(&self.env.shared.outgoing(*address)),
+            RefTarget::Connection(outbox) => f(outbox),
+        }
+    }
+
     /// Sends a one-way message. Fails at once if the connection's outbox is full
     /// ([`RpcError::OutboxFull`]), the connection is gone, or the message is too large.
     pub fn send(&self, message: &Message) -> Result<(), RpcError> {
         let route = Route::OneWay {
             endpoint: self.name.clone(),
         };
-        self.env.push(&self.outbox(), &route, message)
+        self.with_outbox(|outbox| self.env.push(outbox, &route, message))
     }
 
     /// Queues a one-way message without telling the event loop: it leaves with the next

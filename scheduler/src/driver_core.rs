@@ -138,10 +138,11 @@ impl std::fmt::Debug for DriverCore {
 impl DriverCore {
     pub fn new(
         settings: DriverSettings,
-        scheduler: TaskScheduler,
+        mut scheduler: TaskScheduler,
         cluster_manager: Box<dyn ClusterManager>,
         now: Instant,
     ) -> Arc<Mutex<DriverCore>> {
+        scheduler.set_task_start_events(false);
         Arc::new_cyclic(|self_ref| {
             Mutex::new(DriverCore {
                 heartbeats: HeartbeatTracker::new(settings.network_timeout),
@@ -169,8 +170,11 @@ impl DriverCore {
         })
     }
 
+    /// Adds a listener; TaskStart events are built from then on (nothing else reads
+    /// them).
     pub fn add_listener(&mut self, listener: Box<dyn SchedulerListener + Send>) {
         self.listeners.push(listener);
+        self.scheduler.set_task_start_events(true);
     }
 
     /// The cluster manager, to be swapped out when the driver stops (its `stop` waits

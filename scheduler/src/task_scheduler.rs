@@ -63,6 +63,8 @@ pub struct TaskScheduler {
     /// Hosts the application excludes: their offers are ignored and their executors
     /// may not register (the seeds' node blacklist).
     excluded_hosts: FxHashSet<SharedStr>,
+    /// Whether launches post TaskStart events.
+    task_start_events: bool,
 }
 
 impl TaskScheduler {
@@ -91,6 +93,7 @@ impl TaskScheduler {
             order_scratch: Vec::new(),
             available_scratch: Vec::new(),
             excluded_hosts: FxHashSet::default(),
+            task_start_events: true,
         }
     }
 
@@ -530,6 +533,12 @@ impl TaskScheduler {
         self.after_task_set_change(key);
     }
 
+    /// Whether launches post [`SchedulerEvent::TaskStart`] (the default). A driver
+    /// with nobody listening turns them off: a launch then builds no event.
+    pub fn set_task_start_events(&mut self, on: bool) {
+        self.task_start_events = on;
+    }
+
     /// Excludes a host for the whole application: its offers are ignored, and the
     /// driver refuses executors that register from it.
     pub fn exclude_host(&mut self, host: impl Into<SharedStr>) {
@@ -680,7 +689,7 @@ impl TaskScheduler {
                             &self.registry,
                             &mut self.next_task_id,
                             &mut self.actions,
-                            true,
+                            self.task_start_events,
                         ) {
                             self.task_owners.insert(task.task_id, key);
                             count += 1;

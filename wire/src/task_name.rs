@@ -101,6 +101,42 @@ impl TaskName {
     }
 }
 
+fn digits(mut n: u64) -> usize {
+    let mut count = 1;
+    while n >= 10 {
+        n /= 10;
+        count += 1;
+    }
+    count
+}
+
+impl TaskName {
+    /// The length of the name's text in bytes, without formatting it.
+    pub fn text_len(&self) -> usize {
+        match self {
+            TaskName::Text(text) => text.len(),
+            TaskName::Numbered {
+                index,
+                attempt,
+                stage_id,
+                stage_attempt_id,
+                task_id,
+            } => {
+                // "task " "." " in stage " "." " (TID " ")"
+                24 + digits(u64::from(*index))
+                    + digits(u64::from(*attempt))
+                    + digits(u64::from(*stage_id))
+                    + digits(u64::from(*stage_attempt_id))
+                    + digits(*task_id)
+            }
+        }
+    }
+}
+
+/// Text of the longest numbered name's length, standing in for a numbered name when it
+/// is resolved (see [`AsNameString`]).
+const PADDING: &str = "................................................................................................................";
+
 impl fmt::Display for TaskName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.with_str(|text| f.write_str(text))
@@ -141,7 +177,16 @@ impl ArchiveWith<TaskName> for AsNameString {
     type Resolver = StringResolver;
 
     fn resolve_with(field: &TaskName, resolver: StringResolver, out: Place<ArchivedString>) {
-        field.with_str(|text| ArchivedString::resolve_from_str(text, resolver, out));
+        // A string too long to be stored inline is resolved from its length alone (its
+        // bytes were written when it was serialized), so a numbered name, which always
+        // is, is not formatted a second time: text of its length stands in for it.
+        let len = field.text_len();
+        match field {
+            TaskName::Numbered { .. } if len > rkyv::string::repr::INLINE_CAPACITY => {
+                ArchivedString::resolve_from_str(&PADDING[..len], resolver, out)
+            }
+            _ => field.with_str(|text| ArchivedString::resolve_from_str(text, resolver, out)),
+        }
     }
 }
 
@@ -197,6 +242,41 @@ mod tests {
                 u64::MAX
             )
         );
+    }
+
+    #[test]
+    fn text_len_counts_without_formatting() {
+        for name in [
+            numbered(0, 0, 0, 0, 0),
+            numbered(3, 1, 12, 0, 1_234_567),
+            numbered(u32::MAX, u32::MAX, u32::MAX, u32::MAX, u64::MAX),
+            TaskName::from("any text"),
+        ] {
+            assert_eq!(name.text_len(), name.to_string().len(), "{name}");
+        }
+        assert_eq!(
+            PADDING.len(),
+            MAX_NUMBERED,
+            "the longest numbered name fits the stand-in text"
+        );
+    }
+
+    #[test]
+    fn a_numbered_name_archives_to_the_same_bytes_as_its_text() {
+        #[derive(rkyv::Archive, rkyv::Serialize)]
+        struct Holder {
+            #[rkyv(with = AsNameString)]
+            name: TaskName,
+        }
+        for name in [
+            numbered(0, 0, 0, 0, 0),
+            numbered(7, 2, 31, 1, 98_765_432_101),
+        ] {
+            let text = TaskName::Text(name.to_string().into());
+            let a = rkyv::to_bytes::<rkyv::rancor::Error>(&Holder { name }).unwrap();
+            let b = rkyv::to_bytes::<rkyv::rancor::Error>(&Holder { name: text }).unwrap();
+            assert_eq!(a.as_slice(), b.as_slice());
+        }
     }
 
     #[test]
