@@ -777,6 +777,8 @@ fn runner(inner: Arc<Inner>) {
     // Status updates sent deferred and not flushed yet; zero whenever the runner waits.
     let mut unflushed = 0usize;
     while inner.next_batch(&mut ended, &mut batch, take_all) {
+        // When a task of the batch ends, the next one starts: one clock read serves both.
+        let mut clock = Instant::now();
         while let Some(Job { launch, handle }) = batch.pop_front() {
             let task_id = launch.task_id;
             if inner.stopped.load(Ordering::Acquire) {
@@ -785,7 +787,8 @@ fn runner(inner: Arc<Inner>) {
                 ended.push((task_id, handle));
                 continue;
             }
-            let (outcome, quick, handle) = inner.execute(&launch, handle, &mut functions);
+            let (outcome, quick, handle) =
+                inner.execute(&launch, handle, &mut functions, &mut clock);
             handle.mark_ended();
             let same_function = batch
                 .front()
@@ -915,14 +918,20 @@ impl Inner {
 
     /// Runs one task; returns how it ended, whether it finished quickly (under
     /// [`DEFER_BELOW`]), and its handle (lent to the task's context, not shared).
+    ///
+    /// `clock` is when the runner took the task up, and is moved on to when it ended:
+    /// the runner's tasks run back to back, so one clock read ends one task and starts
+    /// the next.
     fn execute<'r>(
         &'r self,
         launch: &Launch,
         handle: Arc<TaskHandle>,
         functions: &mut FunctionCache<'r>,
+        clock: &mut Instant,
     ) -> (Ended, bool, Arc<TaskHandle>) {
-        let start = Instant::now();
+        let start = *clock;
         if let Some(reason) = handle.kill_reason() {
+            *clock = Instant::now();
             info!(
                 "Executor killed {} before it started, reason: {reason}",
                 launch.name
@@ -934,6 +943,7 @@ impl Inner {
         let payload = match TaskPayload::parse(&launch.serialized_task) {
             Ok(payload) => payload,
             Err(e) => {
+                *clock = Instant::now();
                 let message = format!("Could not deserialize {}: {e}", launch.name);
                 error!("{message}");
                 let ended = Ended::failed(
@@ -945,6 +955,7 @@ impl Inner {
             }
         };
         let Some(function) = functions.get(&self.registry, payload.function) else {
+            *clock = Instant::now();
             let message = format!(
                 "No task function named {:?} is registered on executor {} (it has: {})",
                 payload.function,
@@ -975,7 +986,8 @@ impl Inner {
             handle,
         };
         let result = catch_unwind(AssertUnwindSafe(|| function(&ctx, &input)));
-        let run_time = run_start.elapsed();
+        *clock = Instant::now();
+        let run_time = clock.saturating_duration_since(run_start);
         let handle = ctx.handle;
         let quick = run_time < DEFER_BELOW;
         let mut metrics = handle.metrics(run_time.as_nanos() as u64);

@@ -195,6 +195,13 @@ impl EndpointContext<'_> {
         self.name
     }
 
+    /// The time of the event loop's current wake-up: every call of one batch sees the
+    /// same instant, read once when the loop woke, so a handler needs no clock read of
+    /// its own. It lags the wall clock by at most the time the batch has taken so far.
+    pub fn now(&self) -> std::time::Instant {
+        self.now
+    }
+
     /// Calls [`Endpoint::on_timer`] once, after `delay`.
     pub fn schedule_once(&mut self, delay: Duration) -> TimerId {
         self.timers.schedule(self.now, delay, None, self.me)

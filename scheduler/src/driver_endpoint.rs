@@ -63,7 +63,7 @@ impl Endpoint for DriverEndpoint {
     }
 
     fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
-        let now = Instant::now();
+        let now = ctx.now();
         let core = self.core.clone();
         let mut core = lock(&core);
         match message.message() {
@@ -146,7 +146,7 @@ impl Endpoint for DriverEndpoint {
     }
 
     fn on_batch_end(&mut self, ctx: &mut EndpointContext<'_>) {
-        let now = Instant::now();
+        let now = ctx.now();
         let core = self.core.clone();
         let mut core = lock(&core);
         core.flush_offers(now);
@@ -155,7 +155,7 @@ impl Endpoint for DriverEndpoint {
     }
 
     fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
-        let now = Instant::now();
+        let now = ctx.now();
         let core = self.core.clone();
         let mut core = lock(&core);
         if Some(timer) == self.revive_timer {
@@ -169,7 +169,7 @@ impl Endpoint for DriverEndpoint {
     }
 
     fn on_disconnected(&mut self, ctx: &mut EndpointContext<'_>, remote: SocketAddr) {
-        let now = Instant::now();
+        let now = ctx.now();
         let core = self.core.clone();
         let mut core = lock(&core);
         core.disconnected(now, remote);

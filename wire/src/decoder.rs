@@ -9,6 +9,7 @@ use crate::error::WireError;
 use crate::header::{frame_crc, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN};
 use crate::kind::MessageKind;
 use crate::message::ArchivedEnvelope;
+use crate::read_uninit::ReadUninit;
 
 /// Smallest and largest number of bytes asked of a reader in one [`FrameDecoder::read_from`].
 const MIN_READ: usize = 4 * 1024;
@@ -196,29 +197,71 @@ impl FrameDecoder {
     /// bytes came (0 at end of stream). The size of a read adapts: it doubles while reads
     /// fill it and falls back when they do not, between 4 KiB and 256 KiB.
     ///
+    /// `Read::read` wants initialized memory, so the room offered is zeroed first; a
+    /// socket is better read with [`FrameDecoder::read_uninit_from`], which skips that.
+    ///
     /// A closed decoder reads nothing and returns an `InvalidData` error.
     pub fn read_from<R: Read + ?Sized>(&mut self, reader: &mut R) -> io::Result<usize> {
         self.closed()
             .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
-        let want = match self.pending {
-            // Take the rest of a large pending frame in as few reads as allowed.
-            Some(header) => self
-                .read_size
-                .max((header.frame_len() - self.buf.len()).min(MAX_READ)),
-            None => self.read_size,
-        };
+        let want = self.next_read_size();
         let start = self.buf.len();
         self.buf.resize(start + want, 0);
         let result = reader.read(&mut self.buf[start..]);
-        let got = *result.as_ref().unwrap_or(&0);
+        let got = result.as_ref().map_or(0, |&n| n.min(want));
         self.buf.truncate(start + got);
+        self.account_read(want, got);
+        result
+    }
+
+    /// As [`FrameDecoder::read_from`], from a source that writes into uninitialized
+    /// memory (a socket's `recv`), so that the room offered to the read is not zeroed
+    /// first.
+    pub fn read_uninit_from<R: ReadUninit + ?Sized>(
+        &mut self,
+        reader: &mut R,
+    ) -> io::Result<usize> {
+        self.closed()
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+        let want = self.next_read_size();
+        let start = self.buf.len();
+        self.buf.reserve(want);
+        let room = &mut self.buf.spare_capacity_mut()[..want];
+        let result = reader.read_uninit(room);
+        let got = result.as_ref().map_or(0, |&n| n.min(want));
+        // SAFETY: `room` is the buffer's spare capacity from `start` on, and `ReadUninit`
+        // promises that the first `got` bytes of it were initialized (`got` is at most
+        // `want`, the length of `room`, which `reserve` made room for).
+        #[allow(unsafe_code)]
+        unsafe {
+            self.buf.set_len(start + got)
+        };
+        self.account_read(want, got);
+        result
+    }
+
+    /// Bytes to ask of the next read: the adaptive read size, or more to take the rest
+    /// of a large pending frame in as few reads as allowed.
+    fn next_read_size(&self) -> usize {
+        match self.pending {
+            Some(header) => self.read_size.max(
+                header
+                    .frame_len()
+                    .saturating_sub(self.buf.len())
+                    .min(MAX_READ),
+            ),
+            None => self.read_size,
+        }
+    }
+
+    /// Counts a read of `got` bytes out of `want` asked, and adapts the read size.
+    fn account_read(&mut self, want: usize, got: usize) {
         self.stats.bytes += got as u64;
         self.read_size = if got == want {
             (want * 2).min(MAX_READ)
         } else {
             (self.read_size / 2).max(MIN_READ)
         };
-        result
     }
 
     /// Signals the end of the stream: an error if it ended inside a frame.

@@ -79,6 +79,9 @@
 //! aligned one and counts it in [`DecoderStats::realigned`].
 
 #![warn(missing_docs)]
+// The one exception is reading into uninitialized memory (`read_uninit`), each block
+// with its safety argument.
+#![deny(unsafe_code)]
 
 mod decoder;
 mod encoder;
@@ -91,6 +94,8 @@ mod kind;
 // item written in this module is documented.
 #[allow(missing_docs)]
 mod message;
+#[allow(unsafe_code)]
+mod read_uninit;
 mod shared_str;
 mod task_name;
 mod task_payload;
@@ -105,6 +110,7 @@ pub use header::{
 };
 pub use kind::MessageKind;
 pub use message::*;
+pub use read_uninit::ReadUninit;
 pub use shared_str::{AsArchivedString, SharedStr};
 pub use task_name::{AsNameString, TaskName};
 pub use task_payload::{
