@@ -8,6 +8,13 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(decode_stream validate)
 
+# cargo-fuzz needs a nightly toolchain (sanitizers); without one every step below fails
+# with an unhelpful message, so say so plainly first.
+if ! cargo +nightly --version >/dev/null 2>&1; then
+  echo "error: fuzzing needs a nightly Rust toolchain, and \`cargo +nightly --version\` failed." >&2
+  echo "       Install one with \`rustup toolchain install nightly\` and run this again." >&2
+  exit 1
+fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
   echo "installing cargo-fuzz" >&2
   cargo install cargo-fuzz --locked

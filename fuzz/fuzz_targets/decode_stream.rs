@@ -1,4 +1,6 @@
-//! Arbitrary bytes, fed in arbitrary chunk sizes, to the streaming frame decoder.
+//! Arbitrary bytes, in chunk sizes the input chooses, given to the streaming frame decoder
+//! through `feed` or through `read_from` interleaved with `next_frame` (input format:
+//! `flint_wire::fuzzing::StreamInput`).
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

@@ -2,13 +2,45 @@
 //!
 //! `cargo run -p flint-wire --example make_fuzz_corpus -- fuzz/corpus`
 //!
-//! For `decode_stream` each seed is a chunking byte and one frame; one more seed holds all
-//! frames in one stream. For `validate` each seed is the kind byte and the payload.
+//! For `decode_stream` (input format: `flint_wire::fuzzing::StreamInput`) each seed
+//! `seed-<Kind>` is one frame of that kind under a chunk schedule that varies from kind to
+//! kind: through `feed`, `read_from` or `read_uninit_from`, whole or in single bytes, split at the header, in
+//! chunks larger than the frame, with reads that would block and with frames left waiting
+//! across a read. `seed-all-kinds` holds every frame in one stream read through
+//! `read_from`, `seed-all-kinds-uninit` through `read_uninit_from`, `seed-all-kinds-feed`
+//! the same stream fed. For `validate` each seed is the
+//! kind byte and the payload.
 
 use std::path::PathBuf;
 
-use flint_wire::fuzzing::sample_frames;
+use flint_wire::fuzzing::{sample_frames, Chunk, StreamInput};
 use flint_wire::HEADER_LEN;
+
+fn chunk(len: usize, keep: bool) -> Chunk {
+    Chunk { len, keep }
+}
+
+/// A chunk schedule for a stream whose frames are `frame_len` bytes or so, picked by `n`.
+fn schedule(n: usize, frame_len: usize) -> Vec<Chunk> {
+    match n % 5 {
+        // All at once, or at the decoder's pace.
+        0 => vec![],
+        // One byte at a time.
+        1 => vec![chunk(1, false)],
+        // The header, then the rest.
+        2 => vec![chunk(HEADER_LEN, false), chunk(frame_len, false)],
+        // A read that would block, part of the header, then more than the frame, twice
+        // without taking frames in between.
+        3 => vec![
+            chunk(0, false),
+            chunk(7, true),
+            chunk(frame_len + 100, true),
+            chunk(frame_len + 100, false),
+        ],
+        // Odd sizes, frames left waiting every other chunk.
+        _ => vec![chunk(13, true), chunk(frame_len / 2 + 5, false)],
+    }
+}
 
 fn main() -> std::io::Result<()> {
     let root = PathBuf::from(
@@ -20,12 +52,19 @@ fn main() -> std::io::Result<()> {
     let validate_dir = root.join("validate");
     std::fs::create_dir_all(&stream_dir)?;
     std::fs::create_dir_all(&validate_dir)?;
-    let mut all = vec![0u8];
-    for (kind, frame) in sample_frames() {
+    let mut all = Vec::new();
+    for (n, (kind, frame)) in sample_frames().into_iter().enumerate() {
         let name = kind.name();
-        let mut stream_seed = vec![kind as u8];
-        stream_seed.extend_from_slice(&frame);
-        std::fs::write(stream_dir.join(format!("seed-{name}")), stream_seed)?;
+        let stream_seed = StreamInput {
+            read_from: n % 3 != 0,
+            uninit: n % 3 == 2,
+            chunks: schedule(n, frame.len()),
+            stream: &frame,
+        };
+        std::fs::write(
+            stream_dir.join(format!("seed-{name}")),
+            stream_seed.to_bytes(),
+        )?;
         all.extend_from_slice(&frame);
 
         let payload_len = u32::from_le_bytes(frame[12..16].try_into().expect("4 bytes")) as usize;
@@ -33,6 +72,30 @@ fn main() -> std::io::Result<()> {
         validate_seed.extend_from_slice(&frame[HEADER_LEN..HEADER_LEN + payload_len]);
         std::fs::write(validate_dir.join(format!("seed-{name}")), validate_seed)?;
     }
-    std::fs::write(stream_dir.join("seed-all-kinds"), all)?;
+    // Chunks that straddle frames, some larger than several frames, with frames left
+    // waiting. The first three are the reads that once underflowed `read_from`: a header
+    // made pending, then a read beyond its frame, then another read before taking frames.
+    let mixed = vec![
+        chunk(HEADER_LEN + 4, false),
+        chunk(2000, true),
+        chunk(64, false),
+        chunk(5, false),
+        chunk(0, false),
+        chunk(300, true),
+        chunk(1, false),
+    ];
+    for (file, read_from, uninit) in [
+        ("seed-all-kinds", true, false),
+        ("seed-all-kinds-uninit", true, true),
+        ("seed-all-kinds-feed", false, false),
+    ] {
+        let seed = StreamInput {
+            read_from,
+            uninit,
+            chunks: mixed.clone(),
+            stream: &all,
+        };
+        std::fs::write(stream_dir.join(file), seed.to_bytes())?;
+    }
     Ok(())
 }

@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use rkyv::rancor;
 
 use crate::error::WireError;
-use crate::header::{frame_crc, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN};
+use crate::header::{frame_crc, padded_frame_len, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN};
 use crate::kind::MessageKind;
 use crate::message::ArchivedEnvelope;
 use crate::read_uninit::ReadUninit;
@@ -103,9 +103,15 @@ pub struct DecoderStats {
 
 /// Turns a byte stream, arriving in any chunking, into whole checked [`Frame`]s.
 ///
-/// The payload size announced in a header is checked against the limit as soon as the
-/// header is in, before any of the payload is buffered. After any error the decoder is
-/// closed: it takes no more bytes and yields no more frames.
+/// A header is checked, its announced payload size against the limit included, by the
+/// first [`FrameDecoder::next_frame`] or [`FrameDecoder::read_from`] that finds its 16
+/// bytes in, before either waits for or reads more of the frame: what the payload may
+/// already have in the buffer then is what came with the header (at most one read, or
+/// what was fed). After any error the decoder is closed: it takes no more bytes and
+/// yields no more frames.
+///
+/// Any interleaving of `feed`, `read_from` and `next_frame` yields the same frames and
+/// the same error as feeding the whole stream at once.
 ///
 /// ```
 /// use bytes::BytesMut;
@@ -195,16 +201,25 @@ impl FrameDecoder {
 
     /// Reads once from `reader` straight into the receive buffer and returns how many
     /// bytes came (0 at end of stream). The size of a read adapts: it doubles while reads
-    /// fill it and falls back when they do not, between 4 KiB and 256 KiB.
+    /// fill it and falls back when they do not, between 4 KiB and 256 KiB; while a large
+    /// frame is pending it asks for as much of the rest as one read may take.
+    ///
+    /// A header already buffered in full is checked before anything is read, so at most
+    /// one read of a frame's bytes arrives before its header is checked. If it fails, the
+    /// decoder closes and this returns the [`WireError`] as an `InvalidData` error; a
+    /// closed decoder reads nothing and returns an `InvalidData` error.
+    ///
+    /// Reads never take the receive buffer beyond [`FrameDecoder::buffer_bound`] (a frame at
+    /// the limit plus one read). A caller that keeps reading without taking frames with
+    /// [`FrameDecoder::next_frame`] can reach it: then nothing is read and this returns an
+    /// `InvalidInput` error, and reading works again once the waiting frames are taken.
+    /// Calling `next_frame` until it returns `None` after each read, as an event loop does,
+    /// never reaches it.
     ///
     /// `Read::read` wants initialized memory, so the room offered is zeroed first; a
     /// socket is better read with [`FrameDecoder::read_uninit_from`], which skips that.
-    ///
-    /// A closed decoder reads nothing and returns an `InvalidData` error.
     pub fn read_from<R: Read + ?Sized>(&mut self, reader: &mut R) -> io::Result<usize> {
-        self.closed()
-            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
-        let want = self.next_read_size();
+        let want = self.prepare_read()?;
         let start = self.buf.len();
         self.buf.resize(start + want, 0);
         let result = reader.read(&mut self.buf[start..]);
@@ -214,16 +229,14 @@ impl FrameDecoder {
         result
     }
 
-    /// As [`FrameDecoder::read_from`], from a source that writes into uninitialized
-    /// memory (a socket's `recv`), so that the room offered to the read is not zeroed
-    /// first.
+    /// As [`FrameDecoder::read_from`] (same checks, same bounds), from a source that
+    /// writes into uninitialized memory (a socket's `recv`), so that the room offered to
+    /// the read is not zeroed first.
     pub fn read_uninit_from<R: ReadUninit + ?Sized>(
         &mut self,
         reader: &mut R,
     ) -> io::Result<usize> {
-        self.closed()
-            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
-        let want = self.next_read_size();
+        let want = self.prepare_read()?;
         let start = self.buf.len();
         self.buf.reserve(want);
         let room = &mut self.buf.spare_capacity_mut()[..want];
@@ -240,18 +253,40 @@ impl FrameDecoder {
         result
     }
 
-    /// Bytes to ask of the next read: the adaptive read size, or more to take the rest
-    /// of a large pending frame in as few reads as allowed.
-    fn next_read_size(&self) -> usize {
-        match self.pending {
-            Some(header) => self.read_size.max(
-                header
-                    .frame_len()
-                    .saturating_sub(self.buf.len())
-                    .min(MAX_READ),
-            ),
-            None => self.read_size,
+    /// The checks before a read, and the bytes to ask of it: the adaptive read size, or
+    /// more to take the rest of a large pending frame in as few reads as allowed, never
+    /// beyond [`FrameDecoder::buffer_bound`].
+    fn prepare_read(&mut self) -> io::Result<usize> {
+        self.closed()
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+        // Only a caller that read without taking frames gets here with a whole header
+        // unparsed; after `next_frame` returned `None` the header is pending or incomplete.
+        if self.pending.is_none() {
+            self.take_header()
+                .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
         }
+        let want = match self.pending {
+            // The buffer may already hold all of a pending frame and more if frames were
+            // not taken between reads.
+            Some(header) => {
+                let missing = header.frame_len().saturating_sub(self.buf.len());
+                self.read_size.max(missing.min(MAX_READ))
+            }
+            None => self.read_size,
+        };
+        let want = want.min(self.buffer_bound().saturating_sub(self.buf.len()));
+        if want == 0 {
+            // A read into no room would return 0, which callers take for end of stream.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "receive buffer full ({} bytes, whole frames waiting): take frames with \
+                     next_frame before reading more",
+                    self.buf.len()
+                ),
+            ));
+        }
+        Ok(want)
     }
 
     /// Counts a read of `got` bytes out of `want` asked, and adapts the read size.
@@ -262,6 +297,13 @@ impl FrameDecoder {
         } else {
             (self.read_size / 2).max(MIN_READ)
         };
+    }
+
+    /// The most bytes [`FrameDecoder::read_from`] lets the receive buffer hold: one frame
+    /// with a payload at the limit, plus one read of at most 256 KiB. ([`FrameDecoder::feed`]
+    /// takes whatever it is given.)
+    pub fn buffer_bound(&self) -> usize {
+        padded_frame_len(self.max_payload.min(u32::MAX as usize)).saturating_add(MAX_READ)
     }
 
     /// Signals the end of the stream: an error if it ended inside a frame.
@@ -281,25 +323,10 @@ impl FrameDecoder {
         self.closed()?;
         let header = match self.pending {
             Some(header) => header,
-            None => {
-                let Some(prefix) = self.buf.first_chunk::<HEADER_LEN>() else {
-                    return Ok(None);
-                };
-                let header = match FrameHeader::parse(prefix, self.max_payload) {
-                    Ok(header) => header,
-                    Err(error) => return Err(self.fail(error)),
-                };
-                let frame_len = header.frame_len();
-                // Room for the frame, up to a cap: beyond it the buffer grows with what
-                // actually arrives, so a peer that announces a large frame and then
-                // trickles costs only what it sent.
-                let want = frame_len.min(PREALLOCATE_MAX);
-                if self.buf.capacity() < want {
-                    self.buf.reserve(want - self.buf.len());
-                }
-                self.pending = Some(header);
-                header
-            }
+            None => match self.take_header()? {
+                Some(header) => header,
+                None => return Ok(None),
+            },
         };
         let frame_len = header.frame_len();
         if self.buf.len() < frame_len {
@@ -325,6 +352,30 @@ impl FrameDecoder {
         }
         self.stats.frames += 1;
         Ok(Some(Frame { header, payload }))
+    }
+}
+
+impl FrameDecoder {
+    /// Parses and checks the header at the front of the buffer, if all 16 bytes of it are
+    /// in, and makes it the pending one. Call only with no header pending.
+    #[inline]
+    fn take_header(&mut self) -> Result<Option<FrameHeader>, WireError> {
+        let Some(prefix) = self.buf.first_chunk::<HEADER_LEN>() else {
+            return Ok(None);
+        };
+        let header = match FrameHeader::parse(prefix, self.max_payload) {
+            Ok(header) => header,
+            Err(error) => return Err(self.fail(error)),
+        };
+        // Room for the frame, up to a cap: beyond it the buffer grows with what actually
+        // arrives, so a peer that announces a large frame and then trickles costs only
+        // what it sent.
+        let want = header.frame_len().min(PREALLOCATE_MAX);
+        if self.buf.capacity() < want {
+            self.buf.reserve(want - self.buf.len());
+        }
+        self.pending = Some(header);
+        Ok(Some(header))
     }
 }
 

@@ -8,54 +8,347 @@ use rkyv::rancor;
 
 use crate::{
     validate_envelope, AccumulatorUpdate, BlockId, BlockManagerId, Dependency, Encoder, Envelope,
-    ExecutorLossReason, FrameDecoder, Heartbeat, Message, MessageKind, Property, RegisterExecutor,
-    Route, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskMetrics, TaskOutcome, TaskState,
-    WireError, FRAME_ALIGN,
+    ExecutorLossReason, Frame, FrameDecoder, Heartbeat, Message, MessageKind, Property,
+    RegisterExecutor, Route, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskMetrics,
+    TaskOutcome, TaskState, WireError, FRAME_ALIGN,
 };
 
 /// Payload limit the fuzz targets decode with: small, so that the limit check is reached.
 pub const FUZZ_MAX_PAYLOAD: usize = 64 * 1024;
 
-/// Target `decode_stream`: the first byte picks a chunking, the rest is a byte stream fed
-/// to a decoder in chunks. Checks that nothing panics, that every yielded frame is
-/// aligned and validated or refused cleanly, and that a decoder stays closed after an
-/// error.
-pub fn decode_stream(data: &[u8]) {
-    let Some((&mode, stream)) = data.split_first() else {
-        return;
-    };
-    let mut decoder = FrameDecoder::new(FUZZ_MAX_PAYLOAD);
-    let mut rest = stream;
-    let mut step = 0usize;
-    let mut failed = false;
-    while !rest.is_empty() {
-        // Chunk sizes from 1 byte up, varying with the mode byte and the position.
-        let size = 1 + ((mode as usize).wrapping_mul(31).wrapping_add(step * 7) % 97);
-        let (chunk, tail) = rest.split_at(size.min(rest.len()));
-        rest = tail;
-        step += 1;
-        if decoder.feed(chunk).is_err() {
-            assert!(failed, "feed refused bytes before any error");
-            return;
+/// The longest chunk a `decode_stream` input can ask for (15 bits).
+pub const MAX_CHUNK: usize = 0x7FFF;
+
+/// Bit of a chunk entry that leaves whole frames in the decoder after that chunk.
+const KEEP_BIT: u16 = 0x8000;
+
+/// One chunk of the stream as a [`decode_stream`] input schedules it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// Bytes the chunk carries; 0 is a read that would block (or an empty feed).
+    pub len: usize,
+    /// Leave whole frames in the decoder after this chunk instead of taking them all
+    /// with `next_frame`, so that the next read or feed comes with frames waiting.
+    pub keep: bool,
+}
+
+/// A parsed [`decode_stream`] input.
+///
+/// ```text
+/// byte 0      mode: bit 0 set = the stream comes through reads from an in-memory reader,
+///             as in the event loop: FrameDecoder::read_uninit_from if bit 1 is set too
+///             (as the event loop reads its sockets), else FrameDecoder::read_from;
+///             bit 0 clear = through FrameDecoder::feed
+/// byte 1      n, the number of chunk entries that follow
+/// 2n bytes    the entries, u16 little-endian: bits 0..15 the chunk length (0: the read
+///             would block, or an empty feed), bit 15 set: leave whole frames in the
+///             decoder after this chunk
+/// the rest    the byte stream
+/// ```
+///
+/// The entries are used in turn and then again from the first, zero-length ones only on
+/// the first pass. With no entry of non-zero length left, the rest of the stream comes
+/// in one feed, or in reads as large as the decoder asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInput<'a> {
+    /// Whether the stream goes through reads (else through `feed`).
+    pub read_from: bool,
+    /// Whether those reads are `read_uninit_from` (else `read_from`).
+    pub uninit: bool,
+    /// The chunk schedule.
+    pub chunks: Vec<Chunk>,
+    /// The bytes the decoder is given.
+    pub stream: &'a [u8],
+}
+
+impl<'a> StreamInput<'a> {
+    /// Splits fuzz input into mode, chunk schedule and stream; `None` if it is empty.
+    pub fn parse(data: &'a [u8]) -> Option<Self> {
+        let (&mode, rest) = data.split_first()?;
+        let (count, rest) = match rest.split_first() {
+            Some((&count, rest)) => (count as usize, rest),
+            None => (0, rest),
+        };
+        let table_len = (count * 2).min(rest.len() & !1);
+        let (table, stream) = rest.split_at(table_len);
+        let chunks = table
+            .chunks_exact(2)
+            .map(|entry| {
+                let entry = u16::from_le_bytes([entry[0], entry[1]]);
+                Chunk {
+                    len: usize::from(entry & !KEEP_BIT),
+                    keep: entry & KEEP_BIT != 0,
+                }
+            })
+            .collect();
+        Some(StreamInput {
+            read_from: mode & 1 != 0,
+            uninit: mode & 3 == 3,
+            chunks,
+            stream,
+        })
+    }
+
+    /// The input bytes that parse back to this (for writing seeds).
+    ///
+    /// # Panics
+    ///
+    /// With more than 255 chunks or a chunk longer than [`MAX_CHUNK`].
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let count = u8::try_from(self.chunks.len()).expect("at most 255 chunks");
+        let mode = u8::from(self.read_from) | u8::from(self.read_from && self.uninit) << 1;
+        let mut out = vec![mode, count];
+        for chunk in &self.chunks {
+            assert!(chunk.len <= MAX_CHUNK, "a chunk of {} bytes", chunk.len);
+            let entry = chunk.len as u16 | if chunk.keep { KEEP_BIT } else { 0 };
+            out.extend_from_slice(&entry.to_le_bytes());
         }
+        out.extend_from_slice(self.stream);
+        out
+    }
+}
+
+/// Hands out the chunk schedule of a [`StreamInput`] in turn.
+struct Schedule<'a> {
+    chunks: &'a [Chunk],
+    next: usize,
+    first_pass: bool,
+    /// Whether some chunk has a non-zero length.
+    any_data: bool,
+}
+
+impl Schedule<'_> {
+    /// The next chunk; its length is `usize::MAX` when no non-zero length is left.
+    fn next(&mut self) -> Chunk {
         loop {
-            match decoder.next_frame() {
-                Ok(Some(frame)) => {
-                    assert_eq!(frame.payload().as_ptr() as usize % FRAME_ALIGN, 0);
-                    if let Ok(envelope) = frame.envelope() {
-                        assert_eq!(envelope.message.kind(), frame.kind());
-                    }
-                }
-                Ok(None) => break,
-                Err(_) => {
-                    failed = true;
-                    assert!(matches!(decoder.next_frame(), Err(WireError::Closed(_))));
-                    break;
-                }
+            if self.next == self.chunks.len() {
+                self.next = 0;
+                self.first_pass = false;
+            }
+            if !self.first_pass && !self.any_data {
+                return Chunk {
+                    len: usize::MAX,
+                    keep: false,
+                };
+            }
+            let chunk = self.chunks[self.next];
+            self.next += 1;
+            if chunk.len > 0 || self.first_pass {
+                return chunk;
             }
         }
     }
-    let _ = decoder.finish();
+}
+
+/// An in-memory reader that returns at most `allow` bytes a read (0: would block).
+struct ChunkReader<'a> {
+    rest: &'a [u8],
+    allow: usize,
+}
+
+// SAFETY: what is written into `buf` is written by the `&[u8]` implementation, which
+// initializes every byte it counts; this one only chooses how much it may take.
+#[allow(unsafe_code)]
+unsafe impl crate::ReadUninit for ChunkReader<'_> {
+    fn read_uninit(&mut self, buf: &mut [std::mem::MaybeUninit<u8>]) -> std::io::Result<usize> {
+        if self.rest.is_empty() {
+            return Ok(0);
+        }
+        if self.allow == 0 {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        let mut part = &self.rest[..self.allow.min(self.rest.len())];
+        let n = part.read_uninit(buf)?;
+        self.rest = &self.rest[n..];
+        Ok(n)
+    }
+}
+
+impl std::io::Read for ChunkReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.rest.is_empty() {
+            return Ok(0);
+        }
+        if self.allow == 0 {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        let n = self.allow.min(buf.len()).min(self.rest.len());
+        buf[..n].copy_from_slice(&self.rest[..n]);
+        self.rest = &self.rest[n..];
+        Ok(n)
+    }
+}
+
+/// What a decoder made of a stream: the frames it yielded, then the error that closed
+/// it, if one did (an end of stream inside a frame included).
+#[derive(Debug, Clone)]
+pub struct StreamOutcome {
+    /// Every frame yielded, in order.
+    pub frames: Vec<Frame>,
+    /// The first error: from `next_frame`, a header check in `read_from`, or `finish`.
+    pub error: Option<WireError>,
+}
+
+impl StreamOutcome {
+    /// Whether both hold the same frames (headers and payload bytes) and the same error.
+    pub fn same_as(&self, other: &StreamOutcome) -> bool {
+        self.error == other.error
+            && self.frames.len() == other.frames.len()
+            && self
+                .frames
+                .iter()
+                .zip(&other.frames)
+                .all(|(a, b)| a.header() == b.header() && a.payload() == b.payload())
+    }
+}
+
+/// Takes every whole frame, checking each; records the error if one comes.
+fn drain(decoder: &mut FrameDecoder, outcome: &mut StreamOutcome) {
+    loop {
+        match decoder.next_frame() {
+            Ok(Some(frame)) => {
+                assert_eq!(frame.payload().as_ptr() as usize % FRAME_ALIGN, 0);
+                if let Ok(envelope) = frame.envelope() {
+                    assert_eq!(envelope.message.kind(), frame.kind());
+                }
+                outcome.frames.push(frame);
+            }
+            Ok(None) => return,
+            Err(error) => {
+                assert!(!matches!(error, WireError::Closed(_)), "{error}");
+                assert_eq!(decoder.failure(), Some(&error));
+                outcome.error = Some(error);
+                return;
+            }
+        }
+    }
+}
+
+/// The stream fed at once and every frame taken: what any chunking must give.
+fn decode_at_once(stream: &[u8]) -> StreamOutcome {
+    let mut decoder = FrameDecoder::new(FUZZ_MAX_PAYLOAD);
+    let mut outcome = StreamOutcome {
+        frames: Vec::new(),
+        error: None,
+    };
+    decoder.feed(stream).expect("a fresh decoder takes bytes");
+    drain(&mut decoder, &mut outcome);
+    if outcome.error.is_none() {
+        outcome.error = decoder.finish().err();
+    }
+    outcome
+}
+
+/// Target `decode_stream`: a byte stream given to a decoder in the chunks, and through
+/// the calls (`feed` or `read_from`, `next_frame` after a chunk or not), that the input
+/// chooses (see [`StreamInput`]).
+///
+/// Checks that nothing panics; that the frames and the error are exactly those of the
+/// stream fed at once; that every frame is aligned and validated or refused cleanly;
+/// that `read_from` reads only what it reports and never takes the buffer beyond its
+/// bound; and that a decoder stays closed after an error.
+pub fn decode_stream(data: &[u8]) -> StreamOutcome {
+    let mut outcome = StreamOutcome {
+        frames: Vec::new(),
+        error: None,
+    };
+    let Some(input) = StreamInput::parse(data) else {
+        return outcome;
+    };
+    let mut decoder = FrameDecoder::new(FUZZ_MAX_PAYLOAD);
+    let mut schedule = Schedule {
+        chunks: &input.chunks,
+        next: 0,
+        first_pass: true,
+        any_data: input.chunks.iter().any(|chunk| chunk.len > 0),
+    };
+    let mut reader = ChunkReader {
+        rest: input.stream,
+        allow: 0,
+    };
+    loop {
+        let chunk = schedule.next();
+        let mut must_drain = !chunk.keep;
+        let mut at_end = false;
+        reader.allow = chunk.len;
+        let before = reader.rest.len();
+        if input.read_from {
+            let read = if input.uninit {
+                decoder.read_uninit_from(&mut reader)
+            } else {
+                decoder.read_from(&mut reader)
+            };
+            match read {
+                Ok(0) => {
+                    assert!(reader.rest.is_empty(), "end of stream before its end");
+                    at_end = true;
+                }
+                Ok(n) => assert_eq!(before - reader.rest.len(), n),
+                Err(error) => {
+                    assert_eq!(
+                        reader.rest.len(),
+                        before,
+                        "a failed read_from consumed bytes"
+                    );
+                    match error.kind() {
+                        std::io::ErrorKind::WouldBlock => assert_eq!(chunk.len, 0),
+                        // Whole frames fill the buffer: take them, as any caller must.
+                        std::io::ErrorKind::InvalidInput => {
+                            assert!(decoder.buffered() >= decoder.buffer_bound());
+                            must_drain = true;
+                        }
+                        std::io::ErrorKind::InvalidData => {
+                            let failure = decoder.failure().expect("InvalidData closes").clone();
+                            outcome.error = Some(failure);
+                            break;
+                        }
+                        kind => panic!("read_from failed with {kind:?}: {error}"),
+                    }
+                }
+            }
+            assert!(decoder.buffered() <= decoder.buffer_bound());
+        } else {
+            let n = chunk.len.min(reader.rest.len());
+            let (bytes, rest) = reader.rest.split_at(n);
+            reader.rest = rest;
+            decoder
+                .feed(bytes)
+                .expect("feed refused bytes before any error");
+            at_end = reader.rest.is_empty();
+        }
+        if must_drain || at_end {
+            drain(&mut decoder, &mut outcome);
+            if outcome.error.is_some() {
+                break;
+            }
+        }
+        if at_end {
+            outcome.error = decoder.finish().err();
+            break;
+        }
+    }
+    let taken = input.stream.len() - reader.rest.len();
+    assert_eq!(decoder.stats().bytes, taken as u64);
+    if outcome.error.is_some() {
+        // Closed: nothing more is taken, read or yielded.
+        assert!(matches!(decoder.feed(b"FLNT"), Err(WireError::Closed(_))));
+        assert!(matches!(decoder.next_frame(), Err(WireError::Closed(_))));
+        reader.allow = usize::MAX;
+        let before = reader.rest.len();
+        let error = decoder.read_from(&mut reader).expect_err("closed");
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(reader.rest.len(), before);
+    }
+    let at_once = decode_at_once(input.stream);
+    assert!(
+        outcome.same_as(&at_once),
+        "chunked: {} frames, {:?}; at once: {} frames, {:?}",
+        outcome.frames.len(),
+        outcome.error,
+        at_once.frames.len(),
+        at_once.error
+    );
+    outcome
 }
 
 /// Target `validate`: the first byte is a message kind code, the rest a payload. Checks

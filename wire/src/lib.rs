@@ -56,13 +56,19 @@
 //!
 //! Checks, in the order the receiver makes them:
 //!
-//! 1. As soon as 16 bytes of a frame are in: the magic ([`WireError::BadMagic`]), the
+//! 1. As soon as the 16 bytes of a header are in (checked by the first
+//!    [`FrameDecoder::next_frame`] or [`FrameDecoder::read_from`] that finds them, before
+//!    either waits for or reads more of the frame): the magic ([`WireError::BadMagic`]), the
 //!    version ([`WireError::VersionMismatch`], naming both versions), the kind
 //!    ([`WireError::UnknownKind`]), the flags ([`WireError::UnknownFlags`]), and the
 //!    payload length against `rpc.message.maxSize` ([`WireError::FrameTooLarge`], naming
-//!    the key, the announced size and the limit). No byte of the payload is buffered
-//!    before these pass; once they do, room for up to 256 KiB of the frame is reserved and
-//!    the rest grows with the bytes that actually arrive.
+//!    the key, the announced size and the limit). Nothing more of the frame is read or
+//!    awaited before these pass, but what arrived together with the header is buffered
+//!    already: with `read_from`, at most one read (up to 256 KiB); with
+//!    [`FrameDecoder::feed`], whatever the caller fed. Once they pass, room for up to 256 KiB of the frame is reserved and the rest
+//!    grows with the bytes that actually arrive. `read_from` never takes the receive
+//!    buffer beyond one frame at the limit plus one read
+//!    ([`FrameDecoder::buffer_bound`]).
 //! 2. Once the whole frame is in: the padding is zero ([`WireError::BadPadding`]) and the
 //!    CRC matches ([`WireError::ChecksumMismatch`]).
 //! 3. When the receiver reads the message ([`Frame::envelope`]): the payload is a valid

@@ -430,3 +430,243 @@ fn a_trickling_peer_costs_what_it_sent_not_what_it_announced() {
         decoder.buffer_capacity()
     );
 }
+
+/// A reader over a stream whose successive reads return at most the scripted sizes, used
+/// in turn and then again from the first.
+struct ScriptedReader<'a> {
+    rest: &'a [u8],
+    sizes: Vec<usize>,
+    next: usize,
+    calls: usize,
+}
+
+impl<'a> ScriptedReader<'a> {
+    fn new(stream: &'a [u8], sizes: Vec<usize>) -> Self {
+        assert!(sizes.iter().all(|&size| size > 0));
+        ScriptedReader {
+            rest: stream,
+            sizes,
+            next: 0,
+            calls: 0,
+        }
+    }
+}
+
+impl std::io::Read for ScriptedReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.calls += 1;
+        let size = self.sizes[self.next % self.sizes.len()];
+        self.next += 1;
+        let n = size.min(buf.len()).min(self.rest.len());
+        buf[..n].copy_from_slice(&self.rest[..n]);
+        self.rest = &self.rest[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn read_from_again_with_a_whole_frame_and_more_buffered() {
+    // The peer's bytes arrive as the header, then the rest of the frame and part of the
+    // next, then more; the caller reads twice before taking frames.
+    let frames = sample_frames();
+    let stream: Vec<u8> = frames[..3].iter().flat_map(|(_, f)| f.to_vec()).collect();
+    let first_len = frames[0].1.len();
+    let mut reader = ScriptedReader::new(&stream, vec![HEADER_LEN, first_len, usize::MAX]);
+    let mut decoder = FrameDecoder::new(LIMIT);
+    assert_eq!(decoder.read_from(&mut reader).unwrap(), HEADER_LEN);
+    assert!(
+        decoder.next_frame().unwrap().is_none(),
+        "the header is pending"
+    );
+    assert_eq!(decoder.read_from(&mut reader).unwrap(), first_len);
+    assert!(
+        decoder.buffered() > first_len,
+        "more than the pending frame is in"
+    );
+    // The pending frame is whole: this read used to compute its missing bytes as
+    // `frame_len - buffered` and underflow.
+    assert!(decoder.read_from(&mut reader).unwrap() > 0);
+    assert!(
+        decoder.read_from(&mut reader).unwrap() == 0,
+        "end of stream"
+    );
+    let mut kinds = Vec::new();
+    while let Some(frame) = decoder.next_frame().unwrap() {
+        assert_aligned(&frame);
+        kinds.push(frame.kind());
+    }
+    decoder.finish().unwrap();
+    let expected: Vec<MessageKind> = frames[..3].iter().map(|(kind, _)| *kind).collect();
+    assert_eq!(kinds, expected);
+}
+
+#[test]
+fn reads_without_taking_frames_stop_at_the_buffer_bound() {
+    let frames = sample_frames();
+    let ack = &frames
+        .iter()
+        .find(|(kind, _)| *kind == MessageKind::Ack)
+        .unwrap()
+        .1;
+    let limit = 1024;
+    let mut decoder = FrameDecoder::new(limit);
+    let bound = decoder.buffer_bound();
+    assert_eq!(bound, crate::padded_frame_len(limit) + 256 * 1024);
+    let count = 2 * bound / ack.len();
+    let stream: Vec<u8> = std::iter::repeat_n(&ack[..], count)
+        .flatten()
+        .copied()
+        .collect();
+    let mut reader = ScriptedReader::new(&stream, vec![usize::MAX]);
+    let error = loop {
+        match decoder.read_from(&mut reader) {
+            Ok(n) => assert!(n > 0 && decoder.buffered() <= bound),
+            Err(error) => break error,
+        }
+    };
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{error}");
+    assert!(error.to_string().contains("next_frame"), "{error}");
+    assert_eq!(
+        decoder.buffered(),
+        bound,
+        "reads fill the buffer up to its bound"
+    );
+    assert!(
+        decoder.failure().is_none(),
+        "a full buffer does not close the decoder"
+    );
+    let calls = reader.calls;
+    assert!(decoder.read_from(&mut reader).is_err());
+    assert_eq!(
+        reader.calls, calls,
+        "a refused read does not touch the reader"
+    );
+    // Taking the frames makes room; the whole stream then comes through intact.
+    let mut taken = 0;
+    loop {
+        while let Some(frame) = decoder.next_frame().unwrap() {
+            assert_eq!(
+                frame.payload(),
+                &ack[HEADER_LEN..HEADER_LEN + frame.payload().len()]
+            );
+            taken += 1;
+        }
+        if decoder.read_from(&mut reader).unwrap() == 0 {
+            break;
+        }
+    }
+    decoder.finish().unwrap();
+    assert_eq!(taken, count);
+}
+
+#[test]
+fn read_from_checks_a_buffered_header_before_reading() {
+    let mut header = [0u8; HEADER_LEN];
+    crate::FrameHeader {
+        kind: MessageKind::Custom,
+        flags: 0,
+        payload_len: 4096,
+        crc: 0,
+    }
+    .write(&mut header);
+    let mut decoder = FrameDecoder::new(1024);
+    decoder.feed(&header).unwrap();
+    let payload = [0u8; 4096];
+    let mut reader = ScriptedReader::new(&payload, vec![usize::MAX]);
+    let error = decoder.read_from(&mut reader).unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+    assert_eq!(reader.calls, 0, "no byte of the refused payload was read");
+    let wire = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<WireError>())
+        .expect("the wire error inside");
+    assert_eq!(
+        wire,
+        &WireError::FrameTooLarge {
+            announced: 4096,
+            limit: 1024
+        }
+    );
+    assert_eq!(decoder.failure(), Some(wire));
+    assert_eq!(decoder.buffered(), 0);
+    assert!(matches!(decoder.next_frame(), Err(WireError::Closed(_))));
+}
+
+/// A call on a decoder, in the interleaving property test.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    /// `read_from` the scripted reader.
+    Read,
+    /// `feed` the next this-many bytes of the stream.
+    Feed(usize),
+    /// `next_frame`.
+    Next,
+}
+
+fn call() -> impl Strategy<Value = Call> {
+    prop_oneof![
+        4 => Just(Call::Read),
+        1 => (1usize..3000).prop_map(Call::Feed),
+        4 => Just(Call::Next),
+    ]
+}
+
+proptest! {
+    // Generating the envelopes dominates; fewer cases than above keep the suite quick.
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_interleaving_of_reads_feeds_and_takes_yields_the_stream(
+        envelopes in proptest::collection::vec(any::<Envelope>(), 1..8),
+        // Reads from a byte up to far more than a frame.
+        sizes in proptest::collection::vec(
+            prop_oneof![1usize..32, 32usize..1024, 1024usize..300_000], 1..12),
+        calls in proptest::collection::vec(call(), 0..120),
+    ) {
+        let stream = encode_all(&envelopes);
+        let mut reader = ScriptedReader::new(&stream, sizes);
+        let mut decoder = FrameDecoder::new(LIMIT);
+        let mut frames = Vec::new();
+        let take = |decoder: &mut FrameDecoder, frames: &mut Vec<Frame>| {
+            if let Some(frame) = decoder.next_frame().unwrap() {
+                assert_aligned(&frame);
+                frames.push(frame);
+                true
+            } else {
+                false
+            }
+        };
+        for call in calls {
+            match call {
+                Call::Read => {
+                    let before = reader.rest.len();
+                    let n = decoder.read_from(&mut reader).unwrap();
+                    prop_assert_eq!(before - reader.rest.len(), n);
+                    prop_assert!(decoder.buffered() <= decoder.buffer_bound());
+                }
+                Call::Feed(n) => {
+                    let (bytes, rest) = reader.rest.split_at(n.min(reader.rest.len()));
+                    reader.rest = rest;
+                    decoder.feed(bytes).unwrap();
+                }
+                Call::Next => {
+                    take(&mut decoder, &mut frames);
+                }
+            }
+        }
+        // Then as an event loop would: read, take every frame, until the end.
+        loop {
+            while take(&mut decoder, &mut frames) {}
+            if decoder.read_from(&mut reader).unwrap() == 0 {
+                break;
+            }
+        }
+        decoder.finish().unwrap();
+        prop_assert_eq!(decoder.stats().bytes, stream.len() as u64);
+        prop_assert_eq!(decoder.stats().realigned, 0);
+        prop_assert_eq!(frames.len(), envelopes.len());
+        for (frame, envelope) in frames.iter().zip(&envelopes) {
+            prop_assert_eq!(&to_owned(frame), envelope);
+        }
+    }
+}
