@@ -4,8 +4,12 @@
 //! Run it with `cargo run --release --example word_count`. With no arguments it is the
 //! driver program: it starts a driver, starts two copies of itself as executors (with
 //! `executor --driver ADDR ...`, the arguments the local cluster manager passes), submits
-//! a task set per stage, awaits the results and adds them up. Started with `executor`, it
-//! is an executor main: flint's built-in task functions plus `word-count`.
+//! a task set per stage once both have registered, awaits the results, adds them up and
+//! checks them against a count made here. Started with `executor`, it is an executor
+//! main: flint's built-in task functions plus `word-count`.
+//!
+//! `cargo test` runs it too (it is a test target without a harness): a failed check, a
+//! failed job or an executor that does not register in time exits non-zero.
 
 use std::time::Duration;
 
@@ -33,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("executor") => executor_main(&args[1..]),
+        // Anything else, e.g. the arguments `cargo test` passes a test target.
         _ => driver_main(),
     }
 }
@@ -71,17 +76,16 @@ fn executor_main(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
 
 /// The driver program.
 fn driver_main() -> Result<(), Box<dyn std::error::Error>> {
-    let conf = Conf::new();
+    // The first submission waits until both executors have registered (isReady), at
+    // most 30 s.
+    let conf = Conf::from_pairs([
+        "scheduler.minRegisteredResourcesRatio=1.0",
+        "scheduler.maxRegisteredResourcesWaitingTime=30s",
+    ])?;
     let this_program = std::env::current_exe()?;
     let executors = LocalClusterManager::new(this_program, 2);
     let driver = Driver::start(&conf, Box::new(executors))?;
     driver.request_total_executors(2)?;
-    driver.wait_for_executors(2, Duration::from_secs(30))?;
-    println!(
-        "driver at {}, executors {:?}",
-        driver.address(),
-        driver.executor_ids()
-    );
 
     // One task per document, each with its own input.
     let mut task_set = TaskSet::new(0, 0, 0, Bytes::new());
@@ -92,10 +96,18 @@ fn driver_main() -> Result<(), Box<dyn std::error::Error>> {
             .push(TaskSpec::new(partition as u32).with_payload(payload));
     }
     let outcome = driver.submit(task_set)?.wait(Duration::from_secs(60))?;
+    println!(
+        "driver at {}, executors {:?}",
+        driver.address(),
+        driver.executor_ids()
+    );
     let mut total = 0;
     for (document, count) in DOCUMENTS.iter().zip(&outcome.results) {
         let count: usize = std::str::from_utf8(count)?.parse()?;
         println!("{count:>3} words: {document}");
+        if count != document.split_whitespace().count() {
+            return Err(format!("wrong count {count} for {document:?}").into());
+        }
         total += count;
     }
     println!("{total} words in {} documents", DOCUMENTS.len());
@@ -114,6 +126,9 @@ fn driver_main() -> Result<(), Box<dyn std::error::Error>> {
         echoes.results.len(),
         echoes.latency.p50_us
     );
+    if echoes.results.len() != 100 || echoes.results.iter().any(|r| &r[..] != b"hello") {
+        return Err("the echoes are not all \"hello\"".into());
+    }
     driver.stop()?;
     Ok(())
 }

@@ -60,7 +60,8 @@ impl TaskSpec {
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct JobSpec {
-    /// Executors to wait for (and, with a local cluster manager, to start).
+    /// Executors to ask for (with a local cluster manager, to start) and, as
+    /// `scheduler.minRegisteredResourcesRatio` says, to wait for.
     pub executors: usize,
     /// Cores of each executor the local cluster manager starts.
     pub cores: u32,
@@ -68,7 +69,7 @@ pub struct JobSpec {
     pub tasks: u32,
     /// What each task runs.
     pub task: TaskSpec,
-    /// How long executors may take to register.
+    /// How long the driver may take to be ready (see [`run_job`]).
     pub startup_timeout: Duration,
     /// How long the job may take once they did.
     pub job_timeout: Duration,
@@ -79,7 +80,7 @@ pub struct JobSpec {
 pub struct JobReport {
     /// Tasks run.
     pub tasks: u32,
-    /// Executors it ran on.
+    /// Executors registered when the job started.
     pub executors: usize,
     /// Cores of the executors, in all.
     pub cores: u32,
@@ -95,19 +96,22 @@ pub struct JobReport {
     pub latency: LatencySummary,
     /// Attempts that failed on the way (retried).
     pub failed_attempts: u64,
+    /// Successes reported for a task whose result was already recorded (0: every
+    /// result is recorded exactly once).
+    pub duplicate_results: u64,
     /// `executor.taskPrefetch` the job ran with.
     pub prefetch: usize,
 }
 
 impl JobReport {
     /// One JSON object: tasks, seconds, tasks_per_sec, latency_us (p50, p90, p99, max,
-    /// mean), startup_seconds, and the job's shape.
+    /// mean), startup_seconds, failed_attempts, duplicate_results, and the job's shape.
     pub fn to_json(&self) -> String {
         let l = &self.latency;
         let mut out = String::new();
         let _ = write!(
             out,
-            "{{\"tasks\":{},\"executors\":{},\"cores\":{},\"task\":{},\"prefetch\":{},\"startup_seconds\":{:.6},\"seconds\":{:.6},\"tasks_per_sec\":{:.1},\"latency_us\":{{\"p50\":{:.1},\"p90\":{:.1},\"p99\":{:.1},\"max\":{:.1},\"mean\":{:.1}}},\"failed_attempts\":{}}}",
+            "{{\"tasks\":{},\"executors\":{},\"cores\":{},\"task\":{},\"prefetch\":{},\"startup_seconds\":{:.6},\"seconds\":{:.6},\"tasks_per_sec\":{:.1},\"latency_us\":{{\"p50\":{:.1},\"p90\":{:.1},\"p99\":{:.1},\"max\":{:.1},\"mean\":{:.1}}},\"failed_attempts\":{},\"duplicate_results\":{}}}",
             self.tasks,
             self.executors,
             self.cores,
@@ -121,7 +125,8 @@ impl JobReport {
             l.p99_us,
             l.max_us,
             l.mean_us,
-            self.failed_attempts
+            self.failed_attempts,
+            self.duplicate_results
         );
         out
     }
@@ -216,8 +221,16 @@ pub fn local_cluster(
 }
 
 /// Runs the job: starts a driver with `cluster_manager`, asks it for the executors,
-/// waits for them, runs the task set, stops everything, and reports. The job's clock
-/// starts once the executors have registered.
+/// waits until the driver is ready, runs the task set, stops everything, and reports.
+///
+/// Ready is Spark's `waitBackendReady`: `scheduler.minRegisteredResourcesRatio` of the
+/// executors have registered, or `scheduler.maxRegisteredResourcesWaitingTime` (30 s by
+/// default) has passed since the driver started, and at least one executor has
+/// registered. Unless the configuration sets the ratio, the job waits for all its
+/// executors (a ratio of 1, the way Spark's YARN and Kubernetes backends default it to
+/// 0.8 rather than standalone's 0): its clock starts once they have registered, and
+/// their start-up is reported apart. Not ready within `startup_timeout`, or executors
+/// failing `executor.maxNumFailures` times, fails the job.
 pub fn run_job(
     conf: &Conf,
     spec: &JobSpec,
@@ -225,7 +238,11 @@ pub fn run_job(
     mut hooks: JobHooks<'_>,
 ) -> Result<JobReport, JobError> {
     let started = Instant::now();
-    let driver = Driver::start(conf, cluster_manager)?;
+    let mut conf = conf.clone();
+    if conf.get(MIN_REGISTERED_RATIO).is_none() {
+        conf.set(MIN_REGISTERED_RATIO, "1.0");
+    }
+    let driver = Driver::start(&conf, cluster_manager)?;
     let result = (|| {
         driver.request_total_executors(spec.executors as i64)?;
         let deadline = started + spec.startup_timeout;
@@ -233,16 +250,25 @@ pub fn run_job(
             if is_interrupted(&hooks) {
                 return Err(JobError::Interrupted);
             }
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            match driver
-                .wait_for_executors(spec.executors, remaining.min(Duration::from_millis(100)))
-            {
-                Ok(()) => break,
-                Err(_) if !remaining.is_zero() => continue,
-                Err(_) => driver.wait_for_executors(spec.executors, Duration::ZERO)?,
+            if let Some(failure) = driver.executor_failure() {
+                return Err(DriverError::ExecutorsFailed(failure).into());
             }
+            let registered = driver.num_executors();
+            if (registered > 0 || spec.executors == 0) && driver.is_ready() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(DriverError::ExecutorsTimeout {
+                    registered,
+                    wanted: spec.executors,
+                    timeout: spec.startup_timeout,
+                }
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
         let startup = started.elapsed();
+        let executors = driver.num_executors();
         let cores = driver.total_cores();
         let handle = driver.submit(TaskSet::new(0, 0, spec.tasks, spec.task.payload()))?;
         let deadline = Instant::now() + spec.job_timeout;
@@ -278,7 +304,7 @@ pub fn run_job(
         let seconds = outcome.elapsed.as_secs_f64();
         Ok(JobReport {
             tasks: spec.tasks,
-            executors: spec.executors,
+            executors,
             cores,
             task: spec.task.to_string(),
             startup_seconds: startup.as_secs_f64(),
@@ -290,6 +316,7 @@ pub fn run_job(
             },
             latency: outcome.latency,
             failed_attempts: outcome.failed_attempts,
+            duplicate_results: outcome.duplicate_results,
             prefetch: conf.executor_task_prefetch()?,
         })
     })();
@@ -298,6 +325,9 @@ pub fn run_job(
     stopped?;
     Ok(report)
 }
+
+/// The key [`run_job`] sets to 1 unless the configuration sets it.
+const MIN_REGISTERED_RATIO: &str = "scheduler.minRegisteredResourcesRatio";
 
 fn is_interrupted(hooks: &JobHooks<'_>) -> bool {
     hooks
@@ -344,11 +374,12 @@ mod tests {
                 mean_us: 14.0,
             },
             failed_attempts: 0,
+            duplicate_results: 0,
             prefetch: 0,
         };
         assert_eq!(
             report.to_json(),
-            "{\"tasks\":10,\"executors\":2,\"cores\":2,\"task\":\"echo:\\\"hi\\\"\",\"prefetch\":0,\"startup_seconds\":0.500000,\"seconds\":0.250000,\"tasks_per_sec\":40.0,\"latency_us\":{\"p50\":12.5,\"p90\":20.0,\"p99\":30.0,\"max\":31.0,\"mean\":14.0},\"failed_attempts\":0}"
+            "{\"tasks\":10,\"executors\":2,\"cores\":2,\"task\":\"echo:\\\"hi\\\"\",\"prefetch\":0,\"startup_seconds\":0.500000,\"seconds\":0.250000,\"tasks_per_sec\":40.0,\"latency_us\":{\"p50\":12.5,\"p90\":20.0,\"p99\":30.0,\"max\":31.0,\"mean\":14.0},\"failed_attempts\":0,\"duplicate_results\":0}"
         );
         assert!(report
             .to_text()

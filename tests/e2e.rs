@@ -7,11 +7,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flint::job::{local_cluster, run_job, JobHooks, JobSpec};
+use flint::job::{local_cluster, run_job, JobError, JobHooks, JobSpec};
 use flint::rpc::Conf;
+use flint::scheduler::cluster_manager::ClusterManagerError;
 use flint::scheduler::{
-    ClusterManager, Driver, LocalClusterManager, SchedulerEvent, SchedulerListener, TaskSet,
-    TaskSetError, DISASSOCIATED,
+    ClusterManager, Driver, DriverError, ExitedExecutor, LocalClusterManager, SchedulerEvent,
+    SchedulerListener, TaskSet, TaskSetError, DISASSOCIATED,
 };
 use flint::wire::{TaskPayload, TaskState};
 
@@ -25,7 +26,11 @@ struct SharedCluster(Arc<Mutex<LocalClusterManager>>);
 
 impl SharedCluster {
     fn new(cores: u32, conf: &Conf) -> Self {
-        SharedCluster(Arc::new(Mutex::new(local_cluster(FLINT, cores, conf))))
+        SharedCluster::of(local_cluster(FLINT, cores, conf))
+    }
+
+    fn of(manager: LocalClusterManager) -> Self {
+        SharedCluster(Arc::new(Mutex::new(manager)))
     }
 
     fn pid(&self, executor_id: &str) -> u32 {
@@ -41,20 +46,38 @@ impl ClusterManager for SharedCluster {
     fn start(&mut self, driver: SocketAddr) {
         self.0.lock().unwrap().start(driver)
     }
-    fn request_total_executors(
-        &mut self,
-        total: u32,
-    ) -> Result<bool, flint::scheduler::cluster_manager::ClusterManagerError> {
+    fn request_total_executors(&mut self, total: u32) -> Result<bool, ClusterManagerError> {
         self.0.lock().unwrap().request_total_executors(total)
     }
-    fn kill_executors(
-        &mut self,
-        ids: &[String],
-    ) -> Result<bool, flint::scheduler::cluster_manager::ClusterManagerError> {
+    fn kill_executors(&mut self, ids: &[String]) -> Result<bool, ClusterManagerError> {
         self.0.lock().unwrap().kill_executors(ids)
+    }
+    fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
+        self.0.lock().unwrap().exited_executors()
     }
     fn stop(&mut self, grace: Duration) {
         self.0.lock().unwrap().stop(grace)
+    }
+}
+
+/// A local cluster manager that starts at most `cap` executors, whatever is asked.
+struct Capped(LocalClusterManager, u32);
+
+impl ClusterManager for Capped {
+    fn start(&mut self, driver: SocketAddr) {
+        self.0.start(driver)
+    }
+    fn request_total_executors(&mut self, total: u32) -> Result<bool, ClusterManagerError> {
+        self.0.request_total_executors(total.min(self.1))
+    }
+    fn kill_executors(&mut self, ids: &[String]) -> Result<bool, ClusterManagerError> {
+        self.0.kill_executors(ids)
+    }
+    fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
+        self.0.exited_executors()
+    }
+    fn stop(&mut self, grace: Duration) {
+        self.0.stop(grace)
     }
 }
 
@@ -210,7 +233,9 @@ fn a_100_000_task_noop_job_records_every_result_once() {
         report.latency.count, 100_000,
         "one latency sample per task: {report:?}"
     );
+    assert_eq!(report.duplicate_results, 0, "no result recorded twice");
     assert_eq!(report.failed_attempts, 0);
+    assert_eq!(report.executors, 2);
 
     // And through the API, with each result checked by index.
     let (driver, _cluster, _) = cluster(&conf, 2, 1);
@@ -317,6 +342,12 @@ fn a_stopped_executor_is_expired_after_the_network_timeout_and_its_tasks_resched
         "{reason}"
     );
     assert!(stopped_at.elapsed() >= Duration::from_secs(1));
+    // The heartbeats (every 100 ms) carried the running tasks' metrics to listeners.
+    assert!(recorder.events.lock().unwrap().iter().any(|e| matches!(
+        e,
+        SchedulerEvent::ExecutorMetricsUpdate { updates, .. }
+            if updates.iter().any(|u| u.metrics.run_time_ns > 0)
+    )));
     // Its process was killed (a stopped process, too) and a replacement registered.
     wait_until(
         "the stopped executor was killed",
@@ -542,4 +573,270 @@ fn failed_attempts_are_retried_until_they_succeed() {
         .count();
     assert_eq!(failed, 8);
     driver.stop().unwrap();
+}
+
+fn kill(signal: &str, pid: u32) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// Whether the process is gone (reaped; a zombie still counts as there).
+fn is_gone(pid: u32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn a_job_whose_only_executor_is_killed_completes_on_a_replacement() {
+    let conf = conf(&[]);
+    let (driver, cluster, recorder) = cluster(&conf, 1, 1);
+    let handle = driver
+        .submit(TaskSet::new(0, 0, 100, task("sleep", "10")))
+        .unwrap();
+    wait_until("some tasks finished", JOB_TIMEOUT, || {
+        handle.progress().0 >= 10
+    });
+    let pid = cluster.pid("1");
+    kill("-9", pid);
+
+    let outcome = handle.wait(JOB_TIMEOUT).unwrap();
+    assert_eq!(outcome.results.len(), 100);
+    assert_eq!(outcome.duplicate_results, 0);
+    assert!(recorder.added() >= 2, "a replacement registered");
+    let removed = recorder.removed();
+    assert!(
+        removed
+            .iter()
+            .any(|(id, reason)| id == "1" && reason == DISASSOCIATED),
+        "{removed:?}"
+    );
+    wait_until(
+        "the killed executor was reaped",
+        Duration::from_secs(10),
+        || is_gone(pid),
+    );
+    wait_until(
+        "its exit was counted as a failure",
+        Duration::from_secs(10),
+        || driver.executor_failures() == 1,
+    );
+    assert!(driver.executor_failure().is_none());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_job_fails_with_a_clear_message_when_replacements_keep_dying() {
+    // Executor 1 is a real one; every later one exits with code 3 at once.
+    let script = format!("[ \"$6\" = 1 ] && exec '{FLINT}' executor \"$@\"; exit 3");
+    let shared = SharedCluster::of(LocalClusterManager::new("/bin/sh", 1).with_args([
+        "-c",
+        script.as_str(),
+        "sh",
+    ]));
+    let driver = Driver::start(&conf(&[]), Box::new(shared.clone())).unwrap();
+    driver.request_total_executors(1).unwrap();
+    driver.wait_for_executors(1, REGISTER_TIMEOUT).unwrap();
+    let handle = driver
+        .submit(TaskSet::new(0, 0, 100, task("sleep", "10")))
+        .unwrap();
+    wait_until("some tasks finished", JOB_TIMEOUT, || {
+        handle.progress().0 >= 5
+    });
+    kill("-9", shared.pid("1"));
+
+    let err = handle.wait(JOB_TIMEOUT).unwrap_err();
+    let expected = "Max number of executor failures (3) reached (the last: executor 3: Command exited with code 3)";
+    assert_eq!(
+        err,
+        TaskSetError::Failed {
+            task_set: handle.id(),
+            message: expected.to_owned()
+        }
+    );
+    assert!(matches!(
+        driver.submit(TaskSet::new(1, 1, 1, task("noop", ""))),
+        Err(DriverError::ExecutorsFailed(message)) if message == expected
+    ));
+    driver.stop().unwrap();
+    assert!(shared.0.lock().unwrap().running().is_empty());
+}
+
+#[test]
+fn executors_that_die_at_start_fail_the_main_job_without_waiting_for_its_timeouts() {
+    let spec = JobSpec {
+        executors: 1,
+        cores: 1,
+        tasks: 10,
+        task: "noop".parse().unwrap(),
+        startup_timeout: JOB_TIMEOUT,
+        job_timeout: JOB_TIMEOUT,
+    };
+    let dying = LocalClusterManager::new("/bin/sh", 1).with_args(["-c", "exit 3", "sh"]);
+    let err = run_job(&conf(&[]), &spec, Box::new(dying), JobHooks::default()).unwrap_err();
+    assert!(
+        matches!(&err, JobError::Driver(DriverError::ExecutorsFailed(_))),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "Max number of executor failures (3) reached (the last: executor 3: Command exited with code 3)"
+    );
+}
+
+#[test]
+fn the_main_job_starts_once_the_driver_is_ready() {
+    // Two executors asked for, one started. By default the job waits for all of them,
+    // at most maxRegisteredResourcesWaitingTime; with a ratio of a half, for one.
+    let job = |pairs: &[&str]| {
+        let conf = conf(pairs);
+        let spec = JobSpec {
+            executors: 2,
+            cores: 1,
+            tasks: 100,
+            task: "noop".parse().unwrap(),
+            startup_timeout: REGISTER_TIMEOUT,
+            job_timeout: JOB_TIMEOUT,
+        };
+        let cluster = Capped(local_cluster(FLINT, 1, &conf), 1);
+        run_job(&conf, &spec, Box::new(cluster), JobHooks::default()).unwrap()
+    };
+    let waited = job(&["scheduler.maxRegisteredResourcesWaitingTime=1s"]);
+    assert_eq!((waited.executors, waited.latency.count), (1, 100));
+    assert!(waited.startup_seconds >= 1.0, "{waited:?}");
+    let half = job(&[
+        "scheduler.minRegisteredResourcesRatio=0.5",
+        "scheduler.maxRegisteredResourcesWaitingTime=1h",
+    ]);
+    assert_eq!((half.executors, half.latency.count), (1, 100));
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let Some(end) = stat.rfind(')') else { continue };
+        let ppid = stat[end + 2..]
+            .split(' ')
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            children.push(child);
+        }
+    }
+    children
+}
+
+/// `flint run` and the executors it started, killed if the test ends early.
+struct RunGuard {
+    run: Child,
+    executors: Vec<u32>,
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        let _ = self.run.kill();
+        let _ = self.run.wait();
+        for pid in &self.executors {
+            let cmdline =
+                std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline.contains("executor") {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            }
+        }
+    }
+}
+
+#[test]
+fn ctrl_c_stops_flint_run_and_every_executor_it_started() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+
+    // `flint run` in a process group of its own, as a shell runs a foreground job: the
+    // terminal's Ctrl-C is a SIGINT to that whole group.
+    let mut run = Command::new(FLINT)
+        .args([
+            "run",
+            "--executors",
+            "2",
+            "--tasks",
+            "1000000",
+            "--task",
+            "sleep:5",
+        ])
+        .env("FLINT_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = run.id();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let stderr = stderr.clone();
+        let mut pipe = run.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                stderr
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let mut guard = RunGuard {
+        run,
+        executors: Vec::new(),
+    };
+    wait_until("the job started", REGISTER_TIMEOUT, || {
+        stderr
+            .lock()
+            .unwrap()
+            .contains("SchedulerBackend is ready for scheduling")
+    });
+    guard.executors = children_of(pid);
+    assert_eq!(guard.executors.len(), 2, "{:?}", guard.executors);
+    std::thread::sleep(Duration::from_millis(200));
+
+    let status = Command::new("kill")
+        .args(["-INT", "--", &format!("-{pid}")])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = wait_exit(&mut guard.run, Duration::from_secs(30));
+    reader.join().unwrap();
+    let stderr = stderr.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("flint: interrupted; the driver and its executors were stopped"),
+        "{stderr}"
+    );
+    // The executors did not get the SIGINT: the driver stopped them, none was lost.
+    assert!(!stderr.contains("Lost executor"), "{stderr}");
+    assert!(
+        stderr.contains("Asking each executor to shut down"),
+        "{stderr}"
+    );
+    for &executor in &guard.executors {
+        wait_until("the executor is gone", Duration::from_secs(10), || {
+            is_gone(executor)
+        });
+    }
 }

@@ -114,6 +114,13 @@ const KNOWN_KEYS: &[KeyInfo] = &[
          delay; milliseconds when bare; above zero and below network.timeout.",
     ),
     info(
+        "executor.maxNumFailures",
+        None,
+        "Executor failures (executor processes that exited abnormally without the driver \
+         asking, or could not be started) after which the driver fails its jobs; at least \
+         1. When not set, twice the executors asked for, at least 3 (Spark's default).",
+    ),
+    info(
         "executor.taskPrefetch",
         Some("0"),
         "flint's own: tasks the driver may queue at an executor beyond its free cores \
@@ -305,6 +312,7 @@ const DRIVER_MAX_RESULT_SIZE: Key = defaulted("driver.maxResultSize");
 const EXCLUDE_ON_FAILURE: Key = defaulted("excludeOnFailure.enabled");
 const EXECUTOR_HEARTBEAT_MAX_FAILURES: Key = defaulted("executor.heartbeat.maxFailures");
 const EXECUTOR_HEARTBEAT_INTERVAL: Key = defaulted("executor.heartbeatInterval");
+const EXECUTOR_MAX_NUM_FAILURES: &str = optional("executor.maxNumFailures");
 const EXECUTOR_TASK_PREFETCH: Key = defaulted("executor.taskPrefetch");
 const LOCALITY_WAIT: Key = defaulted("locality.wait");
 const NETWORK_TIMEOUT: Key = defaulted("network.timeout");
@@ -702,6 +710,7 @@ impl Conf {
         self.exclude_on_failure()?;
         self.executor_heartbeat_max_failures()?;
         self.executor_heartbeat_interval()?;
+        self.executor_max_num_failures()?;
         self.executor_task_prefetch()?;
         self.locality_wait()?;
         self.network_timeout()?;
@@ -940,6 +949,16 @@ impl Conf {
         self.count(EXECUTOR_HEARTBEAT_MAX_FAILURES, 1)
     }
 
+    /// `executor.maxNumFailures`: executor failures after which the driver fails its
+    /// jobs; `None` when not set (the driver then allows twice the executors it asked
+    /// for, at least 3). At least 1.
+    pub fn executor_max_num_failures(&self) -> Result<Option<usize>, ConfError> {
+        match self.entries.get(EXECUTOR_MAX_NUM_FAILURES) {
+            Some(value) => count(EXECUTOR_MAX_NUM_FAILURES, value, 1).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// `driver.maxResultSize`, in bytes: the limit on the total size of a job's task
     /// results sent to the driver; `None` when the value is 0, which means unlimited.
     /// Default 1 GiB; a bare number is bytes.
@@ -1127,6 +1146,7 @@ mod tests {
             Ok(Duration::from_secs(30))
         );
         assert_eq!(c.default_parallelism(), Ok(None));
+        assert_eq!(c.executor_max_num_failures(), Ok(None));
         assert_eq!(c.task_cpus(), Ok(1));
         assert_eq!(c.task_max_failures(), Ok(4));
         assert_eq!(c.locality_wait(), Ok(Duration::from_secs(3)));
@@ -1151,7 +1171,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 30);
+        assert_eq!(keys.len(), 31);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);
@@ -1632,7 +1652,9 @@ mod tests {
             ("default.parallelism", "8"),
             ("executor.heartbeat.maxFailures", "3"),
             ("executor.taskPrefetch", "2"),
+            ("executor.maxNumFailures", "5"),
         ]);
+        assert_eq!(c.executor_max_num_failures(), Ok(Some(5)));
         assert_eq!(c.task_cpus(), Ok(4));
         assert_eq!(c.task_max_failures(), Ok(1));
         assert_eq!(c.default_parallelism(), Ok(Some(8)));
@@ -1645,8 +1667,14 @@ mod tests {
                 ("task.maxFailures", value),
                 ("default.parallelism", value),
                 ("executor.heartbeat.maxFailures", value),
+                ("executor.maxNumFailures", value),
             ]);
             assert_names(c.task_cpus().unwrap_err(), "task.cpus", value);
+            assert_names(
+                c.executor_max_num_failures().unwrap_err(),
+                "executor.maxNumFailures",
+                value,
+            );
             assert_names(
                 c.task_max_failures().unwrap_err(),
                 "task.maxFailures",

@@ -3,6 +3,11 @@
 //! `doKillExecutors`), and [`LocalClusterManager`], which starts executor processes on
 //! this host.
 //!
+//! A cluster manager also tells the driver which of its executor processes ended
+//! without being asked to ([`ClusterManager::exited_executors`], polled about once a
+//! second): the driver counts the abnormal exits towards `executor.maxNumFailures` and
+//! asks for replacements (see [`crate::Driver`]).
+//!
 //! ```no_run
 //! use flint_scheduler::cluster_manager::{ClusterManager, LocalClusterManager};
 //!
@@ -22,6 +27,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use flint_wire::ExecutorLossReason;
 use tracing::{debug, info, warn};
 
 /// The environment variable a local executor reads `authenticate.secret` from: a secret
@@ -46,6 +52,59 @@ pub enum ClusterManagerError {
     NotStarted,
 }
 
+/// An executor process that ended without the driver asking (not killed through
+/// [`ClusterManager::kill_executors`] nor stopped), as its cluster manager reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitedExecutor {
+    /// The executor it was started as.
+    pub executor_id: String,
+    /// Its exit code; 128 + the signal's number for a process killed by a signal, as a
+    /// shell reports it (137 for `kill -9`).
+    pub exit_code: i32,
+    /// How it ended, e.g. "Command exited with code 3".
+    pub message: String,
+}
+
+impl ExitedExecutor {
+    /// Whether the exit was abnormal (a non-zero code or a signal): it then counts
+    /// towards `executor.maxNumFailures`, and is taken as caused by the application.
+    pub fn is_failure(&self) -> bool {
+        self.exit_code != 0
+    }
+
+    /// The loss reason of the executor: Spark's `ExecutorExited`, caused by the
+    /// application unless the process exited with code 0 (as Spark's standalone
+    /// backend takes every exit with a code), so that its running tasks count towards
+    /// `task.maxFailures`.
+    pub fn loss_reason(&self) -> ExecutorLossReason {
+        ExecutorLossReason::ExecutorExited {
+            exit_code: self.exit_code,
+            exit_caused_by_app: self.is_failure(),
+            reason: self.message.clone(),
+        }
+    }
+
+    fn from_status(executor_id: &str, status: ExitStatus) -> Self {
+        #[cfg(unix)]
+        let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+        #[cfg(not(unix))]
+        let signal: Option<i32> = None;
+        let (exit_code, message) = match (status.code(), signal) {
+            (Some(code), _) => (code, format!("Command exited with code {code}")),
+            (None, Some(signal)) => (
+                128 + signal,
+                format!("Command was killed by signal {signal}"),
+            ),
+            (None, None) => (-1, format!("Command ended: {status}")),
+        };
+        ExitedExecutor {
+            executor_id: executor_id.to_owned(),
+            exit_code,
+            message,
+        }
+    }
+}
+
 /// What the scheduler backend needs of a cluster manager.
 ///
 /// Every method is called with the driver's state locked: implementations start and
@@ -61,6 +120,15 @@ pub trait ClusterManager: Send {
 
     /// Kills these executors. Returns whether the request was acknowledged.
     fn kill_executors(&mut self, executor_ids: &[String]) -> Result<bool, ClusterManagerError>;
+
+    /// The executors that ended since the last call without the driver asking (neither
+    /// killed through [`ClusterManager::kill_executors`] nor stopped), with how they
+    /// ended. The driver calls it about once a second. The default reports nothing: a
+    /// cluster manager that cannot tell leaves the driver to learn of losses from
+    /// closed connections and missing heartbeats alone.
+    fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
+        Vec::new()
+    }
 
     /// Stops every executor it started, giving them `grace` to exit on their own first
     /// (the driver has asked them to stop), then killing the rest.
@@ -90,7 +158,17 @@ impl ClusterManager for StandaloneExecutors {
 /// Starts executor processes on this host: `PROGRAM [ARGS...] --driver ADDR --cores C
 /// --executor-id ID --hostname HOST [--conf KEY=VALUE]...`, ids counting from 1.
 ///
-/// Processes it started are killed when it stops or is dropped.
+/// Processes it started are killed when it stops or is dropped; those that exit on their
+/// own are reaped (no zombie is left) and reported by
+/// [`ClusterManager::exited_executors`].
+///
+/// Each executor runs in a process group of its own (on Unix): a Ctrl-C in the driver's
+/// terminal, which the terminal sends to its whole foreground process group, reaches the
+/// driver alone, and the driver stops its executors in order instead of losing them
+/// first. Nothing else ties an executor's life to the driver's process (flint has no
+/// crate offering `PR_SET_PDEATHSIG` without unsafe code): a driver killed outright
+/// leaves its executors to notice the closed connection, after which they exit on their
+/// own (the executor's `DriverLost` exit).
 #[derive(Debug)]
 pub struct LocalClusterManager {
     program: PathBuf,
@@ -102,6 +180,8 @@ pub struct LocalClusterManager {
     driver: Option<SocketAddr>,
     next_id: u64,
     children: BTreeMap<String, Child>,
+    /// Executors reaped since the last [`ClusterManager::exited_executors`].
+    exited: Vec<ExitedExecutor>,
 }
 
 impl LocalClusterManager {
@@ -117,6 +197,7 @@ impl LocalClusterManager {
             driver: None,
             next_id: 1,
             children: BTreeMap::new(),
+            exited: Vec::new(),
         }
     }
 
@@ -162,10 +243,14 @@ impl LocalClusterManager {
         self.children.get(executor_id).map(Child::id)
     }
 
+    /// Reaps the executors that exited, keeping how they ended for
+    /// [`ClusterManager::exited_executors`].
     fn reap(&mut self) {
+        let exited = &mut self.exited;
         self.children.retain(|id, child| match child.try_wait() {
             Ok(Some(status)) => {
                 log_exit(id, status);
+                exited.push(ExitedExecutor::from_status(id, status));
                 false
             }
             Ok(None) => true,
@@ -192,6 +277,9 @@ impl LocalClusterManager {
             .arg(&self.hostname)
             .stdin(Stdio::null())
             .stdout(Stdio::null());
+        // Out of the driver's process group: see the type's docs.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         for (key, value) in &self.conf {
             command.arg("--conf").arg(format!("{key}={value}"));
         }
@@ -255,6 +343,11 @@ impl ClusterManager for LocalClusterManager {
             }
         }
         Ok(true)
+    }
+
+    fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
+        self.reap();
+        std::mem::take(&mut self.exited)
     }
 
     fn stop(&mut self, grace: Duration) {
@@ -334,6 +427,103 @@ mod tests {
         manager.stop(Duration::from_secs(10));
         assert!(manager.running().is_empty());
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    /// Polls `exited_executors` until `count` exits were reported (bounded).
+    fn exits(manager: &mut LocalClusterManager, count: usize) -> Vec<ExitedExecutor> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut exits = Vec::new();
+        while exits.len() < count {
+            assert!(Instant::now() < deadline, "only {exits:?} exited");
+            exits.extend(manager.exited_executors());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        exits.sort_by(|a, b| a.executor_id.cmp(&b.executor_id));
+        exits
+    }
+
+    #[test]
+    fn executors_that_exit_on_their_own_are_reaped_and_reported_with_their_exit() {
+        let mut manager =
+            LocalClusterManager::new("/bin/sh", 1).with_args(["-c", "exit \"$0\"", "3"]);
+        manager.start(driver());
+        manager.request_total_executors(1).unwrap();
+        let pid = manager.pid("1").unwrap();
+        let exits = exits(&mut manager, 1);
+        assert_eq!(
+            exits,
+            [ExitedExecutor {
+                executor_id: "1".into(),
+                exit_code: 3,
+                message: "Command exited with code 3".into(),
+            }]
+        );
+        assert!(exits[0].is_failure());
+        assert_eq!(
+            exits[0].loss_reason(),
+            ExecutorLossReason::ExecutorExited {
+                exit_code: 3,
+                exit_caused_by_app: true,
+                reason: "Command exited with code 3".into(),
+            }
+        );
+        assert!(exits[0].loss_reason().counts_towards_task_failures());
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "reaped, not a zombie"
+        );
+        assert!(manager.exited_executors().is_empty(), "reported once");
+
+        // Asked for the same total again, it starts a replacement.
+        manager.request_total_executors(1).unwrap();
+        assert_eq!(manager.pid("1"), None);
+        assert!(manager.pid("2").is_some());
+        manager.stop(Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_killed_process_reports_its_signal_and_one_the_driver_killed_is_not_reported() {
+        let mut manager = sleeper();
+        manager.start(driver());
+        manager.request_total_executors(2).unwrap();
+        let pid = manager.pid("1").unwrap();
+        assert!(std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+        manager.kill_executors(&["2".to_owned()]).unwrap();
+        let exits = exits(&mut manager, 1);
+        assert_eq!(exits[0].executor_id, "1");
+        assert_eq!(exits[0].exit_code, 137);
+        assert_eq!(exits[0].message, "Command was killed by signal 9");
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            manager.exited_executors().is_empty(),
+            "executor 2 was killed on purpose"
+        );
+        // Normal exits are reported, but are no failure.
+        let normal = ExitedExecutor {
+            executor_id: "3".into(),
+            exit_code: 0,
+            message: "Command exited with code 0".into(),
+        };
+        assert!(!normal.is_failure());
+        assert!(!normal.loss_reason().counts_towards_task_failures());
+    }
+
+    #[test]
+    fn executors_run_in_a_process_group_of_their_own() {
+        let mut manager = sleeper();
+        manager.start(driver());
+        manager.request_total_executors(1).unwrap();
+        let pid = manager.pid("1").unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        // pid (comm) state ppid pgrp ...
+        let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+        let pgrp: u32 = after_comm.split(' ').nth(2).unwrap().parse().unwrap();
+        assert_eq!(pgrp, pid, "{stat}");
+        manager.stop(Duration::from_millis(50));
     }
 
     #[test]

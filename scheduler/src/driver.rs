@@ -23,6 +23,8 @@ use crate::SchedulerError;
 
 /// How long [`Driver::stop`] gives executors to exit on their own once asked to.
 const EXECUTOR_STOP_GRACE: Duration = Duration::from_secs(10);
+/// How often [`Driver::wait_backend_ready`] looks again.
+const READY_POLL: Duration = Duration::from_millis(10);
 
 /// What the driver could not do.
 #[derive(Debug, thiserror::Error)]
@@ -63,9 +65,29 @@ pub enum DriverError {
     /// Stopping failed (the seeds' text).
     #[error("Error stopping standalone scheduler's driver endpoint: {0}")]
     Stop(String),
+    /// Executors kept failing: `executor.maxNumFailures` was reached ("Max number of
+    /// executor failures (N) reached (...)"). The driver runs nothing more.
+    #[error("{0}")]
+    ExecutorsFailed(String),
+    /// The driver was stopped while a submission waited for it to be ready.
+    #[error("the driver was stopped while waiting for executors to register")]
+    Stopped,
 }
 
 /// A running driver.
+///
+/// The first [`Driver::submit`] waits until the driver is ready (the seeds' `isReady`:
+/// `scheduler.minRegisteredResourcesRatio` of the executors asked for registered, or
+/// `scheduler.maxRegisteredResourcesWaitingTime` passed).
+///
+/// Lost executors are replaced: the driver asks the cluster manager for the total it
+/// was last asked for whenever an executor is removed or the cluster manager reports an
+/// executor process that exited. Executor failures (abnormal exits the driver did not
+/// ask for, executors that could not be started) are counted; at
+/// `executor.maxNumFailures` (by default twice the executors asked for, at least 3, over
+/// the driver's life, as Spark on YARN counts them without a validity interval) the
+/// driver gives up: its task sets are aborted with "Max number of executor failures (N)
+/// reached (...)" and later submissions fail with [`DriverError::ExecutorsFailed`].
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -126,6 +148,9 @@ impl Driver {
             min_registered_ratio: conf.min_registered_resources_ratio()?,
             max_registered_wait: conf.max_registered_resources_waiting_time()?,
             network_timeout: conf.network_timeout()?,
+            max_executor_failures: conf
+                .executor_max_num_failures()?
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
         };
         let revive_interval = conf.revive_interval()?;
         let env = RpcEnv::new(conf)?;
@@ -168,8 +193,20 @@ impl Driver {
     }
 
     /// Submits a task set (the seeds' `submitTasks`): free cores are offered at once.
+    ///
+    /// The first submission waits until the driver is ready
+    /// ([`Driver::wait_backend_ready`]). Once executors kept failing
+    /// (`executor.maxNumFailures`), submissions fail with
+    /// [`DriverError::ExecutorsFailed`].
     pub fn submit(&self, task_set: TaskSet) -> Result<TaskSetHandle, DriverError> {
-        let handle = self.core().submit(Instant::now(), task_set)?;
+        self.wait_backend_ready()?;
+        let handle = {
+            let mut core = self.core();
+            if let Some(failure) = core.failure() {
+                return Err(DriverError::ExecutorsFailed(failure.to_owned()));
+            }
+            core.submit(Instant::now(), task_set)?
+        };
         // The endpoint picks up the scheduler's new timers (starvation, speculation).
         self.revive_offers();
         Ok(handle)
@@ -253,18 +290,72 @@ impl Driver {
         self.core().scheduler.exclude_host(host);
     }
 
-    /// The seeds' `isReady`.
+    /// Lifts [`Driver::exclude_host`]: the host's executors get offers again, from the
+    /// next periodic revive (`scheduler.revive.interval`) on.
+    pub fn include_host(&self, host: &str) {
+        self.core().scheduler.include_host(host);
+    }
+
+    /// The seeds' `isReady`: `scheduler.minRegisteredResourcesRatio` of the executors
+    /// asked for have registered, or `scheduler.maxRegisteredResourcesWaitingTime` has
+    /// passed since the driver started. The seeds' INFO line is logged the first time.
     pub fn is_ready(&self) -> bool {
         self.core().is_ready(Instant::now())
     }
 
-    /// Waits at most `timeout` for `count` executors to be registered.
+    /// Spark's `waitBackendReady`: waits until [`Driver::is_ready`] has held once, which
+    /// is at most `scheduler.maxRegisteredResourcesWaitingTime` after the driver
+    /// started. [`Driver::submit`] calls it; later calls return at once. Fails if the
+    /// driver is stopped or gives up on executors meanwhile.
+    pub fn wait_backend_ready(&self) -> Result<(), DriverError> {
+        loop {
+            {
+                let mut core = self.core();
+                if let Some(failure) = core.failure() {
+                    return Err(DriverError::ExecutorsFailed(failure.to_owned()));
+                }
+                if core.backend_ready(Instant::now()) {
+                    return Ok(());
+                }
+            }
+            if self.stopped.load(Ordering::Acquire) {
+                return Err(DriverError::Stopped);
+            }
+            std::thread::sleep(READY_POLL);
+        }
+    }
+
+    /// Why the driver gave up on executors (`executor.maxNumFailures` reached), if it
+    /// has.
+    pub fn executor_failure(&self) -> Option<String> {
+        self.core().failure().map(str::to_owned)
+    }
+
+    /// Executor failures counted so far: executor processes that exited abnormally
+    /// without the driver asking, and executors that could not be started.
+    pub fn executor_failures(&self) -> u32 {
+        self.core().executor_failures()
+    }
+
+    /// The number of registered executors.
+    pub fn num_executors(&self) -> usize {
+        self.core().num_executors()
+    }
+
+    /// Waits at most `timeout` for `count` executors to be registered. Fails at once if
+    /// executors kept failing ([`DriverError::ExecutorsFailed`]).
     pub fn wait_for_executors(&self, count: usize, timeout: Duration) -> Result<(), DriverError> {
         let deadline = Instant::now() + timeout;
         loop {
-            let registered = self.core().num_executors();
+            let (registered, failure) = {
+                let core = self.core();
+                (core.num_executors(), core.failure().map(str::to_owned))
+            };
             if registered >= count {
                 return Ok(());
+            }
+            if let Some(failure) = failure {
+                return Err(DriverError::ExecutorsFailed(failure));
             }
             if Instant::now() >= deadline {
                 return Err(DriverError::ExecutorsTimeout {

@@ -3,6 +3,22 @@
 //! updates, executor removal, fetching large results, heartbeat expiry, and the
 //! requests to the cluster manager.
 //!
+//! # Lost executors and executor failures
+//!
+//! The driver keeps asking the cluster manager for the executors it wants in all (the
+//! last total requested): whenever an executor is removed, and whenever the cluster
+//! manager reports an executor process that exited on its own
+//! ([`ClusterManager::exited_executors`], polled on the heartbeat receiver's timer),
+//! it asks for that total again, so lost executors are replaced. As Spark's YARN
+//! application master does, it counts executor failures: processes that exited
+//! abnormally (a non-zero code or a signal) without the driver asking, and executors
+//! the cluster manager could not start. Once there are `executor.maxNumFailures` of
+//! them (by default twice the executors asked for, at least 3, counted over the
+//! driver's life) the driver gives up: every active task set is aborted with "Max
+//! number of executor failures (N) reached (...)", no more executors are asked for,
+//! and later submissions fail with that message. Executors that never start nor exit
+//! are not counted; the caller's timeouts bound those.
+//!
 //! Which task goes where is decided by the [`TaskScheduler`] state machine inside; this
 //! layer turns messages into its events and its actions into messages. It is shared
 //! (behind a mutex) by the driver's endpoints on the event loop thread and by the
@@ -16,12 +32,12 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use flint_rpc::{EndpointRef, Reply, RpcError};
 use flint_wire::{
-    ArchivedMessage, BlockId, ExecutorLossReason, Message, SharedStr, TaskFailureKind, TaskMetrics,
-    TaskOutcome, TaskState, WireError,
+    ArchivedMessage, BlockId, ExecutorLossReason, Message, SharedStr, TaskAccumUpdates,
+    TaskFailureKind, TaskMetrics, TaskOutcome, TaskState, WireError,
 };
 use tracing::{debug, error, info, warn};
 
-use crate::cluster_manager::ClusterManager;
+use crate::cluster_manager::{ClusterManager, ExitedExecutor};
 use crate::events::{Action, SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
 use crate::fx_hash::{FxHashMap, FxHashSet};
 use crate::heartbeat::HeartbeatTracker;
@@ -53,6 +69,8 @@ pub(crate) struct DriverSettings {
     pub min_registered_ratio: f64,
     pub max_registered_wait: Duration,
     pub network_timeout: Duration,
+    /// `executor.maxNumFailures`; `None`: twice the executors asked for, at least 3.
+    pub max_executor_failures: Option<u32>,
 }
 
 /// A registered executor (the seeds' `ExecutorData`).
@@ -116,8 +134,16 @@ pub(crate) struct DriverCore {
     result_sizes: FxHashMap<TaskSetId, (u64, u32)>,
     fetches: FxHashMap<u64, ResultFetch>,
     created: Instant,
+    /// Whether `isReady` has held once (its INFO line is logged then): submissions
+    /// wait for it once, as Spark's `waitBackendReady` does at start.
     ready_logged: bool,
     stopping: bool,
+    /// Executor failures so far (see the module docs).
+    executor_failures: u32,
+    /// Why the driver gave up on executors, once it has.
+    failure: Option<String>,
+    /// Whether asking the cluster manager for replacements failed and is to be retried.
+    replace_pending: bool,
     self_ref: Weak<Mutex<DriverCore>>,
     offers: Vec<WorkerOffer>,
     /// Executors that freed cores since the last round of offers.
@@ -162,6 +188,9 @@ impl DriverCore {
                 created: now,
                 ready_logged: false,
                 stopping: false,
+                executor_failures: 0,
+                failure: None,
+                replace_pending: false,
                 self_ref: self_ref.clone(),
                 offers: Vec::new(),
                 pending_offers: Vec::new(),
@@ -247,6 +276,30 @@ impl DriverCore {
             return true;
         }
         false
+    }
+
+    /// Whether submissions may go ahead: [`DriverCore::is_ready`] has held once (Spark
+    /// waits for the backend once, when the application starts).
+    pub fn backend_ready(&mut self, now: Instant) -> bool {
+        self.ready_logged || self.is_ready(now)
+    }
+
+    /// Why the driver gave up on executors (`executor.maxNumFailures` reached), if it
+    /// has.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// Executor failures counted so far.
+    pub fn executor_failures(&self) -> u32 {
+        self.executor_failures
+    }
+
+    /// `executor.maxNumFailures`, or twice the executors asked for, at least 3.
+    pub fn max_executor_failures(&self) -> u32 {
+        self.settings
+            .max_executor_failures
+            .unwrap_or_else(|| self.target_executors.saturating_mul(2).max(3))
     }
 
     // ---- task sets -----------------------------------------------------------------
@@ -347,14 +400,36 @@ impl DriverCore {
                 }
             }
         }
-        if let Some(runs_on) = self.scheduler.executor_of(task_id) {
-            if &**runs_on != executor_id {
+        // Whether the scheduler runs this attempt on this executor: only then does a
+        // finished update free its cores, so an attempt is credited once.
+        let runs_here = match self.scheduler.executor_of(task_id) {
+            Some(runs_on) if &**runs_on != executor_id => {
                 warn!("Ignored task status update ({task_id} state {state}) from executor {executor_id}: the task runs on executor {runs_on}");
                 return;
             }
+            Some(_) => true,
+            None => false,
+        };
+        if runs_here && !self.fetches.is_empty() && self.fetches.contains_key(&task_id) {
+            // Its result is being fetched: the attempt already ended.
+            warn!("Ignored duplicate task status update ({task_id} state {state}) from executor {executor_id}: its result is being fetched");
+            return;
         }
         let finished = state.is_finished();
-        if finished && self.executors.contains_key(executor_id) {
+        if state == TaskState::Lost && runs_here && self.executors.contains_key(executor_id) {
+            // As Spark does, a lost task marks its executor lost: the driver removes it
+            // from every registry, not only the scheduler's, so that it may register
+            // again when its heartbeat is answered with a re-registration.
+            let reason = ExecutorLossReason::SlaveLost {
+                message: format!(
+                    "Task {task_id} was lost, so marking the executor as lost as well."
+                ),
+                worker_lost: false,
+            };
+            self.remove_executor(now, executor_id, reason);
+            return;
+        }
+        if finished && runs_here {
             // The task's cores are free at once, whatever happens to its result.
             let cpus = self.settings.task_cpus;
             if let Some(executor) = self.executors.get_mut(executor_id) {
@@ -786,11 +861,26 @@ impl DriverCore {
 
     /// The seeds' `removeExecutor`: the executor leaves every registry, the scheduler
     /// is told (its tasks run again elsewhere) and ExecutorRemoved is posted.
+    /// The executor is replaced (the total asked for is asked for again).
     pub fn remove_executor(&mut self, now: Instant, executor_id: &str, reason: ExecutorLossReason) {
+        if self.lose_executor(now, executor_id, reason) {
+            self.replace_lost_executors();
+        }
+        self.process_actions(now);
+    }
+
+    /// [`DriverCore::remove_executor`] but for the replacement and the actions; false if
+    /// the executor was not registered.
+    fn lose_executor(
+        &mut self,
+        now: Instant,
+        executor_id: &str,
+        reason: ExecutorLossReason,
+    ) -> bool {
         debug!("Asked to remove executor {executor_id} with reason {reason}");
         let Some(executor) = self.executors.remove(executor_id) else {
             info!("Asked to remove non-existent executor {executor_id}");
-            return;
+            return false;
         };
         if let Some(address) = executor.address {
             self.address_to_executor.remove(&address);
@@ -799,7 +889,7 @@ impl DriverCore {
         self.total_core_count = self.total_core_count.saturating_sub(executor.total_cores);
         self.heartbeats.executor_removed(executor_id);
         self.scheduler.executor_lost(now, executor_id, reason);
-        self.process_actions(now);
+        true
     }
 
     /// The driver endpoint's `onDisconnected`: an executor whose connection closed is
@@ -837,14 +927,23 @@ impl DriverCore {
 
     // ---- heartbeats ----------------------------------------------------------------
 
-    /// A heartbeat: true if the executor is unknown and must register again.
-    pub fn heartbeat(&mut self, now: Instant, executor_id: &str) -> bool {
+    /// A heartbeat with the running tasks' metrics (posted to listeners as
+    /// ExecutorMetricsUpdate): true if the executor is unknown and must register again.
+    pub fn heartbeat(
+        &mut self,
+        now: Instant,
+        executor_id: &str,
+        updates: Vec<TaskAccumUpdates>,
+    ) -> bool {
         let known = self.executors.contains_key(executor_id)
             && self.heartbeats.heartbeat(executor_id, now)
-            && self.scheduler.executor_heartbeat_received(executor_id);
+            && self
+                .scheduler
+                .executor_heartbeat_received(executor_id, updates);
         if !known {
             debug!("Received heartbeat from unknown executor {executor_id}");
         }
+        self.process_actions(now);
         !known
     }
 
@@ -872,6 +971,80 @@ impl DriverCore {
     }
 
     // ---- the cluster manager -------------------------------------------------------
+
+    /// Takes the cluster manager's reports of executors that exited on their own: an
+    /// abnormal exit is an executor failure, a still registered executor is removed
+    /// with Spark's `ExecutorExited` reason, and lost executors are replaced. Called
+    /// on the heartbeat receiver's timer.
+    pub fn poll_cluster_manager(&mut self, now: Instant) {
+        if self.stopping {
+            return;
+        }
+        let exits = self.cluster_manager.exited_executors();
+        if exits.is_empty() && !self.replace_pending {
+            return;
+        }
+        for exit in exits {
+            self.executor_exited(now, exit);
+        }
+        self.replace_lost_executors();
+        self.process_actions(now);
+    }
+
+    fn executor_exited(&mut self, now: Instant, exit: ExitedExecutor) {
+        let ExitedExecutor {
+            executor_id,
+            message,
+            ..
+        } = &exit;
+        if exit.is_failure() {
+            self.executor_failed(format!("executor {executor_id}: {message}"));
+        } else {
+            info!("Executor {executor_id} exited: {message}");
+        }
+        if self.executors.contains_key(executor_id.as_str()) {
+            self.lose_executor(now, executor_id, exit.loss_reason());
+        }
+    }
+
+    /// Counts an executor failure; at `executor.maxNumFailures` the driver gives up
+    /// (see the module docs).
+    fn executor_failed(&mut self, what: String) {
+        self.executor_failures = self.executor_failures.saturating_add(1);
+        let max = self.max_executor_failures();
+        warn!(
+            "Executor failure {} of at most {max} (executor.maxNumFailures): {what}",
+            self.executor_failures
+        );
+        if self.executor_failures < max || self.failure.is_some() {
+            return;
+        }
+        let message = format!("Max number of executor failures ({max}) reached (the last: {what})");
+        error!("{message}");
+        let task_sets: Vec<_> = self.scheduler.task_sets().map(|t| t.id()).collect();
+        for task_set in task_sets {
+            self.scheduler.abort_task_set(task_set, message.clone());
+        }
+        self.failure = Some(message);
+    }
+
+    /// Asks the cluster manager again for the executors wanted in all, so that lost
+    /// ones are replaced; nothing once stopping or given up, or if none were asked for.
+    /// A request that fails counts as an executor failure and is retried at the next
+    /// poll.
+    fn replace_lost_executors(&mut self) {
+        self.replace_pending = false;
+        if self.stopping || self.failure.is_some() || self.target_executors == 0 {
+            return;
+        }
+        let target = self.target_executors;
+        self.num_pending_executors =
+            (target + self.pending_removals()).saturating_sub(self.num_existing_executors());
+        if let Err(e) = self.cluster_manager.request_total_executors(target) {
+            self.replace_pending = true;
+            self.executor_failed(e.to_string());
+        }
+    }
 
     fn num_existing_executors(&self) -> u32 {
         u32::try_from(self.executors.len()).unwrap_or(u32::MAX)
@@ -953,7 +1126,10 @@ impl DriverCore {
         if let Err(e) = self.cluster_manager.kill_executors(&to_kill) {
             error!("Cannot kill executor(s) {}: {e}", to_kill.join(", "));
         }
-        let result = if replace {
+        let result = if replace && self.failure.is_some() {
+            // Given up on executors: none is replaced.
+            Ok(false)
+        } else if replace {
             self.num_pending_executors = self.num_pending_executors.saturating_add(count);
             self.request_total(self.target_executors)
         } else {
@@ -1032,11 +1208,14 @@ pub fn bytes_to_string(size: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster_manager::StandaloneExecutors;
+    use crate::cluster_manager::{ClusterManagerError, StandaloneExecutors};
+    use crate::job::TaskSetError;
     use crate::SchedulerConfig;
+    use flint_rpc::{Conf, RpcEnv};
+    use std::collections::VecDeque;
 
-    fn core(ratio: f64, wait: Duration, now: Instant) -> Arc<Mutex<DriverCore>> {
-        let settings = DriverSettings {
+    fn settings(ratio: f64, wait: Duration) -> DriverSettings {
+        DriverSettings {
             task_cpus: 1,
             prefetch: 0,
             max_payload: 1 << 20,
@@ -1045,10 +1224,73 @@ mod tests {
             min_registered_ratio: ratio,
             max_registered_wait: wait,
             network_timeout: Duration::from_secs(120),
-        };
-        let scheduler = TaskScheduler::new(SchedulerConfig::default());
-        DriverCore::new(settings, scheduler, Box::new(StandaloneExecutors), now)
+            max_executor_failures: None,
+        }
     }
+
+    fn core(ratio: f64, wait: Duration, now: Instant) -> Arc<Mutex<DriverCore>> {
+        let scheduler = TaskScheduler::new(SchedulerConfig::default());
+        DriverCore::new(
+            settings(ratio, wait),
+            scheduler,
+            Box::new(StandaloneExecutors),
+            now,
+        )
+    }
+
+    /// The INFO lines logged while `f` runs on this thread.
+    fn info_lines(f: impl FnOnce()) -> Vec<String> {
+        use tracing::field::{Field, Visit};
+        use tracing::span::{Attributes, Id, Record};
+        use tracing::{Event, Level, Metadata, Subscriber};
+
+        #[derive(Clone, Default)]
+        struct Capture(Arc<Mutex<Vec<String>>>);
+        struct Text(String);
+        impl Visit for Text {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        impl Subscriber for Capture {
+            fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+                *metadata.level() == Level::INFO
+            }
+            fn new_span(&self, _: &Attributes<'_>) -> Id {
+                Id::from_u64(1)
+            }
+            fn record(&self, _: &Id, _: &Record<'_>) {}
+            fn record_follows_from(&self, _: &Id, _: &Id) {}
+            fn event(&self, event: &Event<'_>) {
+                let mut text = Text(String::new());
+                event.record(&mut text);
+                self.0.lock().unwrap().push(text.0);
+            }
+            fn enter(&self, _: &Id) {}
+            fn exit(&self, _: &Id) {}
+        }
+        let capture = Capture::default();
+        tracing::subscriber::with_default(capture.clone(), f);
+        let lines = capture.0.lock().unwrap().clone();
+        lines
+    }
+
+    fn registration(env: &RpcEnv, id: &str) -> Registration {
+        Registration {
+            executor_id: SharedStr::from(id),
+            host: SharedStr::from("h"),
+            cores: 1,
+            address: None,
+            endpoint: env.handle().endpoint_ref(env.address(), "Executor"),
+        }
+    }
+
+    const RATIO_LINE: &str =
+        "SchedulerBackend is ready for scheduling beginning after reached minRegisteredResourcesRatio: ";
+    const WAITED_LINE: &str =
+        "SchedulerBackend is ready for scheduling beginning after waiting maxRegisteredResourcesWaitingTime: ";
 
     #[test]
     fn ready_once_the_ratio_is_reached_or_the_waiting_time_passed() {
@@ -1063,6 +1305,179 @@ mod tests {
         let mut eager = eager.lock().unwrap();
         eager.request_total_executors(4).unwrap();
         assert!(eager.is_ready(t0), "a ratio of 0 needs no executor");
+    }
+
+    #[test]
+    fn readiness_by_ratio_logs_the_seeds_line_once_and_then_holds_for_submissions() {
+        let env = RpcEnv::new(&Conf::new()).unwrap();
+        let t0 = Instant::now();
+        let core = core(0.5, Duration::from_secs(30), t0);
+        let mut core = core.lock().unwrap();
+        core.request_total_executors(4).unwrap();
+        let lines = info_lines(|| {
+            let t = t0 + Duration::from_secs(1);
+            assert!(!core.is_ready(t));
+            assert!(!core.backend_ready(t), "submissions wait");
+            core.register_executor(t, registration(&env, "1")).unwrap();
+            assert!(!core.is_ready(t), "1 of 4 is under half");
+            core.register_executor(t, registration(&env, "2")).unwrap();
+            assert!(core.is_ready(t), "2 of 4 is half");
+            assert!(core.is_ready(t));
+            core.remove_executor(t, "2", ExecutorLossReason::ExecutorKilled);
+            assert!(!core.is_ready(t), "isReady looks again every time");
+            assert!(
+                core.backend_ready(t),
+                "but submissions wait once, as Spark's waitBackendReady"
+            );
+        });
+        let ready: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with("SchedulerBackend is ready"))
+            .collect();
+        assert_eq!(ready, [&format!("{RATIO_LINE}0.5")], "{lines:?}");
+        drop(core);
+        env.stop();
+    }
+
+    #[test]
+    fn readiness_by_waiting_logs_the_seeds_line_once() {
+        let t0 = Instant::now();
+        let core = core(1.0, Duration::from_millis(1500), t0);
+        let mut core = core.lock().unwrap();
+        core.request_total_executors(2).unwrap();
+        let lines = info_lines(|| {
+            assert!(!core.backend_ready(t0 + Duration::from_millis(1499)));
+            assert!(core.backend_ready(t0 + Duration::from_millis(1500)));
+            assert!(core.is_ready(t0 + Duration::from_secs(60)));
+        });
+        let ready: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with("SchedulerBackend is ready"))
+            .collect();
+        assert_eq!(ready, [&format!("{WAITED_LINE}1500(ms)")], "{lines:?}");
+    }
+
+    /// A cluster manager whose exits and request failures the test decides.
+    #[derive(Clone, Default)]
+    struct Scripted(Arc<Mutex<ScriptedState>>);
+
+    #[derive(Default)]
+    struct ScriptedState {
+        totals: Vec<u32>,
+        exits: VecDeque<ExitedExecutor>,
+        refuse: bool,
+    }
+
+    impl ClusterManager for Scripted {
+        fn start(&mut self, _driver: std::net::SocketAddr) {}
+        fn request_total_executors(&mut self, total: u32) -> Result<bool, ClusterManagerError> {
+            let mut state = self.0.lock().unwrap();
+            if state.refuse {
+                return Err(ClusterManagerError::NotStarted);
+            }
+            state.totals.push(total);
+            Ok(true)
+        }
+        fn kill_executors(&mut self, _ids: &[String]) -> Result<bool, ClusterManagerError> {
+            Ok(true)
+        }
+        fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
+            self.0.lock().unwrap().exits.drain(..).collect()
+        }
+        fn stop(&mut self, _grace: Duration) {}
+    }
+
+    impl Scripted {
+        fn exit(&self, id: &str, code: i32) {
+            self.0.lock().unwrap().exits.push_back(ExitedExecutor {
+                executor_id: id.to_owned(),
+                exit_code: code,
+                message: format!("Command exited with code {code}"),
+            });
+        }
+        fn totals(&self) -> Vec<u32> {
+            self.0.lock().unwrap().totals.clone()
+        }
+    }
+
+    fn scripted_core(now: Instant) -> (Arc<Mutex<DriverCore>>, Scripted) {
+        let cluster = Scripted::default();
+        let scheduler = TaskScheduler::new(SchedulerConfig::default());
+        let core = DriverCore::new(
+            settings(0.0, Duration::from_secs(30)),
+            scheduler,
+            Box::new(cluster.clone()),
+            now,
+        );
+        (core, cluster)
+    }
+
+    #[test]
+    fn exited_executors_are_replaced_and_too_many_failures_fail_the_jobs() {
+        let t0 = Instant::now();
+        let (core, cluster) = scripted_core(t0);
+        let mut core = core.lock().unwrap();
+        core.request_total_executors(1).unwrap();
+        assert_eq!(core.max_executor_failures(), 3, "2 x 1, at least 3");
+        let handle = core
+            .submit(
+                t0,
+                TaskSet::new(0, 0, 2, bytes::Bytes::from_static(b"\x04noop")),
+            )
+            .unwrap();
+        core.poll_cluster_manager(t0);
+        assert_eq!(cluster.totals(), [1], "nothing exited, nothing asked");
+
+        // An exit with code 0 is replaced but is no failure; others are failures.
+        cluster.exit("1", 0);
+        core.poll_cluster_manager(t0);
+        assert_eq!(cluster.totals(), [1, 1]);
+        assert_eq!(core.executor_failures(), 0);
+        cluster.exit("2", 3);
+        cluster.exit("3", 137);
+        core.poll_cluster_manager(t0);
+        assert_eq!(core.executor_failures(), 2);
+        assert_eq!(cluster.totals(), [1, 1, 1]);
+        assert!(core.failure().is_none());
+        assert!(!handle.is_done());
+
+        cluster.exit("4", 2);
+        core.poll_cluster_manager(t0);
+        let expected = "Max number of executor failures (3) reached (the last: executor 4: Command exited with code 2)";
+        assert_eq!(core.failure(), Some(expected));
+        assert_eq!(
+            handle.wait(Duration::ZERO).unwrap_err(),
+            TaskSetError::Failed {
+                task_set: handle.id(),
+                message: expected.to_owned()
+            }
+        );
+        // Given up: no more executors are asked for.
+        cluster.exit("5", 1);
+        core.poll_cluster_manager(t0);
+        assert_eq!(cluster.totals(), [1, 1, 1]);
+    }
+
+    #[test]
+    fn executors_that_cannot_be_started_are_failures_and_are_asked_for_again() {
+        let t0 = Instant::now();
+        let (core, cluster) = scripted_core(t0);
+        let mut core = core.lock().unwrap();
+        core.settings.max_executor_failures = Some(4);
+        core.request_total_executors(2).unwrap();
+        cluster.0.lock().unwrap().refuse = true;
+        cluster.exit("1", 1);
+        core.poll_cluster_manager(t0);
+        assert_eq!(core.executor_failures(), 2, "the exit and the failed start");
+        core.poll_cluster_manager(t0);
+        assert_eq!(core.executor_failures(), 3, "the start is retried");
+        cluster.0.lock().unwrap().refuse = false;
+        core.poll_cluster_manager(t0);
+        assert_eq!(cluster.totals(), [2, 2], "started at last");
+        core.poll_cluster_manager(t0);
+        assert_eq!(cluster.totals(), [2, 2], "and not asked for again");
+        assert_eq!(core.executor_failures(), 3);
+        assert!(core.failure().is_none());
     }
 
     #[test]

@@ -181,8 +181,10 @@ impl Endpoint for DriverEndpoint {
     }
 }
 
-/// The driver's heartbeat receiver: executors' heartbeats in, re-registration asked of
-/// unknown executors, and silent executors expired after `network.timeout`.
+/// The driver's heartbeat receiver: executors' heartbeats in (their tasks' metrics go to
+/// the task scheduler), re-registration asked of unknown executors, and silent
+/// executors expired after `network.timeout`. Its timer also takes the cluster
+/// manager's reports of executors that exited.
 pub(crate) struct HeartbeatReceiver {
     core: Arc<Mutex<DriverCore>>,
     check_interval: Duration,
@@ -209,14 +211,21 @@ impl Endpoint for HeartbeatReceiver {
             let _ = message.reply_error(format!("{kind} is not a heartbeat"));
             return;
         };
-        let reregister = lock(&self.core).heartbeat(Instant::now(), heartbeat.executor_id.as_str());
+        // Bounded by rpc.message.maxSize, as the frame it came in.
+        let updates =
+            rkyv::deserialize::<_, rancor::Error>(&heartbeat.accum_updates).unwrap_or_default();
+        let reregister =
+            lock(&self.core).heartbeat(Instant::now(), heartbeat.executor_id.as_str(), updates);
         let _ = message.reply(&Message::HeartbeatResponse {
             reregister_block_manager: reregister,
         });
     }
 
     fn on_timer(&mut self, _ctx: &mut EndpointContext<'_>, _timer: TimerId) {
-        lock(&self.core).expire_dead_executors(Instant::now());
+        let now = Instant::now();
+        let mut core = lock(&self.core);
+        core.expire_dead_executors(now);
+        core.poll_cluster_manager(now);
     }
 }
 

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use flint_wire::{BlockId, SharedStr, TaskFailureKind, TaskMetrics, TaskState};
+use flint_wire::{AccumulatorUpdate, BlockId, SharedStr, TaskFailureKind, TaskMetrics, TaskState};
 
 use crate::locality::TaskLocality;
 use crate::task_set::TaskSetId;
@@ -74,6 +74,20 @@ pub enum TaskEndReason {
         /// Whether it counted towards `task.maxFailures`.
         counted: bool,
     },
+}
+
+/// A running task's metrics and accumulator values so far, from its executor's
+/// heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskMetricsUpdate {
+    /// The attempt's task id (TID).
+    pub task_id: u64,
+    /// Its stage attempt.
+    pub task_set: TaskSetId,
+    /// Its metrics so far.
+    pub metrics: TaskMetrics,
+    /// Its accumulators' values so far.
+    pub accumulators: Vec<AccumulatorUpdate>,
 }
 
 /// How a job ended.
@@ -172,6 +186,15 @@ pub enum SchedulerEvent {
         /// Why.
         reason: String,
     },
+    /// An executor's heartbeat reported its running tasks' metrics (Spark's
+    /// `SparkListenerExecutorMetricsUpdate`). Only tasks the scheduler runs on that
+    /// executor are included; a heartbeat with none posts nothing.
+    ExecutorMetricsUpdate {
+        /// The executor.
+        executor_id: SharedStr,
+        /// Each running task's metrics and accumulators so far.
+        updates: Vec<TaskMetricsUpdate>,
+    },
 }
 
 /// A driver program's view of the scheduler: one method per event, each doing nothing
@@ -203,6 +226,8 @@ pub trait SchedulerListener {
     fn on_executor_added(&mut self, executor_id: &str, host: &str) {}
     /// An executor was removed.
     fn on_executor_removed(&mut self, executor_id: &str, reason: &str) {}
+    /// An executor's heartbeat reported its running tasks' metrics.
+    fn on_executor_metrics_update(&mut self, executor_id: &str, updates: &[TaskMetricsUpdate]) {}
 }
 
 impl SchedulerEvent {
@@ -226,6 +251,10 @@ impl SchedulerEvent {
                 executor_id,
                 reason,
             } => listener.on_executor_removed(executor_id, reason),
+            SchedulerEvent::ExecutorMetricsUpdate {
+                executor_id,
+                updates,
+            } => listener.on_executor_metrics_update(executor_id, updates),
             _ => {}
         }
     }

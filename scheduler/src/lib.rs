@@ -83,12 +83,17 @@ pub mod task_scheduler;
 pub mod task_set;
 pub mod task_set_manager;
 
-pub use cluster_manager::{ClusterManager, LocalClusterManager, StandaloneExecutors};
+pub use cluster_manager::{
+    ClusterManager, ExitedExecutor, LocalClusterManager, StandaloneExecutors,
+};
 pub use config::{SchedulerConfig, SpeculationConfig};
 pub use driver::{Driver, DriverError};
 pub use driver_core::{bytes_to_string, DISASSOCIATED, STALE_EXECUTOR};
 pub use error::SchedulerError;
-pub use events::{Action, JobResult, SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
+pub use events::{
+    Action, JobResult, SchedulerEvent, SchedulerListener, TaskEndReason, TaskMetricsUpdate,
+    TaskResult,
+};
 pub use exclusion::ExclusionPolicy;
 pub use flint_rpc::conf::SchedulingMode;
 pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};

@@ -762,10 +762,39 @@ impl TaskScheduler {
         self.registry.set_rack(&host.into(), &rack.into());
     }
 
-    /// An executor's heartbeat; false if the executor is not known (it should register
-    /// again).
-    pub fn executor_heartbeat_received(&mut self, executor_id: &str) -> bool {
-        self.registry.is_executor_alive(executor_id)
+    /// An executor's heartbeat with its running tasks' metrics (the seeds'
+    /// `executorHeartbeatReceived`); false if the executor is not known (it should
+    /// register again). The updates of tasks running on it are posted as
+    /// [`SchedulerEvent::ExecutorMetricsUpdate`]; others are dropped.
+    pub fn executor_heartbeat_received(
+        &mut self,
+        executor_id: &str,
+        updates: Vec<flint_wire::TaskAccumUpdates>,
+    ) -> bool {
+        let alive = self.registry.is_executor_alive(executor_id);
+        let updates: Vec<crate::events::TaskMetricsUpdate> = updates
+            .into_iter()
+            .filter_map(|u| {
+                let manager = self.task_sets.get(&self.task_owners.get(u.task_id)?)?;
+                let attempt = manager.running_attempt(u.task_id)?;
+                (alive && &*attempt.executor_id == executor_id).then(|| {
+                    crate::events::TaskMetricsUpdate {
+                        task_id: u.task_id,
+                        task_set: manager.id(),
+                        metrics: u.metrics,
+                        accumulators: u.accumulators,
+                    }
+                })
+            })
+            .collect();
+        if !updates.is_empty() {
+            self.actions
+                .push_back(Action::Event(SchedulerEvent::ExecutorMetricsUpdate {
+                    executor_id: SharedStr::from(executor_id),
+                    updates,
+                }));
+        }
+        alive
     }
 
     /// An executor is gone (the seeds' `executorLost`): its running tasks are pending

@@ -13,12 +13,13 @@ use common::LogCapture;
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
 use flint_scheduler::cluster_manager::ClusterManagerError;
 use flint_scheduler::{
-    ClusterManager, Driver, SchedulerEvent, SchedulerListener, TaskSet, DISASSOCIATED,
-    STALE_EXECUTOR,
+    ClusterManager, Driver, DriverError, ExitedExecutor, SchedulerEvent, SchedulerListener,
+    TaskSet, DISASSOCIATED, STALE_EXECUTOR,
 };
 use flint_wire::{
-    ArchivedMessage, Message, RegisterExecutor, StatusUpdate, TaskOutcome, TaskPayload, TaskState,
-    DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+    AccumulatorUpdate, ArchivedMessage, Message, RegisterExecutor, StatusUpdate, TaskAccumUpdates,
+    TaskMetrics, TaskOutcome, TaskPayload, TaskState, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT,
+    HEARTBEAT_ENDPOINT,
 };
 use tracing::Level;
 
@@ -46,11 +47,13 @@ fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// A cluster manager that records what it is asked.
+/// A cluster manager that records what it is asked, and reports the exits a test gives
+/// it.
 #[derive(Clone, Default)]
 struct Recording {
     totals: Arc<Mutex<Vec<u32>>>,
     kills: Arc<Mutex<Vec<String>>>,
+    exits: Arc<Mutex<Vec<ExitedExecutor>>>,
 }
 
 impl ClusterManager for Recording {
@@ -62,6 +65,9 @@ impl ClusterManager for Recording {
     fn kill_executors(&mut self, ids: &[String]) -> Result<bool, ClusterManagerError> {
         self.kills.lock().unwrap().extend(ids.iter().cloned());
         Ok(true)
+    }
+    fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
+        std::mem::take(&mut *self.exits.lock().unwrap())
     }
     fn stop(&mut self, _grace: Duration) {}
 }
@@ -167,11 +173,15 @@ impl FakeExecutor {
     }
 
     fn heartbeat(&self, driver: SocketAddr) -> bool {
+        self.heartbeat_with(driver, vec![])
+    }
+
+    fn heartbeat_with(&self, driver: SocketAddr, accum_updates: Vec<TaskAccumUpdates>) -> bool {
         let receiver = self.env.handle().endpoint_ref(driver, HEARTBEAT_ENDPOINT);
         let reply = receiver
             .ask(&Message::Heartbeat(flint_wire::Heartbeat {
                 executor_id: self.id.as_str().into(),
-                accum_updates: vec![],
+                accum_updates,
                 block_manager_id: flint_wire::BlockManagerId {
                     executor_id: self.id.as_str().into(),
                     host: "h".into(),
@@ -649,5 +659,401 @@ fn with_prefetch_a_queued_straggler_is_speculated_and_the_first_success_wins() {
                 == 1
         });
     }
+    driver.stop().unwrap();
+}
+
+#[test]
+fn cores_are_credited_once_per_attempt_running_on_the_executor() {
+    let (driver, _, _) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "cr-1");
+    executor.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    assert_eq!(driver.free_slots("cr-1"), Some(0));
+    let task_id = executor.inbox.launched()[0];
+    executor.report(task_id, TaskState::Finished, b"done");
+    assert!(handle.wait(WAIT).is_ok());
+    // A duplicate FINISHED, and updates for a task the scheduler does not know, free
+    // nothing: the executor has one core.
+    executor.report(task_id, TaskState::Finished, b"again");
+    executor.report(task_id, TaskState::Failed, b"");
+    executor.report(424_242, TaskState::Finished, b"");
+    executor.report(424_243, TaskState::Killed, b"");
+    wait_until("the last update was handled", || {
+        logs().contains(
+            Level::ERROR,
+            "Ignoring update with state KILLED for TID 424243 because its task set is gone",
+        )
+    });
+    assert_eq!(driver.free_slots("cr-1"), Some(1));
+    // And the executor still takes one task at a time.
+    let next = driver.submit(TaskSet::new(1, 1, 2, noop())).unwrap();
+    wait_until("a launch", || executor.inbox.launched().len() == 2);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(executor.inbox.launched().len(), 2, "one core, one task");
+    for n in 2..=3 {
+        wait_until("a launch", || executor.inbox.launched().len() == n);
+        executor.report(executor.inbox.launched()[n - 1], TaskState::Finished, b"");
+    }
+    assert!(next.wait(WAIT).is_ok());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn heartbeats_carry_task_metrics_to_listeners() {
+    let (driver, _, events) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "hm-1");
+    executor.register("h", 2);
+    let handle = driver.submit(TaskSet::new(0, 5, 1, noop())).unwrap();
+    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    let task_id = executor.inbox.launched()[0];
+    let metrics = TaskMetrics {
+        run_time_ns: 1_500_000,
+        input_bytes: 42,
+        ..Default::default()
+    };
+    let accumulators = vec![AccumulatorUpdate {
+        id: 7,
+        name: Some("records".into()),
+        value: 99,
+    }];
+    let updates = vec![
+        TaskAccumUpdates {
+            task_id,
+            metrics,
+            accumulators: accumulators.clone(),
+        },
+        // Not a task of this executor: dropped.
+        TaskAccumUpdates {
+            task_id: 777_777,
+            metrics,
+            accumulators: vec![],
+        },
+    ];
+    assert!(!executor.heartbeat_with(driver.address(), updates));
+    let reported: Vec<_> = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            SchedulerEvent::ExecutorMetricsUpdate {
+                executor_id,
+                updates,
+            } => Some((executor_id.to_string(), updates.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    let (executor_id, updates) = &reported[0];
+    assert_eq!(executor_id, "hm-1");
+    assert_eq!(updates.len(), 1);
+    assert_eq!(updates[0].task_id, task_id);
+    assert_eq!(updates[0].task_set, handle.id());
+    assert_eq!(updates[0].metrics, metrics);
+    assert_eq!(updates[0].accumulators, accumulators);
+    // A heartbeat with nothing running posts nothing.
+    executor.report(task_id, TaskState::Finished, b"");
+    assert!(handle.wait(WAIT).is_ok());
+    assert!(!executor.heartbeat(driver.address()));
+    let count = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, SchedulerEvent::ExecutorMetricsUpdate { .. }))
+        .count();
+    assert_eq!(count, 1);
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_lost_task_removes_its_executor_from_the_driver_which_may_then_register_again() {
+    let (driver, _, events) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "lost-1");
+    executor.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    let task_id = executor.inbox.launched()[0];
+    executor.report(task_id, TaskState::Lost, b"");
+    let reason = format!("Task {task_id} was lost, so marking the executor as lost as well.");
+    wait_until("the removal", || {
+        events.any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason: r } if &**executor_id == "lost-1" && *r == reason))
+    });
+    assert!(driver.executor_ids().is_empty(), "the driver forgot it too");
+    assert_eq!(driver.total_cores(), 0);
+    // Its next heartbeat asks it to register again, and it may.
+    assert!(executor.heartbeat(driver.address()));
+    assert_eq!(executor.register("h", 1), Message::RegisteredExecutor);
+    wait_until("the relaunch", || executor.inbox.launched().len() == 2);
+    executor.report(executor.inbox.launched()[1], TaskState::Finished, b"ok");
+    assert_eq!(handle.wait(WAIT).unwrap().results, [&b"ok"[..]]);
+    driver.stop().unwrap();
+}
+
+#[test]
+fn remove_worker_reaches_the_scheduler_with_the_seeds_texts() {
+    let (driver, _, _) = driver(&[]);
+    let peer = FakeExecutor::start(driver.address(), "rw-peer");
+    let reply = peer
+        .driver
+        .ask(&Message::RemoveWorker {
+            worker_id: "worker-9".into(),
+            host: "host-9".into(),
+            message: "the worker's machine went away".into(),
+        })
+        .unwrap()
+        .to_message();
+    assert_eq!(reply, Message::Ack { ok: true });
+    assert!(logs().contains(
+        Level::DEBUG,
+        "Asked to remove worker worker-9 with reason the worker's machine went away"
+    ));
+    assert!(logs().contains(
+        Level::INFO,
+        "Handle removed worker worker-9: the worker's machine went away"
+    ));
+    driver.stop().unwrap();
+}
+
+/// A round trip through the driver endpoint, behind the messages the driver sent it
+/// before (the ReviveOffers of a submission): an ask of a removal that finds nothing.
+fn barrier(driver: &Driver) {
+    driver
+        .remove_executor("barrier", flint_wire::ExecutorLossReason::ExecutorKilled)
+        .unwrap();
+}
+
+#[test]
+fn the_periodic_revive_launches_what_no_event_offered() {
+    // An excluded host gets no offers; lifting the exclusion sends no message, so only
+    // the periodic revive (every 50 ms here) can launch the pending task on it.
+    let (driver, _, _) = driver(&["scheduler.revive.interval=50ms"]);
+    let executor = FakeExecutor::start(driver.address(), "rv-1");
+    executor.register("host-rv", 1);
+    driver.exclude_host("host-rv");
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    barrier(&driver);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        executor.inbox.launched().is_empty(),
+        "offers of an excluded host are ignored"
+    );
+    driver.include_host("host-rv");
+    wait_until("the periodic revive launched it", || {
+        executor.inbox.launched().len() == 1
+    });
+    executor.report(executor.inbox.launched()[0], TaskState::Finished, b"");
+    assert!(handle.wait(WAIT).is_ok());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn without_the_periodic_revive_nothing_launches_after_an_exclusion_is_lifted() {
+    // The counterpart of the test above, with the revive interval of every other test.
+    let (driver, _, _) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "nrv-1");
+    executor.register("host-nrv", 1);
+    driver.exclude_host("host-nrv");
+    let _handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    barrier(&driver);
+    driver.include_host("host-nrv");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(executor.inbox.launched().is_empty());
+    driver.revive_offers();
+    wait_until("the revive launched it", || {
+        executor.inbox.launched().len() == 1
+    });
+    driver.stop().unwrap();
+}
+
+/// A pools file in the temporary directory, removed when dropped.
+struct PoolsFile(std::path::PathBuf);
+
+impl PoolsFile {
+    fn new(name: &str, text: &str) -> PoolsFile {
+        let path = std::env::temp_dir().join(format!("flint-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        PoolsFile(path)
+    }
+
+    fn conf(&self) -> String {
+        format!("scheduler.allocation.file={}", self.0.display())
+    }
+}
+
+impl Drop for PoolsFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn the_driver_loads_the_pools_of_scheduler_allocation_file() {
+    // Pool "b" has a minimum share: in FAIR mode it is served before pool "a", which
+    // would come first by name were the file not read.
+    let file = PoolsFile::new("pools", "# test pools\npool a\npool b minShare=1\n");
+    let (driver, _, events) = driver(&["scheduler.mode=FAIR", &file.conf()]);
+    let a = driver
+        .submit(TaskSet::new(0, 0, 1, noop()).in_pool("a"))
+        .unwrap();
+    let b = driver
+        .submit(TaskSet::new(1, 1, 1, noop()).in_pool("b"))
+        .unwrap();
+    let executor = FakeExecutor::start(driver.address(), "pool-1");
+    executor.register("h", 1);
+    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    let first = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|e| match e {
+            SchedulerEvent::TaskStart { task_set, .. } => Some(*task_set),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(first, b.id(), "the pool with a minimum share went first");
+    for n in 1..=2 {
+        wait_until("a launch", || executor.inbox.launched().len() == n);
+        executor.report(executor.inbox.launched()[n - 1], TaskState::Finished, b"");
+    }
+    assert!(a.wait(WAIT).is_ok() && b.wait(WAIT).is_ok());
+    driver.stop().unwrap();
+
+    // A file that cannot be read, or is malformed, stops the driver from starting.
+    let conf = Conf::from_pairs(["scheduler.allocation.file=/nonexistent/pools"]).unwrap();
+    let err = Driver::start(&conf, Box::new(Recording::default())).unwrap_err();
+    assert!(matches!(err, DriverError::PoolsFile { .. }), "{err}");
+    assert!(
+        err.to_string().starts_with(
+            "cannot read the pools file /nonexistent/pools (scheduler.allocation.file): "
+        ),
+        "{err}"
+    );
+    let bad = PoolsFile::new("bad-pools", "pool a\nswimming pool\n");
+    let conf = Conf::from_pairs(["scheduler.mode=FAIR", &bad.conf()]).unwrap();
+    let err = Driver::start(&conf, Box::new(Recording::default())).unwrap_err();
+    assert!(err.to_string().contains("line 2"), "{err}");
+}
+
+#[test]
+fn submissions_wait_until_the_driver_is_ready() {
+    // One executor asked for, the whole of it required, and none coming: the first
+    // submission waits for maxRegisteredResourcesWaitingTime from the driver's start.
+    let (driver, _, _) = driver(&[
+        "scheduler.minRegisteredResourcesRatio=1",
+        "scheduler.maxRegisteredResourcesWaitingTime=300ms",
+    ]);
+    let started = Instant::now();
+    driver.request_total_executors(1).unwrap();
+    assert!(!driver.is_ready());
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "submitted after {:?}",
+        started.elapsed()
+    );
+    assert!(logs().contains(
+        Level::INFO,
+        "SchedulerBackend is ready for scheduling beginning after waiting maxRegisteredResourcesWaitingTime: 300(ms)"
+    ));
+    // Later submissions do not wait again.
+    let again = Instant::now();
+    let _second = driver.submit(TaskSet::new(1, 1, 1, noop())).unwrap();
+    assert!(again.elapsed() < Duration::from_millis(300));
+    assert!(!handle.is_done());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_submission_waits_for_the_ratio_of_executors() {
+    let (driver, _, _) = driver(&[
+        "scheduler.minRegisteredResourcesRatio=0.5",
+        "scheduler.maxRegisteredResourcesWaitingTime=1h",
+    ]);
+    driver.request_total_executors(2).unwrap();
+    let registering = Arc::new(Mutex::new(false));
+    let waiter = {
+        let registering = registering.clone();
+        let address = driver.address();
+        std::thread::spawn(move || {
+            // Registers once the submission has started waiting.
+            std::thread::sleep(Duration::from_millis(100));
+            *registering.lock().unwrap() = true;
+            let executor = FakeExecutor::start(address, "wr-1");
+            executor.register("h", 1);
+            executor
+        })
+    };
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    assert!(
+        *registering.lock().unwrap(),
+        "the submission waited for the registration"
+    );
+    let executor = waiter.join().unwrap();
+    assert!(logs().contains(
+        Level::INFO,
+        "SchedulerBackend is ready for scheduling beginning after reached minRegisteredResourcesRatio: 0.5"
+    ));
+    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    executor.report(executor.inbox.launched()[0], TaskState::Finished, b"");
+    assert!(handle.wait(WAIT).is_ok());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn an_executor_that_exited_is_removed_with_its_exit_and_replaced() {
+    let (driver, cluster, events) = driver(&["executor.maxNumFailures=2"]);
+    driver.request_total_executors(1).unwrap();
+    let executor = FakeExecutor::start(driver.address(), "ex-1");
+    executor.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    // The cluster manager reports the process's exit before its connection closes.
+    cluster.exits.lock().unwrap().push(ExitedExecutor {
+        executor_id: "ex-1".into(),
+        exit_code: 52,
+        message: "Command exited with code 52".into(),
+    });
+    wait_until("the removal", || {
+        events.any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason } if &**executor_id == "ex-1" && reason == "Executor exited with code 52: Command exited with code 52"))
+    });
+    assert!(
+        events.any(|e| matches!(
+            e,
+            SchedulerEvent::TaskEnd {
+                state: TaskState::Lost,
+                reason: flint_scheduler::TaskEndReason::Failed { counted: true, .. },
+                ..
+            }
+        )),
+        "an exit the application caused counts towards task.maxFailures"
+    );
+    assert_eq!(driver.executor_failures(), 1);
+    assert_eq!(
+        *cluster.totals.lock().unwrap(),
+        [1, 1],
+        "a replacement was asked for"
+    );
+    // A second failure is the last one allowed: the task set fails with the reason.
+    cluster.exits.lock().unwrap().push(ExitedExecutor {
+        executor_id: "ex-2".into(),
+        exit_code: 1,
+        message: "Command exited with code 1".into(),
+    });
+    let err = handle.wait(WAIT).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "task set 0.0 failed: Max number of executor failures (2) reached (the last: executor ex-2: Command exited with code 1)"
+    );
+    assert!(matches!(
+        driver.submit(TaskSet::new(1, 1, 1, noop())),
+        Err(DriverError::ExecutorsFailed(_))
+    ));
+    assert!(matches!(
+        driver.wait_for_executors(1, WAIT),
+        Err(DriverError::ExecutorsFailed(_))
+    ));
     driver.stop().unwrap();
 }

@@ -345,8 +345,8 @@ fn executor_loss_requeues_its_tasks_and_counts_only_when_the_app_caused_it() {
         );
         assert_eq!(launched[0].len(), 1, "round {round}");
         s.executor_lost(at(base, round), &executor, slave_lost());
-        assert!(!s.executor_heartbeat_received("x"));
-        assert!(!s.executor_heartbeat_received(&executor));
+        assert!(!s.executor_heartbeat_received("x", Vec::new()));
+        assert!(!s.executor_heartbeat_received(&executor, Vec::new()));
     }
     assert!(!s.task_set(id(0, 0)).unwrap().is_zombie());
     assert_eq!(s.task_set(id(0, 0)).unwrap().task_failures(0), 0);
@@ -699,8 +699,8 @@ fn cancel_kill_worker_removed_and_heartbeats() {
         let mut s = TaskScheduler::new(config());
         s.submit_tasks(base, TaskSet::new(0, 1, 3, payload())).unwrap();
         let launched = s.resource_offers(base, &[WorkerOffer::new("1", "h", 2)]);
-        assert!(s.executor_heartbeat_received("1"));
-        assert!(!s.executor_heartbeat_received("9"));
+        assert!(s.executor_heartbeat_received("1", Vec::new()));
+        assert!(!s.executor_heartbeat_received("9", Vec::new()));
         drain(&mut s);
 
         let t0 = launched[0][0].task_id;
