@@ -687,8 +687,64 @@ fn conf_keys_configure_the_scheduler_and_an_unknown_mode_is_refused() {
     assert_eq!(c.speculation.unwrap().multiplier, 3.0);
     assert_eq!(s.default_parallelism(), 12);
     let defaults = TaskScheduler::from_conf(&Conf::new()).unwrap();
-    assert_eq!(defaults.config(), &SchedulerConfig::default());
+    assert_eq!(
+        defaults.config(),
+        &SchedulerConfig {
+            seed: defaults.config().seed,
+            ..SchedulerConfig::default()
+        }
+    );
     assert_eq!(defaults.default_parallelism(), 2);
+}
+
+#[test]
+fn drivers_shuffle_offers_with_their_own_seed_unless_one_is_configured() {
+    // Without scheduler.offerShuffleSeed every scheduler built from a conf draws its own
+    // seed (two equal draws of 64 random bits would take longer than this test suite
+    // will ever run).
+    let seeds: Vec<u64> = (0..4)
+        .map(|_| {
+            TaskScheduler::from_conf(&Conf::new())
+                .unwrap()
+                .config()
+                .seed
+        })
+        .collect();
+    for (i, a) in seeds.iter().enumerate() {
+        for b in &seeds[i + 1..] {
+            assert_ne!(a, b, "{seeds:?}");
+        }
+    }
+
+    // A configured seed replays the placement of a scheduler given that seed directly.
+    let placement = |mut s: TaskScheduler| {
+        let base = Instant::now();
+        s.submit_tasks(base, TaskSet::new(0, 0, 8, payload()))
+            .unwrap();
+        let offers: Vec<WorkerOffer> = (0..8)
+            .map(|e| WorkerOffer::new(e.to_string(), format!("h{e}"), 1))
+            .collect();
+        s.resource_offers(base, &offers)
+            .iter()
+            .map(|tasks| tasks[0].index)
+            .collect::<Vec<u32>>()
+    };
+    let conf = Conf::from_pairs(["spark.scheduler.offerShuffleSeed=12345"]).unwrap();
+    let configured = TaskScheduler::from_conf(&conf).unwrap();
+    assert_eq!(configured.config().seed, 12345);
+    assert_eq!(
+        placement(configured),
+        placement(TaskScheduler::new(SchedulerConfig {
+            seed: 12345,
+            ..config()
+        }))
+    );
+    let conf = Conf::from_pairs(["scheduler.offerShuffleSeed=-3"]).unwrap();
+    let err = TaskScheduler::from_conf(&conf).unwrap_err().to_string();
+    assert!(
+        err.contains("scheduler.offerShuffleSeed") && err.contains("-3"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -890,4 +946,96 @@ fn exclusion_on_failure_is_off_unless_configured() {
         err.contains("excludeOnFailure.enabled") && err.contains("maybe"),
         "{err}"
     );
+}
+
+#[test]
+fn exclusion_thresholds_come_from_the_conf() {
+    let conf = Conf::from_pairs([
+        "excludeOnFailure.enabled=true",
+        "excludeOnFailure.task.maxTaskAttemptsPerExecutor=2",
+        "excludeOnFailure.task.maxTaskAttemptsPerNode=3",
+        "excludeOnFailure.stage.maxFailedTasksPerExecutor=4",
+        "spark.excludeOnFailure.stage.maxFailedExecutorsPerNode=5",
+    ])
+    .unwrap();
+    let mut s = TaskScheduler::from_conf(&conf).unwrap();
+    assert_eq!(
+        s.config().exclusion,
+        ExclusionPolicy {
+            enabled: true,
+            max_task_attempts_per_executor: 2,
+            max_task_attempts_per_host: 3,
+            max_failed_tasks_per_executor: 4,
+            max_failed_executors_per_host: 5,
+        }
+    );
+
+    // A task may fail twice on an executor before it is not retried there.
+    let base = Instant::now();
+    s.submit_tasks(base, TaskSet::new(0, 0, 2, payload()))
+        .unwrap();
+    let e1 = WorkerOffer::new("1", "host-a", 1);
+    for _ in 0..2 {
+        let t = s.resource_offers(base, std::slice::from_ref(&e1))[0][0].clone();
+        assert_eq!(t.index, 0, "task 0 is retried on executor 1");
+        s.status_update(base, t.task_id, TaskState::Failed, failed("bad"));
+    }
+    let set = s.task_set(id(0, 0)).unwrap();
+    assert!(set.is_task_excluded(0, "1", "host-a"));
+    assert!(
+        !set.is_excluded("1", "host-a"),
+        "one task failed there, not 4"
+    );
+    let t = s.resource_offers(base, std::slice::from_ref(&e1))[0][0].clone();
+    assert_eq!(t.index, 1);
+}
+
+#[test]
+fn exclusion_thresholds_are_validated_as_spark_does() {
+    let from = |pairs: &[&str]| TaskScheduler::from_conf(&Conf::from_pairs(pairs).unwrap());
+    for key in [
+        "excludeOnFailure.task.maxTaskAttemptsPerExecutor",
+        "excludeOnFailure.task.maxTaskAttemptsPerNode",
+        "excludeOnFailure.stage.maxFailedTasksPerExecutor",
+        "excludeOnFailure.stage.maxFailedExecutorsPerNode",
+    ] {
+        assert!(Conf::key_info(key).is_some(), "{key} is a known key");
+        let zero = format!("{key}=0");
+        let err = from(&["excludeOnFailure.enabled=true", &zero]).unwrap_err();
+        assert_eq!(err.to_string(), format!("{key} was 0, but must be > 0."));
+        assert!(matches!(
+            err,
+            SchedulerError::ExclusionThresholdNotPositive { value: 0, .. }
+        ));
+        // Not checked while exclusion is off, as in Spark.
+        assert!(from(&[&zero]).is_ok());
+    }
+
+    for (max_failures, per_node) in [(2, 2), (2, 3), (4, 4)] {
+        let max_failures_pair = format!("task.maxFailures={max_failures}");
+        let per_node_pair = format!("excludeOnFailure.task.maxTaskAttemptsPerNode={per_node}");
+        let err = from(&[
+            "excludeOnFailure.enabled=true",
+            &max_failures_pair,
+            &per_node_pair,
+        ])
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "excludeOnFailure.task.maxTaskAttemptsPerNode ( = {per_node}) was >= \
+                 task.maxFailures ( = {max_failures} ). Though excludeOnFailure is enabled, \
+                 with this configuration, flint will not be robust to one bad node. Decrease \
+                 excludeOnFailure.task.maxTaskAttemptsPerNode, increase task.maxFailures, or \
+                 disable excludeOnFailure with excludeOnFailure.enabled"
+            )
+        );
+        assert!(from(&[&max_failures_pair, &per_node_pair]).is_ok());
+    }
+    assert!(from(&[
+        "excludeOnFailure.enabled=true",
+        "task.maxFailures=3",
+        "excludeOnFailure.task.maxTaskAttemptsPerNode=2",
+    ])
+    .is_ok());
 }
