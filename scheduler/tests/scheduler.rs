@@ -384,6 +384,59 @@ fn executor_loss_requeues_its_tasks_and_counts_only_when_the_app_caused_it() {
 }
 
 #[test]
+fn running_tasks_per_executor_follow_launches_ends_and_losses() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(config());
+    s.submit_tasks(base, TaskSet::new(0, 0, 10, payload()))
+        .unwrap();
+    let launched = s.resource_offers(
+        base,
+        &[
+            WorkerOffer::new("1", "host-a", 3),
+            WorkerOffer::new("2", "host-b", 2),
+        ],
+    );
+    let on = |s: &TaskScheduler, e: &str| s.running_tasks_on(e).collect::<Vec<u64>>();
+    let ids = |tasks: &[flint_wire::TaskDescription]| {
+        let mut ids: Vec<u64> = tasks.iter().map(|t| t.task_id).collect();
+        ids.sort_unstable();
+        ids
+    };
+    assert_eq!(on(&s, "1"), ids(&launched[0]), "in id order");
+    assert_eq!(on(&s, "2"), ids(&launched[1]));
+    assert_eq!(s.running_task_count_on("1"), 3);
+    assert_eq!(s.running_task_count_on("2"), 2);
+    assert_eq!(s.running_task_count_on("nobody"), 0);
+    assert!(on(&s, "nobody").is_empty());
+
+    // A task of executor 1 ends: the other two stay, in order.
+    let ended = ids(&launched[0])[1];
+    s.status_update(base, ended, TaskState::Finished, ok(b"x"));
+    let mut left = ids(&launched[0]);
+    left.remove(1);
+    assert_eq!(on(&s, "1"), left);
+    assert_eq!(s.running_task_count_on("1"), 2);
+
+    // Executor 1 is lost: it runs nothing, and its tasks are pending again.
+    s.executor_lost(base, "1", slave_lost());
+    assert!(on(&s, "1").is_empty());
+    assert_eq!(s.running_task_count_on("1"), 0);
+    assert_eq!(s.running_tasks(), 2);
+    // A new executor (taking executor 1's place in the registry) starts with none of
+    // executor 1's tasks; executor 2's are untouched.
+    s.executor_added("3", "host-c", 4);
+    assert!(on(&s, "3").is_empty());
+    let launched3 = s.resource_offers(base, &[WorkerOffer::new("3", "host-c", 4)]);
+    assert_eq!(launched3[0].len(), 4);
+    assert_eq!(on(&s, "3"), ids(&launched3[0]));
+    assert_eq!(on(&s, "2"), ids(&launched[1]));
+    // The same name registering again is a new executor, with no tasks.
+    s.executor_added("1", "host-a", 1);
+    assert!(on(&s, "1").is_empty());
+    assert_eq!(s.running_tasks(), 6);
+}
+
+#[test]
 fn a_task_failing_max_failures_times_aborts_its_task_set_with_spark_s_message() {
     let base = Instant::now();
     let mut s = TaskScheduler::new(SchedulerConfig {
