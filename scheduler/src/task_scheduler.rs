@@ -561,6 +561,11 @@ impl TaskScheduler {
         self.excluded_hosts.remove(host);
     }
 
+    /// The hosts the application excludes (the seeds' `nodeBlacklist`), in no order.
+    pub fn excluded_hosts(&self) -> impl Iterator<Item = &SharedStr> {
+        self.excluded_hosts.iter()
+    }
+
     /// Whether the application excludes `host`.
     pub fn is_host_excluded(&self, host: &str) -> bool {
         !self.excluded_hosts.is_empty() && self.excluded_hosts.contains(host)
@@ -790,7 +795,20 @@ impl TaskScheduler {
             error!("Lost an executor {executor_id} (already removed): {reason}");
             return;
         };
-        error!("Lost executor {executor_id} on {}: {reason}", record.host);
+        // Spark's logExecutorLoss: a loss the driver asked for is no error.
+        match reason {
+            ExecutorLossReason::LossReasonPending => debug!(
+                "Executor {executor_id} on {} lost, but reason not yet known.",
+                record.host
+            ),
+            ExecutorLossReason::ExecutorKilled => {
+                info!(
+                    "Executor {executor_id} on {} killed by driver.",
+                    record.host
+                )
+            }
+            _ => error!("Lost executor {executor_id} on {}: {reason}", record.host),
+        }
         let counts = reason.counts_towards_task_failures();
         let message = format!(
             "ExecutorLostFailure (executor {executor_id} {}) Reason: {reason}",
@@ -933,7 +951,10 @@ impl TaskScheduler {
                     manager.handle_successful_task(now, task_id, result, &mut self.actions)
                 }
                 Err(failure) => {
-                    manager.handle_failed_task(
+                    // The task is pending again, perhaps for another executor; not when
+                    // this was a copy of a task that already succeeded (Spark's
+                    // someAttemptSucceeded check), such as a killed speculative copy.
+                    revive = manager.handle_failed_task(
                         now,
                         task_id,
                         state,
@@ -941,8 +962,6 @@ impl TaskScheduler {
                         &self.registry,
                         &mut self.actions,
                     );
-                    // The task is pending again, perhaps for another executor.
-                    revive = !manager.is_zombie();
                 }
             }
         }

@@ -583,6 +583,92 @@ fn speculation_copies_a_straggler_and_the_first_success_wins() {
 }
 
 #[test]
+fn a_killed_copy_of_a_task_that_already_succeeded_revives_no_offers() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(SchedulerConfig {
+        speculation: Some(SpeculationConfig::default()),
+        ..config()
+    });
+    s.submit_tasks(base, TaskSet::new(0, 0, 5, payload()))
+        .unwrap();
+    let launched = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", 5)]);
+    let by_index = |i: u32| launched[0].iter().find(|t| t.index == i).unwrap().task_id;
+    for i in 0..3 {
+        s.status_update(
+            at(base, 1000),
+            by_index(i),
+            TaskState::Finished,
+            ok(b"fast"),
+        );
+    }
+    s.handle_timeout(at(base, 1600));
+    drain(&mut s);
+    let copy = s.resource_offers(at(base, 1600), &[WorkerOffer::new("2", "host-b", 1)]);
+    let copy = copy[0][0].clone();
+    assert_eq!((copy.index, copy.attempt_number), (3, 1));
+    s.status_update(
+        at(base, 1700),
+        copy.task_id,
+        TaskState::Finished,
+        ok(b"copy"),
+    );
+    let (_, actions) = drain(&mut s);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::KillTask { task_id, .. } if *task_id == by_index(3))));
+
+    // The original is killed: nothing is pending again, so no offers are asked for,
+    // while task 4 still runs (the task set is no zombie).
+    s.status_update(
+        at(base, 1710),
+        by_index(3),
+        TaskState::Killed,
+        TaskOutcome::None,
+    );
+    let (_, actions) = drain(&mut s);
+    assert!(!actions.contains(&Action::ReviveOffers), "{actions:?}");
+    assert!(!s.task_set(id(0, 0)).unwrap().is_zombie());
+    // A failure of a task still needed asks for offers.
+    s.status_update(
+        at(base, 1720),
+        by_index(4),
+        TaskState::Failed,
+        failed("bad"),
+    );
+    assert!(drain(&mut s).1.contains(&Action::ReviveOffers));
+}
+
+#[test]
+fn executor_losses_are_logged_by_their_reason() {
+    let logs = LogCapture::default();
+    logs.run(|| {
+        let base = Instant::now();
+        let mut s = TaskScheduler::new(config());
+        for e in ["1", "2", "3"] {
+            s.executor_added(e, "host-a", 1);
+        }
+        s.executor_lost(base, "1", ExecutorLossReason::ExecutorKilled);
+        s.executor_lost(base, "2", ExecutorLossReason::LossReasonPending);
+        s.executor_lost(base, "3", slave_lost());
+        assert!(logs.contains(Level::INFO, "Executor 1 on host-a killed by driver."));
+        assert!(logs.contains(
+            Level::DEBUG,
+            "Executor 2 on host-a lost, but reason not yet known."
+        ));
+        assert!(logs.contains(
+            Level::ERROR,
+            "Lost executor 3 on host-a: Remote RPC client disassociated."
+        ));
+        assert_eq!(
+            logs.count(Level::ERROR, "Lost executor"),
+            1,
+            "{}",
+            logs.dump()
+        );
+    });
+}
+
+#[test]
 fn starvation_is_warned_every_timeout_until_a_task_launches() {
     let logs = LogCapture::default();
     logs.run(|| {
@@ -966,6 +1052,10 @@ fn an_excluded_host_gets_no_tasks() {
     let mut s = TaskScheduler::new(config());
     s.exclude_host("bad-host");
     assert!(s.is_host_excluded("bad-host") && !s.is_host_excluded("good-host"));
+    assert_eq!(
+        s.excluded_hosts().map(|h| &**h).collect::<Vec<_>>(),
+        ["bad-host"]
+    );
     s.submit_tasks(base, TaskSet::new(0, 0, 4, payload()))
         .unwrap();
     let launched = s.resource_offers(
