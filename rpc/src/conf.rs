@@ -102,6 +102,30 @@ const KNOWN_KEYS: &[KeyInfo] = &[
          getting that task set's tasks (Spark's excludeOnFailure, off by default as there).",
     ),
     info(
+        "excludeOnFailure.stage.maxFailedExecutorsPerNode",
+        Some("2"),
+        "Excluded executors on one host before the host gets none of a task set's tasks; \
+         at least 1 when excludeOnFailure.enabled.",
+    ),
+    info(
+        "excludeOnFailure.stage.maxFailedTasksPerExecutor",
+        Some("2"),
+        "Different tasks of a task set that may fail on one executor before the executor \
+         gets none of the task set's tasks; at least 1 when excludeOnFailure.enabled.",
+    ),
+    info(
+        "excludeOnFailure.task.maxTaskAttemptsPerExecutor",
+        Some("1"),
+        "Failures of one task on one executor before the task is not retried there; at \
+         least 1 when excludeOnFailure.enabled.",
+    ),
+    info(
+        "excludeOnFailure.task.maxTaskAttemptsPerNode",
+        Some("2"),
+        "Failures of one task on one host before the task is not retried there; at least \
+         1 and below task.maxFailures when excludeOnFailure.enabled.",
+    ),
+    info(
         "executor.heartbeat.maxFailures",
         Some("60"),
         "Heartbeats an executor may fail to deliver in a row before it exits with code 56; \
@@ -203,6 +227,13 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         "scheduler.mode",
         Some("FIFO"),
         "Scheduling policy between jobs: FIFO or FAIR, in any case.",
+    ),
+    info(
+        "scheduler.offerShuffleSeed",
+        None,
+        "flint's own: seed of the shuffle of resource offers, a whole number, for \
+         reproducible task placement. When not set, each driver draws a random seed \
+         (and logs it).",
     ),
     info(
         "scheduler.revive.interval",
@@ -310,6 +341,14 @@ const AUTHENTICATE_SECRET: &str = optional("authenticate.secret");
 const DEFAULT_PARALLELISM: &str = optional("default.parallelism");
 const DRIVER_MAX_RESULT_SIZE: Key = defaulted("driver.maxResultSize");
 const EXCLUDE_ON_FAILURE: Key = defaulted("excludeOnFailure.enabled");
+const EXCLUDE_STAGE_MAX_FAILED_EXECUTORS_PER_NODE: Key =
+    defaulted("excludeOnFailure.stage.maxFailedExecutorsPerNode");
+const EXCLUDE_STAGE_MAX_FAILED_TASKS_PER_EXECUTOR: Key =
+    defaulted("excludeOnFailure.stage.maxFailedTasksPerExecutor");
+const EXCLUDE_TASK_MAX_ATTEMPTS_PER_EXECUTOR: Key =
+    defaulted("excludeOnFailure.task.maxTaskAttemptsPerExecutor");
+const EXCLUDE_TASK_MAX_ATTEMPTS_PER_NODE: Key =
+    defaulted("excludeOnFailure.task.maxTaskAttemptsPerNode");
 const EXECUTOR_HEARTBEAT_MAX_FAILURES: Key = defaulted("executor.heartbeat.maxFailures");
 const EXECUTOR_HEARTBEAT_INTERVAL: Key = defaulted("executor.heartbeatInterval");
 const EXECUTOR_MAX_NUM_FAILURES: &str = optional("executor.maxNumFailures");
@@ -328,6 +367,7 @@ const SCHEDULER_ALLOCATION_FILE: &str = optional("scheduler.allocation.file");
 const SCHEDULER_MAX_REGISTERED_WAIT: Key = defaulted("scheduler.maxRegisteredResourcesWaitingTime");
 const SCHEDULER_MIN_REGISTERED_RATIO: Key = defaulted("scheduler.minRegisteredResourcesRatio");
 const SCHEDULER_MODE: Key = defaulted("scheduler.mode");
+const SCHEDULER_OFFER_SHUFFLE_SEED: &str = optional("scheduler.offerShuffleSeed");
 const SCHEDULER_REVIVE_INTERVAL: Key = defaulted("scheduler.revive.interval");
 const SPECULATION: Key = defaulted("speculation");
 const SPECULATION_INTERVAL: Key = defaulted("speculation.interval");
@@ -708,6 +748,10 @@ impl Conf {
         self.default_parallelism()?;
         self.driver_max_result_size()?;
         self.exclude_on_failure()?;
+        self.exclude_on_failure_max_task_attempts_per_executor()?;
+        self.exclude_on_failure_max_task_attempts_per_node()?;
+        self.exclude_on_failure_max_failed_tasks_per_executor()?;
+        self.exclude_on_failure_max_failed_executors_per_node()?;
         self.executor_heartbeat_max_failures()?;
         self.executor_heartbeat_interval()?;
         self.executor_max_num_failures()?;
@@ -725,6 +769,7 @@ impl Conf {
         self.max_registered_resources_waiting_time()?;
         self.min_registered_resources_ratio()?;
         self.scheduler_mode()?;
+        self.offer_shuffle_seed()?;
         self.revive_interval()?;
         self.speculation()?;
         self.speculation_interval()?;
@@ -984,6 +1029,50 @@ impl Conf {
         self.boolean(EXCLUDE_ON_FAILURE)
     }
 
+    /// `excludeOnFailure.task.maxTaskAttemptsPerExecutor`: failures of one task on one
+    /// executor before the task is not retried there. Default 1. Any whole number parses;
+    /// the scheduler requires at least 1 when exclusion is enabled, as Spark does.
+    pub fn exclude_on_failure_max_task_attempts_per_executor(&self) -> Result<usize, ConfError> {
+        self.count(EXCLUDE_TASK_MAX_ATTEMPTS_PER_EXECUTOR, 0)
+    }
+
+    /// `excludeOnFailure.task.maxTaskAttemptsPerNode`: failures of one task on one host
+    /// before the task is not retried there. Default 2. Any whole number parses; the
+    /// scheduler requires at least 1, and below `task.maxFailures`, when exclusion is
+    /// enabled, as Spark does.
+    pub fn exclude_on_failure_max_task_attempts_per_node(&self) -> Result<usize, ConfError> {
+        self.count(EXCLUDE_TASK_MAX_ATTEMPTS_PER_NODE, 0)
+    }
+
+    /// `excludeOnFailure.stage.maxFailedTasksPerExecutor`: different tasks of a task set
+    /// that may fail on one executor before it gets none of the task set's tasks. Default
+    /// 2. Any whole number parses; the scheduler requires at least 1 when exclusion is
+    /// enabled.
+    pub fn exclude_on_failure_max_failed_tasks_per_executor(&self) -> Result<usize, ConfError> {
+        self.count(EXCLUDE_STAGE_MAX_FAILED_TASKS_PER_EXECUTOR, 0)
+    }
+
+    /// `excludeOnFailure.stage.maxFailedExecutorsPerNode`: excluded executors on one host
+    /// before the host gets none of a task set's tasks. Default 2. Any whole number
+    /// parses; the scheduler requires at least 1 when exclusion is enabled.
+    pub fn exclude_on_failure_max_failed_executors_per_node(&self) -> Result<usize, ConfError> {
+        self.count(EXCLUDE_STAGE_MAX_FAILED_EXECUTORS_PER_NODE, 0)
+    }
+
+    /// `scheduler.offerShuffleSeed` (flint's own): the seed of the resource-offer
+    /// shuffle, for reproducible placement; `None` when not set, and the scheduler then
+    /// draws a random one.
+    pub fn offer_shuffle_seed(&self) -> Result<Option<u64>, ConfError> {
+        match self.entries.get(SCHEDULER_OFFER_SHUFFLE_SEED) {
+            Some(value) => {
+                value.trim().parse().map(Some).map_err(|_| {
+                    ConfError::invalid(SCHEDULER_OFFER_SHUFFLE_SEED, value, EXPECT_COUNT)
+                })
+            }
+            None => Ok(None),
+        }
+    }
+
     /// `scheduler.allocation.file`: the FAIR pools file to read, if one is set.
     pub fn scheduler_allocation_file(&self) -> Option<&str> {
         self.entries
@@ -1161,6 +1250,11 @@ mod tests {
         assert_eq!(c.authenticate(), Ok(false));
         assert_eq!(c.authenticate_secret(), None);
         assert_eq!(c.executor_task_prefetch(), Ok(0));
+        assert_eq!(c.exclude_on_failure_max_task_attempts_per_executor(), Ok(1));
+        assert_eq!(c.exclude_on_failure_max_task_attempts_per_node(), Ok(2));
+        assert_eq!(c.exclude_on_failure_max_failed_tasks_per_executor(), Ok(2));
+        assert_eq!(c.exclude_on_failure_max_failed_executors_per_node(), Ok(2));
+        assert_eq!(c.offer_shuffle_seed(), Ok(None));
         assert_eq!(c.validate(), Ok(()));
     }
 
@@ -1171,7 +1265,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 31);
+        assert_eq!(keys.len(), 36);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);
@@ -1441,6 +1535,45 @@ mod tests {
         assert_eq!(c.network_timeout(), Ok(Duration::from_secs(120)));
         let c = conf(&[("rpc.askTimeout", "soon"), ("network.timeout", "45s")]);
         assert_names(c.ask_timeout().unwrap_err(), "rpc.askTimeout", "soon");
+    }
+
+    #[test]
+    fn exclusion_thresholds_and_the_offer_shuffle_seed_parse() {
+        let c = conf(&[
+            (
+                "spark.excludeOnFailure.task.maxTaskAttemptsPerExecutor",
+                "3",
+            ),
+            ("excludeOnFailure.task.maxTaskAttemptsPerNode", " 4 "),
+            ("excludeOnFailure.stage.maxFailedTasksPerExecutor", "0"),
+            ("excludeOnFailure.stage.maxFailedExecutorsPerNode", "5"),
+            ("scheduler.offerShuffleSeed", "18446744073709551615"),
+        ]);
+        assert_eq!(c.exclude_on_failure_max_task_attempts_per_executor(), Ok(3));
+        assert_eq!(c.exclude_on_failure_max_task_attempts_per_node(), Ok(4));
+        // Zero parses: whether it is allowed depends on excludeOnFailure.enabled.
+        assert_eq!(c.exclude_on_failure_max_failed_tasks_per_executor(), Ok(0));
+        assert_eq!(c.exclude_on_failure_max_failed_executors_per_node(), Ok(5));
+        assert_eq!(c.offer_shuffle_seed(), Ok(Some(u64::MAX)));
+        assert_eq!(c.unknown_keys().count(), 0);
+        assert_eq!(c.validate(), Ok(()));
+
+        let c = conf(&[
+            ("excludeOnFailure.task.maxTaskAttemptsPerNode", "-1"),
+            ("scheduler.offerShuffleSeed", "random"),
+        ]);
+        assert_names(
+            c.exclude_on_failure_max_task_attempts_per_node()
+                .unwrap_err(),
+            "excludeOnFailure.task.maxTaskAttemptsPerNode",
+            "-1",
+        );
+        assert_names(
+            c.offer_shuffle_seed().unwrap_err(),
+            "scheduler.offerShuffleSeed",
+            "random",
+        );
+        assert!(c.validate().is_err());
     }
 
     #[test]

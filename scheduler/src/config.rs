@@ -3,10 +3,12 @@
 use std::time::Duration;
 
 use flint_rpc::conf::{Conf, SchedulingMode};
+use tracing::info;
 
 use crate::error::SchedulerError;
 use crate::exclusion::ExclusionPolicy;
 use crate::pool::PoolConfig;
+use crate::rng::random_seed;
 
 /// When to launch speculative copies of slow tasks (`speculation.*`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,9 +58,12 @@ pub struct SchedulerConfig {
     /// [`crate::TaskScheduler::add_pool`]).
     pub pools: Vec<PoolConfig>,
     /// When executors and hosts stop getting a task set's tasks
-    /// (`excludeOnFailure.enabled`; off by default, as in Spark).
+    /// (`excludeOnFailure.enabled`, off by default as in Spark, and the
+    /// `excludeOnFailure.task.*` and `excludeOnFailure.stage.*` thresholds).
     pub exclusion: ExclusionPolicy,
-    /// Seed of the offer shuffle.
+    /// Seed of the offer shuffle. The default, 0, suits tests, which want one fixed
+    /// placement; [`SchedulerConfig::from_conf`] takes `scheduler.offerShuffleSeed` or,
+    /// when it is not set, a random seed, so that drivers do not all place alike.
     pub seed: u64,
 }
 
@@ -83,6 +88,13 @@ impl Default for SchedulerConfig {
 impl SchedulerConfig {
     /// Reads the scheduler's keys from `conf`; a bad value is an error naming the key
     /// and the value (an unknown `scheduler.mode` gives "Unrecognized scheduler.mode: X").
+    /// With `excludeOnFailure.enabled`, the thresholds are checked as Spark checks them
+    /// ([`ExclusionPolicy::validate`]).
+    ///
+    /// The offer shuffle's seed is `scheduler.offerShuffleSeed` if set; otherwise a random
+    /// one, logged at INFO so that a run's placement can be replayed. This is the one
+    /// place the scheduler takes anything from its environment: the state machine itself
+    /// stays deterministic given its configuration.
     pub fn from_conf(conf: &Conf) -> Result<Self, SchedulerError> {
         let speculation = if conf.speculation()? {
             Some(SpeculationConfig {
@@ -94,19 +106,41 @@ impl SchedulerConfig {
         } else {
             None
         };
+        let max_task_failures = saturate(conf.task_max_failures()?);
+        let exclusion = ExclusionPolicy {
+            enabled: conf.exclude_on_failure()?,
+            max_task_attempts_per_executor: saturate(
+                conf.exclude_on_failure_max_task_attempts_per_executor()?,
+            ),
+            max_task_attempts_per_host: saturate(
+                conf.exclude_on_failure_max_task_attempts_per_node()?,
+            ),
+            max_failed_tasks_per_executor: saturate(
+                conf.exclude_on_failure_max_failed_tasks_per_executor()?,
+            ),
+            max_failed_executors_per_host: saturate(
+                conf.exclude_on_failure_max_failed_executors_per_node()?,
+            ),
+        };
+        exclusion.validate(max_task_failures)?;
+        let seed = match conf.offer_shuffle_seed()? {
+            Some(seed) => seed,
+            None => {
+                let seed = random_seed();
+                info!("Shuffling resource offers with seed {seed} (set scheduler.offerShuffleSeed={seed} to replay this placement)");
+                seed
+            }
+        };
         Ok(SchedulerConfig {
             task_cpus: saturate(conf.task_cpus()?),
-            max_task_failures: saturate(conf.task_max_failures()?),
+            max_task_failures,
             locality_wait: conf.locality_wait()?,
             speculation,
             starvation_timeout: conf.starvation_timeout()?,
             mode: conf.scheduler_mode()?,
             default_parallelism: conf.default_parallelism()?,
-            exclusion: if conf.exclude_on_failure()? {
-                ExclusionPolicy::default()
-            } else {
-                ExclusionPolicy::disabled()
-            },
+            exclusion,
+            seed,
             ..SchedulerConfig::default()
         })
     }

@@ -22,6 +22,31 @@ pub enum SchedulerError {
         /// The stage attempt, e.g. `1.0`.
         task_set: String,
     },
+    /// An `excludeOnFailure.*` threshold is zero while exclusion is enabled; the text is
+    /// Spark's.
+    #[error("{key} was {value}, but must be > 0.")]
+    ExclusionThresholdNotPositive {
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: u32,
+    },
+    /// With exclusion enabled, `excludeOnFailure.task.maxTaskAttemptsPerNode` is not below
+    /// `task.maxFailures`: a task failing on one bad host would fail its job before it is
+    /// tried elsewhere. The text is Spark's.
+    #[error(
+        "excludeOnFailure.task.maxTaskAttemptsPerNode ( = {max_task_attempts_per_node}) was >= \
+         task.maxFailures ( = {max_task_failures} ). Though excludeOnFailure is enabled, with \
+         this configuration, flint will not be robust to one bad node. Decrease \
+         excludeOnFailure.task.maxTaskAttemptsPerNode, increase task.maxFailures, or disable \
+         excludeOnFailure with excludeOnFailure.enabled"
+    )]
+    ExclusionNotRobustToOneBadNode {
+        /// `excludeOnFailure.task.maxTaskAttemptsPerNode`.
+        max_task_attempts_per_node: u32,
+        /// `task.maxFailures`.
+        max_task_failures: u32,
+    },
     /// A bad configuration value.
     #[error(transparent)]
     Conf(#[from] ConfError),

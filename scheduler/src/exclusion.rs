@@ -1,31 +1,48 @@
 //! Failure exclusion for one task set (Spark's `TaskSetBlacklist`).
 //!
-//! A task that failed on an executor is not retried there, nor on a host where it failed
-//! twice; an executor on which two different tasks of the task set failed gets no more of
-//! its tasks, and neither does a host with two such executors. The thresholds are
-//! [`ExclusionPolicy`]'s. Only failures that count towards `task.maxFailures` are
+//! By default (Spark's thresholds), a task that failed on an executor is not retried
+//! there, nor on a host where it failed twice; an executor on which two different tasks
+//! of the task set failed gets no more of its tasks, and neither does a host with two
+//! such executors. The thresholds are [`ExclusionPolicy`]'s, read from the
+//! `excludeOnFailure.*` keys. Only failures that count towards `task.maxFailures` are
 //! recorded: a killed task or a lost executor says nothing about where a task can run.
+//!
+//! flint has no application-level exclusion on failure (Spark's
+//! `excludeOnFailure.application.*` and `excludeOnFailure.timeout`): what a task set
+//! learns is forgotten with it. Hosts can be excluded for the whole application by hand
+//! ([`crate::TaskScheduler::exclude_host`]).
 
 use flint_wire::SharedStr;
 use tracing::info;
 
+use crate::error::SchedulerError;
 use crate::fx_hash::{FxHashMap, FxHashSet};
 
 /// When executors and hosts stop getting a task set's tasks (Spark's
-/// `excludeOnFailure.*` keys; flint has no keys for these yet).
+/// `excludeOnFailure.*` keys, read by [`crate::SchedulerConfig::from_conf`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExclusionPolicy {
-    /// Whether exclusion is on at all.
+    /// Whether exclusion is on at all (`excludeOnFailure.enabled`).
     pub enabled: bool,
-    /// Failures of one task on one executor before the task is not retried there.
+    /// Failures of one task on one executor before the task is not retried there
+    /// (`excludeOnFailure.task.maxTaskAttemptsPerExecutor`).
     pub max_task_attempts_per_executor: u32,
-    /// Failures of one task on one host before the task is not retried there.
+    /// Failures of one task on one host before the task is not retried there
+    /// (`excludeOnFailure.task.maxTaskAttemptsPerNode`).
     pub max_task_attempts_per_host: u32,
-    /// Distinct failed tasks on one executor before it gets none of the task set's tasks.
+    /// Distinct failed tasks on one executor before it gets none of the task set's tasks
+    /// (`excludeOnFailure.stage.maxFailedTasksPerExecutor`).
     pub max_failed_tasks_per_executor: u32,
-    /// Excluded executors on one host before the host gets none of the task set's tasks.
+    /// Excluded executors on one host before the host gets none of the task set's tasks
+    /// (`excludeOnFailure.stage.maxFailedExecutorsPerNode`).
     pub max_failed_executors_per_host: u32,
 }
+
+/// The keys of the thresholds, in the order Spark checks them.
+const TASK_ATTEMPTS_PER_EXECUTOR_KEY: &str = "excludeOnFailure.task.maxTaskAttemptsPerExecutor";
+const TASK_ATTEMPTS_PER_NODE_KEY: &str = "excludeOnFailure.task.maxTaskAttemptsPerNode";
+const FAILED_TASKS_PER_EXECUTOR_KEY: &str = "excludeOnFailure.stage.maxFailedTasksPerExecutor";
+const FAILED_EXECUTORS_PER_NODE_KEY: &str = "excludeOnFailure.stage.maxFailedExecutorsPerNode";
 
 impl Default for ExclusionPolicy {
     /// On, with Spark's thresholds: 1, 2, 2, 2.
@@ -48,6 +65,42 @@ impl ExclusionPolicy {
             enabled: false,
             ..ExclusionPolicy::default()
         }
+    }
+
+    /// Spark's checks of an enabled policy (`validateExcludeOnFailureConfs`), with its
+    /// texts: every threshold is above zero, and a task may fail on one host fewer times
+    /// than `task.maxFailures`, or one bad host would fail the job. A disabled policy is
+    /// not checked, as in Spark.
+    pub fn validate(&self, max_task_failures: u32) -> Result<(), SchedulerError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        for (key, value) in [
+            (
+                TASK_ATTEMPTS_PER_EXECUTOR_KEY,
+                self.max_task_attempts_per_executor,
+            ),
+            (TASK_ATTEMPTS_PER_NODE_KEY, self.max_task_attempts_per_host),
+            (
+                FAILED_TASKS_PER_EXECUTOR_KEY,
+                self.max_failed_tasks_per_executor,
+            ),
+            (
+                FAILED_EXECUTORS_PER_NODE_KEY,
+                self.max_failed_executors_per_host,
+            ),
+        ] {
+            if value == 0 {
+                return Err(SchedulerError::ExclusionThresholdNotPositive { key, value });
+            }
+        }
+        if self.max_task_attempts_per_host >= max_task_failures {
+            return Err(SchedulerError::ExclusionNotRobustToOneBadNode {
+                max_task_attempts_per_node: self.max_task_attempts_per_host,
+                max_task_failures,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -14,10 +14,9 @@ use crate::config::SchedulerConfig;
 use crate::error::SchedulerError;
 use crate::events::{Action, JobResult, SchedulerEvent, TaskResult};
 use crate::fx_hash::{FxHashMap, FxHashSet};
-use crate::id_window::IdWindow;
 use crate::locality::TaskLocality;
 use crate::pool::{PoolConfig, Pools, TaskSetStats};
-use crate::registry::ExecutorRegistry;
+use crate::registry::{ExecutorRegistry, RunningTasks, NIL};
 use crate::rng::SplitMix64;
 use crate::task_set::{TaskSet, TaskSetId, WorkerOffer};
 use crate::task_set_manager::{Failure, ManagerSettings, TaskSetManager, STAGE_CANCELLED};
@@ -41,10 +40,12 @@ pub struct TaskScheduler {
     task_sets: FxHashMap<u32, TaskSetManager>,
     /// Stage id to stage attempt to task set key (the seeds' `taskSetsByStageIdAndAttempt`).
     task_sets_by_stage: BTreeMap<u32, BTreeMap<u32, u32>>,
-    /// Task id to the key of its task set (the seeds' `taskIdToTaskSetManager`); the
-    /// seeds' `taskIdToExecutorId` is the task set's running attempt, so that a launch
-    /// inserts into one map and clones no executor id for it.
-    task_owners: IdWindow,
+    /// The running tasks: task id to the key of its task set (the seeds'
+    /// `taskIdToTaskSetManager`), and per executor its tasks and their number
+    /// (`executorIdToRunningTaskIds`, `executorIdToTaskCount`). The seeds'
+    /// `taskIdToExecutorId` is the task set's running attempt, so that a launch clones no
+    /// executor id for it.
+    running: RunningTasks,
     pools: Pools,
     /// Jobs seen and whether they ended.
     jobs: FxHashMap<u32, bool>,
@@ -60,6 +61,8 @@ pub struct TaskScheduler {
     duration_scratch: Vec<u64>,
     order_scratch: Vec<usize>,
     available_scratch: Vec<u32>,
+    /// The executor slot of each offer of a round (`NIL` for an excluded host's).
+    slot_scratch: Vec<u32>,
     /// Hosts the application excludes: their offers are ignored and their executors
     /// may not register (the seeds' node blacklist).
     excluded_hosts: FxHashSet<SharedStr>,
@@ -77,7 +80,7 @@ impl TaskScheduler {
             registry: ExecutorRegistry::default(),
             task_sets: FxHashMap::default(),
             task_sets_by_stage: BTreeMap::new(),
-            task_owners: IdWindow::default(),
+            running: RunningTasks::default(),
             pools,
             jobs: FxHashMap::default(),
             next_task_id: 0,
@@ -92,6 +95,7 @@ impl TaskScheduler {
             duration_scratch: Vec::new(),
             order_scratch: Vec::new(),
             available_scratch: Vec::new(),
+            slot_scratch: Vec::new(),
             excluded_hosts: FxHashSet::default(),
             task_start_events: true,
         }
@@ -149,32 +153,37 @@ impl TaskScheduler {
 
     /// The task set a running task belongs to.
     pub fn task_set_of(&self, task_id: u64) -> Option<TaskSetId> {
-        let key = self.task_owners.get(task_id)?;
+        let key = self.running.key_of(task_id)?;
         self.task_sets.get(&key).map(|t| t.id())
     }
 
     /// The executor a running task runs on.
     pub fn executor_of(&self, task_id: u64) -> Option<&SharedStr> {
-        let key = self.task_owners.get(task_id)?;
+        let key = self.running.key_of(task_id)?;
         self.task_sets
             .get(&key)?
             .running_attempt(task_id)
             .map(|a| &a.executor_id)
     }
 
-    /// The tasks running on an executor, in id order. It walks every running task:
-    /// the question is rare (an executor lost, a kill that spares busy executors), and
-    /// launches stay cheaper for it.
-    pub fn running_tasks_on<'a>(&'a self, executor_id: &'a str) -> impl Iterator<Item = u64> + 'a {
-        self.task_owners.iter().filter_map(move |(task_id, key)| {
-            let attempt = self.task_sets.get(&key)?.running_attempt(task_id)?;
-            (&*attempt.executor_id == executor_id).then_some(task_id)
-        })
+    /// The tasks running on a live executor, in id order (the seeds'
+    /// `executorIdToRunningTaskIds`); none for an executor that is not registered.
+    pub fn running_tasks_on(&self, executor_id: &str) -> impl Iterator<Item = u64> + '_ {
+        let slot = self.registry.get(executor_id).map_or(NIL, |r| r.slot);
+        self.running.on_executor(slot)
+    }
+
+    /// The number of tasks running on a live executor (the seeds'
+    /// `executorIdToTaskCount`).
+    pub fn running_task_count_on(&self, executor_id: &str) -> usize {
+        self.registry
+            .get(executor_id)
+            .map_or(0, |r| self.running.count_on(r.slot))
     }
 
     /// The number of tasks running anywhere.
     pub fn running_tasks(&self) -> usize {
-        self.task_owners.len()
+        self.running.len()
     }
 
     /// Whether an executor is registered and not lost.
@@ -506,7 +515,7 @@ impl TaskScheduler {
         reason: &str,
         abort: Option<String>,
     ) {
-        let Some(key) = self.task_owners.remove(task_id) else {
+        let Some(key) = self.running.remove(task_id) else {
             return;
         };
         if let Some(manager) = self.task_sets.get_mut(&key) {
@@ -552,6 +561,11 @@ impl TaskScheduler {
         self.excluded_hosts.remove(host);
     }
 
+    /// The hosts the application excludes (the seeds' `nodeBlacklist`), in no order.
+    pub fn excluded_hosts(&self) -> impl Iterator<Item = &SharedStr> {
+        self.excluded_hosts.iter()
+    }
+
     /// Whether the application excludes `host`.
     pub fn is_host_excluded(&self, host: &str) -> bool {
         !self.excluded_hosts.is_empty() && self.excluded_hosts.contains(host)
@@ -588,14 +602,18 @@ impl TaskScheduler {
         mut launch: impl FnMut(usize, TaskDescription),
     ) -> usize {
         let mut new_executor = false;
+        let mut offer_slots = std::mem::take(&mut self.slot_scratch);
+        offer_slots.clear();
         for offer in offers {
             if self.is_host_excluded(&offer.host) {
+                offer_slots.push(NIL);
                 continue;
             }
-            if self
+            let (slot, added) = self
                 .registry
-                .add(&offer.executor_id, &offer.host, offer.cores)
-            {
+                .add(&offer.executor_id, &offer.host, offer.cores);
+            offer_slots.push(slot);
+            if added {
                 new_executor = true;
                 self.actions
                     .push_back(Action::Event(SchedulerEvent::ExecutorAdded {
@@ -650,7 +668,7 @@ impl TaskScheduler {
         let slots: usize = available.iter().map(|&a| (a / cpus) as usize).sum();
         let pending: usize = self.task_sets.values().map(|m| m.pending_tasks()).sum();
         let expected = slots.min(pending);
-        self.task_owners.reserve(expected);
+        self.running.reserve(expected);
         self.actions.reserve(expected);
 
         let mut launched_any_task = false;
@@ -691,7 +709,7 @@ impl TaskScheduler {
                             &mut self.actions,
                             self.task_start_events,
                         ) {
-                            self.task_owners.insert(task.task_id, key);
+                            self.running.insert(task.task_id, key, offer_slots[i]);
                             count += 1;
                             launch(i, task);
                             available[i] -= cpus;
@@ -730,6 +748,7 @@ impl TaskScheduler {
         };
         self.order_scratch = order;
         self.available_scratch = available;
+        self.slot_scratch = offer_slots;
         count
     }
 
@@ -744,7 +763,7 @@ impl TaskScheduler {
     ) {
         let executor_id = executor_id.into();
         let host = host.into();
-        if self.registry.add(&executor_id, &host, cores) {
+        if self.registry.add(&executor_id, &host, cores).1 {
             self.actions
                 .push_back(Action::Event(SchedulerEvent::ExecutorAdded {
                     executor_id,
@@ -805,7 +824,20 @@ impl TaskScheduler {
             error!("Lost an executor {executor_id} (already removed): {reason}");
             return;
         };
-        error!("Lost executor {executor_id} on {}: {reason}", record.host);
+        // Spark's logExecutorLoss: a loss the driver asked for is no error.
+        match reason {
+            ExecutorLossReason::LossReasonPending => debug!(
+                "Executor {executor_id} on {} lost, but reason not yet known.",
+                record.host
+            ),
+            ExecutorLossReason::ExecutorKilled => {
+                info!(
+                    "Executor {executor_id} on {} killed by driver.",
+                    record.host
+                )
+            }
+            _ => error!("Lost executor {executor_id} on {}: {reason}", record.host),
+        }
         let counts = reason.counts_towards_task_failures();
         let message = format!(
             "ExecutorLostFailure (executor {executor_id} {}) Reason: {reason}",
@@ -815,9 +847,10 @@ impl TaskScheduler {
                 "exited unrelated to the running tasks"
             }
         );
-        let task_ids: Vec<u64> = self.running_tasks_on(executor_id).collect();
+        // Its slot is free for the next executor added: its tasks leave the list now.
+        let task_ids: Vec<u64> = self.running.on_executor(record.slot).collect();
         for task_id in task_ids {
-            let Some(key) = self.task_owners.remove(task_id) else {
+            let Some(key) = self.running.remove(task_id) else {
                 continue;
             };
             if let Some(manager) = self.task_sets.get_mut(&key) {
@@ -866,7 +899,7 @@ impl TaskScheduler {
         state: TaskState,
         outcome: TaskOutcome,
     ) {
-        if !self.task_owners.contains(task_id) {
+        if !self.running.contains(task_id) {
             error!(
                 "Ignoring update with state {state} for TID {task_id} because its task set is gone (this is likely the result of receiving duplicate task finished status updates)"
             );
@@ -875,7 +908,7 @@ impl TaskScheduler {
         if !state.is_finished() {
             return;
         }
-        let Some(key) = self.task_owners.remove(task_id) else {
+        let Some(key) = self.running.remove(task_id) else {
             return;
         };
         let Some(executor_id) = self
@@ -947,7 +980,10 @@ impl TaskScheduler {
                     manager.handle_successful_task(now, task_id, result, &mut self.actions)
                 }
                 Err(failure) => {
-                    manager.handle_failed_task(
+                    // The task is pending again, perhaps for another executor; not when
+                    // this was a copy of a task that already succeeded (Spark's
+                    // someAttemptSucceeded check), such as a killed speculative copy.
+                    revive = manager.handle_failed_task(
                         now,
                         task_id,
                         state,
@@ -955,8 +991,6 @@ impl TaskScheduler {
                         &self.registry,
                         &mut self.actions,
                     );
-                    // The task is pending again, perhaps for another executor.
-                    revive = !manager.is_zombie();
                 }
             }
         }

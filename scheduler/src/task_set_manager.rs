@@ -619,7 +619,9 @@ impl TaskSetManager {
     }
 
     /// Records a failed, killed or lost attempt: the task is pending again, and after
-    /// `task.maxFailures` counted failures the task set is aborted.
+    /// `task.maxFailures` counted failures the task set is aborted. Returns whether the
+    /// task is pending again (not when another attempt already succeeded, or the task
+    /// set is a zombie), that is whether offers could launch it now.
     pub(crate) fn handle_failed_task(
         &mut self,
         now: Instant,
@@ -628,9 +630,9 @@ impl TaskSetManager {
         failure: Failure,
         registry: &ExecutorRegistry,
         actions: &mut VecDeque<Action>,
-    ) {
+    ) -> bool {
         let Some(attempt) = self.running.remove(task_id) else {
-            return;
+            return false;
         };
         let index = attempt.index;
         let duration = now.saturating_duration_since(attempt.launched_at);
@@ -663,7 +665,7 @@ impl TaskSetManager {
             },
         }));
         if already_successful || self.zombie {
-            return;
+            return false;
         }
         let spec = &self.specs[index as usize];
         self.pending.add(index, &spec.preferred_locations, registry);
@@ -690,6 +692,7 @@ impl TaskSetManager {
                 self.abort(message, actions);
             }
         }
+        !self.zombie
     }
 
     /// Stops launching, kills what runs, and records why.

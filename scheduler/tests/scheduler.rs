@@ -384,6 +384,59 @@ fn executor_loss_requeues_its_tasks_and_counts_only_when_the_app_caused_it() {
 }
 
 #[test]
+fn running_tasks_per_executor_follow_launches_ends_and_losses() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(config());
+    s.submit_tasks(base, TaskSet::new(0, 0, 10, payload()))
+        .unwrap();
+    let launched = s.resource_offers(
+        base,
+        &[
+            WorkerOffer::new("1", "host-a", 3),
+            WorkerOffer::new("2", "host-b", 2),
+        ],
+    );
+    let on = |s: &TaskScheduler, e: &str| s.running_tasks_on(e).collect::<Vec<u64>>();
+    let ids = |tasks: &[flint_wire::TaskDescription]| {
+        let mut ids: Vec<u64> = tasks.iter().map(|t| t.task_id).collect();
+        ids.sort_unstable();
+        ids
+    };
+    assert_eq!(on(&s, "1"), ids(&launched[0]), "in id order");
+    assert_eq!(on(&s, "2"), ids(&launched[1]));
+    assert_eq!(s.running_task_count_on("1"), 3);
+    assert_eq!(s.running_task_count_on("2"), 2);
+    assert_eq!(s.running_task_count_on("nobody"), 0);
+    assert!(on(&s, "nobody").is_empty());
+
+    // A task of executor 1 ends: the other two stay, in order.
+    let ended = ids(&launched[0])[1];
+    s.status_update(base, ended, TaskState::Finished, ok(b"x"));
+    let mut left = ids(&launched[0]);
+    left.remove(1);
+    assert_eq!(on(&s, "1"), left);
+    assert_eq!(s.running_task_count_on("1"), 2);
+
+    // Executor 1 is lost: it runs nothing, and its tasks are pending again.
+    s.executor_lost(base, "1", slave_lost());
+    assert!(on(&s, "1").is_empty());
+    assert_eq!(s.running_task_count_on("1"), 0);
+    assert_eq!(s.running_tasks(), 2);
+    // A new executor (taking executor 1's place in the registry) starts with none of
+    // executor 1's tasks; executor 2's are untouched.
+    s.executor_added("3", "host-c", 4);
+    assert!(on(&s, "3").is_empty());
+    let launched3 = s.resource_offers(base, &[WorkerOffer::new("3", "host-c", 4)]);
+    assert_eq!(launched3[0].len(), 4);
+    assert_eq!(on(&s, "3"), ids(&launched3[0]));
+    assert_eq!(on(&s, "2"), ids(&launched[1]));
+    // The same name registering again is a new executor, with no tasks.
+    s.executor_added("1", "host-a", 1);
+    assert!(on(&s, "1").is_empty());
+    assert_eq!(s.running_tasks(), 6);
+}
+
+#[test]
 fn a_task_failing_max_failures_times_aborts_its_task_set_with_spark_s_message() {
     let base = Instant::now();
     let mut s = TaskScheduler::new(SchedulerConfig {
@@ -527,6 +580,92 @@ fn speculation_copies_a_straggler_and_the_first_success_wins() {
         }
     )));
     assert_eq!(s.task_sets().count(), 0);
+}
+
+#[test]
+fn a_killed_copy_of_a_task_that_already_succeeded_revives_no_offers() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(SchedulerConfig {
+        speculation: Some(SpeculationConfig::default()),
+        ..config()
+    });
+    s.submit_tasks(base, TaskSet::new(0, 0, 5, payload()))
+        .unwrap();
+    let launched = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", 5)]);
+    let by_index = |i: u32| launched[0].iter().find(|t| t.index == i).unwrap().task_id;
+    for i in 0..3 {
+        s.status_update(
+            at(base, 1000),
+            by_index(i),
+            TaskState::Finished,
+            ok(b"fast"),
+        );
+    }
+    s.handle_timeout(at(base, 1600));
+    drain(&mut s);
+    let copy = s.resource_offers(at(base, 1600), &[WorkerOffer::new("2", "host-b", 1)]);
+    let copy = copy[0][0].clone();
+    assert_eq!((copy.index, copy.attempt_number), (3, 1));
+    s.status_update(
+        at(base, 1700),
+        copy.task_id,
+        TaskState::Finished,
+        ok(b"copy"),
+    );
+    let (_, actions) = drain(&mut s);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::KillTask { task_id, .. } if *task_id == by_index(3))));
+
+    // The original is killed: nothing is pending again, so no offers are asked for,
+    // while task 4 still runs (the task set is no zombie).
+    s.status_update(
+        at(base, 1710),
+        by_index(3),
+        TaskState::Killed,
+        TaskOutcome::None,
+    );
+    let (_, actions) = drain(&mut s);
+    assert!(!actions.contains(&Action::ReviveOffers), "{actions:?}");
+    assert!(!s.task_set(id(0, 0)).unwrap().is_zombie());
+    // A failure of a task still needed asks for offers.
+    s.status_update(
+        at(base, 1720),
+        by_index(4),
+        TaskState::Failed,
+        failed("bad"),
+    );
+    assert!(drain(&mut s).1.contains(&Action::ReviveOffers));
+}
+
+#[test]
+fn executor_losses_are_logged_by_their_reason() {
+    let logs = LogCapture::default();
+    logs.run(|| {
+        let base = Instant::now();
+        let mut s = TaskScheduler::new(config());
+        for e in ["1", "2", "3"] {
+            s.executor_added(e, "host-a", 1);
+        }
+        s.executor_lost(base, "1", ExecutorLossReason::ExecutorKilled);
+        s.executor_lost(base, "2", ExecutorLossReason::LossReasonPending);
+        s.executor_lost(base, "3", slave_lost());
+        assert!(logs.contains(Level::INFO, "Executor 1 on host-a killed by driver."));
+        assert!(logs.contains(
+            Level::DEBUG,
+            "Executor 2 on host-a lost, but reason not yet known."
+        ));
+        assert!(logs.contains(
+            Level::ERROR,
+            "Lost executor 3 on host-a: Remote RPC client disassociated."
+        ));
+        assert_eq!(
+            logs.count(Level::ERROR, "Lost executor"),
+            1,
+            "{}",
+            logs.dump()
+        );
+    });
 }
 
 #[test]
@@ -687,8 +826,64 @@ fn conf_keys_configure_the_scheduler_and_an_unknown_mode_is_refused() {
     assert_eq!(c.speculation.unwrap().multiplier, 3.0);
     assert_eq!(s.default_parallelism(), 12);
     let defaults = TaskScheduler::from_conf(&Conf::new()).unwrap();
-    assert_eq!(defaults.config(), &SchedulerConfig::default());
+    assert_eq!(
+        defaults.config(),
+        &SchedulerConfig {
+            seed: defaults.config().seed,
+            ..SchedulerConfig::default()
+        }
+    );
     assert_eq!(defaults.default_parallelism(), 2);
+}
+
+#[test]
+fn drivers_shuffle_offers_with_their_own_seed_unless_one_is_configured() {
+    // Without scheduler.offerShuffleSeed every scheduler built from a conf draws its own
+    // seed (two equal draws of 64 random bits would take longer than this test suite
+    // will ever run).
+    let seeds: Vec<u64> = (0..4)
+        .map(|_| {
+            TaskScheduler::from_conf(&Conf::new())
+                .unwrap()
+                .config()
+                .seed
+        })
+        .collect();
+    for (i, a) in seeds.iter().enumerate() {
+        for b in &seeds[i + 1..] {
+            assert_ne!(a, b, "{seeds:?}");
+        }
+    }
+
+    // A configured seed replays the placement of a scheduler given that seed directly.
+    let placement = |mut s: TaskScheduler| {
+        let base = Instant::now();
+        s.submit_tasks(base, TaskSet::new(0, 0, 8, payload()))
+            .unwrap();
+        let offers: Vec<WorkerOffer> = (0..8)
+            .map(|e| WorkerOffer::new(e.to_string(), format!("h{e}"), 1))
+            .collect();
+        s.resource_offers(base, &offers)
+            .iter()
+            .map(|tasks| tasks[0].index)
+            .collect::<Vec<u32>>()
+    };
+    let conf = Conf::from_pairs(["spark.scheduler.offerShuffleSeed=12345"]).unwrap();
+    let configured = TaskScheduler::from_conf(&conf).unwrap();
+    assert_eq!(configured.config().seed, 12345);
+    assert_eq!(
+        placement(configured),
+        placement(TaskScheduler::new(SchedulerConfig {
+            seed: 12345,
+            ..config()
+        }))
+    );
+    let conf = Conf::from_pairs(["scheduler.offerShuffleSeed=-3"]).unwrap();
+    let err = TaskScheduler::from_conf(&conf).unwrap_err().to_string();
+    assert!(
+        err.contains("scheduler.offerShuffleSeed") && err.contains("-3"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -857,6 +1052,10 @@ fn an_excluded_host_gets_no_tasks() {
     let mut s = TaskScheduler::new(config());
     s.exclude_host("bad-host");
     assert!(s.is_host_excluded("bad-host") && !s.is_host_excluded("good-host"));
+    assert_eq!(
+        s.excluded_hosts().map(|h| &**h).collect::<Vec<_>>(),
+        ["bad-host"]
+    );
     s.submit_tasks(base, TaskSet::new(0, 0, 4, payload()))
         .unwrap();
     let launched = s.resource_offers(
@@ -890,4 +1089,96 @@ fn exclusion_on_failure_is_off_unless_configured() {
         err.contains("excludeOnFailure.enabled") && err.contains("maybe"),
         "{err}"
     );
+}
+
+#[test]
+fn exclusion_thresholds_come_from_the_conf() {
+    let conf = Conf::from_pairs([
+        "excludeOnFailure.enabled=true",
+        "excludeOnFailure.task.maxTaskAttemptsPerExecutor=2",
+        "excludeOnFailure.task.maxTaskAttemptsPerNode=3",
+        "excludeOnFailure.stage.maxFailedTasksPerExecutor=4",
+        "spark.excludeOnFailure.stage.maxFailedExecutorsPerNode=5",
+    ])
+    .unwrap();
+    let mut s = TaskScheduler::from_conf(&conf).unwrap();
+    assert_eq!(
+        s.config().exclusion,
+        ExclusionPolicy {
+            enabled: true,
+            max_task_attempts_per_executor: 2,
+            max_task_attempts_per_host: 3,
+            max_failed_tasks_per_executor: 4,
+            max_failed_executors_per_host: 5,
+        }
+    );
+
+    // A task may fail twice on an executor before it is not retried there.
+    let base = Instant::now();
+    s.submit_tasks(base, TaskSet::new(0, 0, 2, payload()))
+        .unwrap();
+    let e1 = WorkerOffer::new("1", "host-a", 1);
+    for _ in 0..2 {
+        let t = s.resource_offers(base, std::slice::from_ref(&e1))[0][0].clone();
+        assert_eq!(t.index, 0, "task 0 is retried on executor 1");
+        s.status_update(base, t.task_id, TaskState::Failed, failed("bad"));
+    }
+    let set = s.task_set(id(0, 0)).unwrap();
+    assert!(set.is_task_excluded(0, "1", "host-a"));
+    assert!(
+        !set.is_excluded("1", "host-a"),
+        "one task failed there, not 4"
+    );
+    let t = s.resource_offers(base, std::slice::from_ref(&e1))[0][0].clone();
+    assert_eq!(t.index, 1);
+}
+
+#[test]
+fn exclusion_thresholds_are_validated_as_spark_does() {
+    let from = |pairs: &[&str]| TaskScheduler::from_conf(&Conf::from_pairs(pairs).unwrap());
+    for key in [
+        "excludeOnFailure.task.maxTaskAttemptsPerExecutor",
+        "excludeOnFailure.task.maxTaskAttemptsPerNode",
+        "excludeOnFailure.stage.maxFailedTasksPerExecutor",
+        "excludeOnFailure.stage.maxFailedExecutorsPerNode",
+    ] {
+        assert!(Conf::key_info(key).is_some(), "{key} is a known key");
+        let zero = format!("{key}=0");
+        let err = from(&["excludeOnFailure.enabled=true", &zero]).unwrap_err();
+        assert_eq!(err.to_string(), format!("{key} was 0, but must be > 0."));
+        assert!(matches!(
+            err,
+            SchedulerError::ExclusionThresholdNotPositive { value: 0, .. }
+        ));
+        // Not checked while exclusion is off, as in Spark.
+        assert!(from(&[&zero]).is_ok());
+    }
+
+    for (max_failures, per_node) in [(2, 2), (2, 3), (4, 4)] {
+        let max_failures_pair = format!("task.maxFailures={max_failures}");
+        let per_node_pair = format!("excludeOnFailure.task.maxTaskAttemptsPerNode={per_node}");
+        let err = from(&[
+            "excludeOnFailure.enabled=true",
+            &max_failures_pair,
+            &per_node_pair,
+        ])
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "excludeOnFailure.task.maxTaskAttemptsPerNode ( = {per_node}) was >= \
+                 task.maxFailures ( = {max_failures} ). Though excludeOnFailure is enabled, \
+                 with this configuration, flint will not be robust to one bad node. Decrease \
+                 excludeOnFailure.task.maxTaskAttemptsPerNode, increase task.maxFailures, or \
+                 disable excludeOnFailure with excludeOnFailure.enabled"
+            )
+        );
+        assert!(from(&[&max_failures_pair, &per_node_pair]).is_ok());
+    }
+    assert!(from(&[
+        "excludeOnFailure.enabled=true",
+        "task.maxFailures=3",
+        "excludeOnFailure.task.maxTaskAttemptsPerNode=2",
+    ])
+    .is_ok());
 }

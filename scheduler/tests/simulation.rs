@@ -10,7 +10,11 @@
 //! - no task is launched on a lost executor, nor on an excluded executor or host;
 //! - every job ends; it fails only if a task failed task.maxFailures times (checked
 //!   against the failures the simulation injected) or, with exclusion on, could run on
-//!   no live executor; a successful job has every task's result;
+//!   no live executor: when a task set is aborted for exclusion, every live executor, or
+//!   its host, must be excluded for it or for the task the abort names, by an exclusion
+//!   model the simulation keeps apart from the scheduler's (from the failures it injected
+//!   and the policy's thresholds, which vary by seed); no launch may go where that model
+//!   excludes; a successful job has every task's result;
 //! - after the last job, no task set is left registered.
 //!
 //! `FLINT_SIM_SEEDS=N` sets the number of seeds (default 3,000 in debug builds, 50,000
@@ -29,6 +33,69 @@ use flint_scheduler::{
 use flint_wire::{ExecutorLossReason, TaskDescription, TaskFailureKind, TaskOutcome, TaskState};
 
 const HOSTS: u64 = 4;
+
+/// Where one task set's tasks may no longer run, worked out from the counted failures
+/// the simulation caused, by Spark's rules, without asking the scheduler.
+#[derive(Debug, Default)]
+struct ExclusionModel {
+    /// Counted failures per executor, then task index.
+    on_executor: BTreeMap<String, BTreeMap<u32, u32>>,
+    /// Counted failures per host, then task index.
+    on_host: BTreeMap<String, BTreeMap<u32, u32>>,
+    excluded_executors: BTreeSet<String>,
+    /// Excluded executors per host.
+    excluded_on_host: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl ExclusionModel {
+    fn record(&mut self, policy: &ExclusionPolicy, executor: &str, host: &str, index: u32) {
+        let on_executor = self.on_executor.entry(executor.to_owned()).or_default();
+        *on_executor.entry(index).or_default() += 1;
+        let distinct_failed_tasks = on_executor.len();
+        *self
+            .on_host
+            .entry(host.to_owned())
+            .or_default()
+            .entry(index)
+            .or_default() += 1;
+        if distinct_failed_tasks >= policy.max_failed_tasks_per_executor as usize {
+            self.excluded_executors.insert(executor.to_owned());
+            self.excluded_on_host
+                .entry(host.to_owned())
+                .or_default()
+                .insert(executor.to_owned());
+        }
+    }
+
+    /// Why task `index` may not run on the executor, if it may not.
+    fn excludes(
+        &self,
+        policy: &ExclusionPolicy,
+        executor: &str,
+        host: &str,
+        index: u32,
+    ) -> Option<&'static str> {
+        let failures = |map: &BTreeMap<String, BTreeMap<u32, u32>>, at: &str| {
+            map.get(at)
+                .and_then(|by_task| by_task.get(&index))
+                .copied()
+                .unwrap_or(0)
+        };
+        if self.excluded_executors.contains(executor) {
+            Some("executor excluded for the task set")
+        } else if self.excluded_on_host.get(host).map_or(0, BTreeSet::len)
+            >= policy.max_failed_executors_per_host as usize
+        {
+            Some("host excluded for the task set")
+        } else if failures(&self.on_executor, executor) >= policy.max_task_attempts_per_executor {
+            Some("task excluded on the executor")
+        } else if failures(&self.on_host, host) >= policy.max_task_attempts_per_host {
+            Some("task excluded on the host")
+        } else {
+            None
+        }
+    }
+}
 const MAX_VIRTUAL_TIME_MS: u64 = 30 * 60 * 1000;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -61,6 +128,8 @@ struct Stats {
     speculative_launches: u64,
     executor_losses: u64,
     failed_jobs: u64,
+    /// Jobs failed because a task could run on no live executor.
+    exclusion_aborts: u64,
     succeeded_jobs: u64,
     kills: u64,
 }
@@ -75,6 +144,9 @@ struct Sim {
     cpus: u32,
     max_failures: u32,
     exclusion: bool,
+    policy: ExclusionPolicy,
+    /// By stage, when exclusion is on.
+    exclusion_models: BTreeMap<u32, ExclusionModel>,
     executors: BTreeMap<String, Executor>,
     lost: BTreeSet<String>,
     next_executor: u64,
@@ -101,6 +173,7 @@ impl Sim {
         let exclusion = rng.below(2) == 0;
         let speculation = rng.below(2) == 0;
         let locality_wait = [0, 50, 300, 3000][rng.below(4) as usize];
+        let policy = exclusion_policy(seed, exclusion, max_failures);
         let config = SchedulerConfig {
             task_cpus: cpus,
             max_task_failures: max_failures,
@@ -111,11 +184,7 @@ impl Sim {
                 quantile: 0.5,
                 min_runtime: Duration::from_millis(100),
             }),
-            exclusion: if exclusion {
-                ExclusionPolicy::default()
-            } else {
-                ExclusionPolicy::disabled()
-            },
+            exclusion: policy,
             seed,
             ..SchedulerConfig::default()
         };
@@ -129,6 +198,8 @@ impl Sim {
             cpus,
             max_failures,
             exclusion,
+            policy,
+            exclusion_models: BTreeMap::new(),
             executors: BTreeMap::new(),
             lost: BTreeSet::new(),
             next_executor: 0,
@@ -307,21 +378,14 @@ impl Sim {
                     return; // killed first
                 };
                 exec.free += self.cpus;
+                let failed_on_host = (!task.succeeds).then(|| exec.host.clone());
                 let key = (task.task_set.stage_id, task.index);
                 let now = self.now();
-                if task.succeeds {
-                    let value = Bytes::from(format!("{}:{}", key.0, key.1));
-                    let outcome = TaskOutcome::Direct {
-                        value,
-                        metrics: Default::default(),
-                        accumulators: Vec::new(),
-                    };
-                    self.scheduler
-                        .status_update(now, task_id, TaskState::Finished, outcome);
-                } else {
+                if let Some(host) = failed_on_host {
                     if !self.results.contains_key(&key) {
                         *self.counted_failures.entry(key).or_default() += 1;
                     }
+                    self.record_counted_failure(key, &executor, &host);
                     let outcome = TaskOutcome::Failure {
                         kind: TaskFailureKind::Exception,
                         message: format!("injected failure of task {}", key.1),
@@ -330,6 +394,15 @@ impl Sim {
                     };
                     self.scheduler
                         .status_update(now, task_id, TaskState::Failed, outcome);
+                } else {
+                    let value = Bytes::from(format!("{}:{}", key.0, key.1));
+                    let outcome = TaskOutcome::Direct {
+                        value,
+                        metrics: Default::default(),
+                        accumulators: Vec::new(),
+                    };
+                    self.scheduler
+                        .status_update(now, task_id, TaskState::Finished, outcome);
                 }
                 self.offer_one(&executor);
             }
@@ -374,6 +447,7 @@ impl Sim {
                     if !self.results.contains_key(&key) {
                         *self.counted_failures.entry(key).or_default() += 1;
                     }
+                    self.record_counted_failure(key, executor, &exec.host);
                 }
                 let reason = ExecutorLossReason::ExecutorExited {
                     exit_code: 52,
@@ -447,6 +521,15 @@ impl Sim {
             "task {} of {task_set} launched on excluded executor {executor}",
             task.task_id
         );
+        if let Some(model) = self.exclusion_models.get(&task_set.stage_id) {
+            if let Some(why) = model.excludes(&self.policy, executor, &offer.host, task.index) {
+                panic!(
+                    "task {} ({}.{}) of {task_set} launched on executor {executor} ({}) \
+                     though the model says: {why}",
+                    task.task_id, task.index, task.attempt_number, offer.host
+                );
+            }
+        }
         let exec = self
             .executors
             .get_mut(executor)
@@ -532,6 +615,9 @@ impl Sim {
             SchedulerEvent::JobEnd { job_id, result } => {
                 if let JobResult::Failed(message) = &result {
                     self.stats.failed_jobs += 1;
+                    if message.starts_with("Aborting TaskSet") {
+                        self.stats.exclusion_aborts += 1;
+                    }
                     self.check_failure_is_justified(job_id, message);
                 } else {
                     self.stats.succeeded_jobs += 1;
@@ -563,11 +649,67 @@ impl Sim {
             );
         } else {
             assert!(self.exclusion, "aborted without exclusion: {message}");
+            let prefix = format!("Aborting TaskSet {stage}.0 because task ");
+            let index: u32 = message
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|index| index.parse().ok())
+                .unwrap_or_else(|| panic!("{message}"));
             assert!(
-                message.starts_with(&format!("Aborting TaskSet {stage}.0 because task ")),
+                message.contains(&format!(
+                    "(partition {index}) cannot run anywhere due to node and executor exclusion"
+                )),
                 "{message}"
             );
+            // The scheduler aborts while handing out offers, and nothing that changes
+            // which executors live or where tasks failed happens before its event gets
+            // here: this is the moment of the abort.
+            assert!(
+                !self.results.contains_key(&(stage, index)),
+                "aborted over task {index} of stage {stage}, which has its result: {message}"
+            );
+            assert!(
+                !self.executors.is_empty(),
+                "aborted with no live executor: {message}"
+            );
+            let model = self
+                .exclusion_models
+                .get(&stage)
+                .unwrap_or_else(|| panic!("aborted without any failure: {message}"));
+            for (id, exec) in &self.executors {
+                assert!(
+                    !exec
+                        .running
+                        .values()
+                        .any(|t| t.task_set.stage_id == stage && t.index == index),
+                    "aborted over task {index} of stage {stage}, which runs on {id}: {message}"
+                );
+                assert!(
+                    model
+                        .excludes(&self.policy, id, &exec.host, index)
+                        .is_some(),
+                    "aborted though live executor {id} on {} may run task {index} of stage \
+                     {stage} ({:?}): {message}",
+                    exec.host,
+                    self.policy
+                );
+            }
         }
+    }
+
+    /// Records in the exclusion model a failure the scheduler counts: one of a task
+    /// without a result yet, in a job that has not ended (the task set is not a zombie).
+    fn record_counted_failure(&mut self, key: (u32, u32), executor: &str, host: &str) {
+        let (stage, index) = key;
+        let job = self.stages[&stage].0;
+        if !self.exclusion || self.results.contains_key(&key) || self.job_results.contains_key(&job)
+        {
+            return;
+        }
+        self.exclusion_models
+            .entry(stage)
+            .or_default()
+            .record(&self.policy, executor, host, index);
     }
 
     fn check_registries(&self) {
@@ -585,6 +727,27 @@ impl Sim {
         for lost in &self.lost {
             assert!(!self.scheduler.is_executor_alive(lost));
         }
+    }
+}
+
+/// The seed's exclusion thresholds: Spark's defaults for half the seeds, others for the
+/// rest (a task may fail on one host fewer times than task.maxFailures, as Spark
+/// requires). Drawn from a stream of their own, so that the scenarios the main stream
+/// draws stay as they were.
+fn exclusion_policy(seed: u64, enabled: bool, max_failures: u32) -> ExclusionPolicy {
+    if !enabled {
+        return ExclusionPolicy::disabled();
+    }
+    let mut rng = SplitMix64::new(seed ^ 0x6578_636c_7564_6521);
+    if rng.below(2) == 0 {
+        return ExclusionPolicy::default();
+    }
+    ExclusionPolicy {
+        enabled: true,
+        max_task_attempts_per_executor: 1 + rng.below(2) as u32,
+        max_task_attempts_per_host: 1 + rng.below(u64::from(max_failures - 1)) as u32,
+        max_failed_tasks_per_executor: 1 + rng.below(3) as u32,
+        max_failed_executors_per_host: 1 + rng.below(2) as u32,
     }
 }
 
@@ -624,6 +787,7 @@ fn randomized_cluster_simulation_keeps_the_invariants() {
         total.speculative_launches += stats.speculative_launches;
         total.executor_losses += stats.executor_losses;
         total.failed_jobs += stats.failed_jobs;
+        total.exclusion_aborts += stats.exclusion_aborts;
         total.succeeded_jobs += stats.succeeded_jobs;
         total.kills += stats.kills;
     }
@@ -633,6 +797,7 @@ fn randomized_cluster_simulation_keeps_the_invariants() {
         assert!(total.speculative_launches > 0, "{total:?}");
         assert!(total.executor_losses > 0, "{total:?}");
         assert!(total.failed_jobs > 0, "{total:?}");
+        assert!(total.exclusion_aborts > 0, "{total:?}");
         assert!(total.kills > 0, "{total:?}");
         assert!(total.succeeded_jobs > total.failed_jobs, "{total:?}");
     }
