@@ -794,7 +794,7 @@ impl TaskScheduler {
         let updates: Vec<crate::events::TaskMetricsUpdate> = updates
             .into_iter()
             .filter_map(|u| {
-                let manager = self.task_sets.get(&self.task_owners.get(u.task_id)?)?;
+                let manager = self.task_sets.get(&self.running.key_of(u.task_id)?)?;
                 let attempt = manager.running_attempt(u.task_id)?;
                 (alive && &*attempt.executor_id == executor_id).then(|| {
                     crate::events::TaskMetricsUpdate {
