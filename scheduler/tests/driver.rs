@@ -941,11 +941,12 @@ fn the_driver_loads_the_pools_of_scheduler_allocation_file() {
 fn submissions_wait_until_the_driver_is_ready() {
     // One executor asked for, the whole of it required, and none coming: the first
     // submission waits for maxRegisteredResourcesWaitingTime from the driver's start.
+    // The clock is read before the driver starts: its waiting time runs from its start.
+    let started = Instant::now();
     let (driver, _, _) = driver(&[
         "scheduler.minRegisteredResourcesRatio=1",
         "scheduler.maxRegisteredResourcesWaitingTime=300ms",
     ]);
-    let started = Instant::now();
     driver.request_total_executors(1).unwrap();
     assert!(!driver.is_ready());
     let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
