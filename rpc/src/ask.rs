@@ -134,7 +134,7 @@ impl<C, K: PartialEq + Copy> PendingAsks<C, K> {
     ) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        let deadline = now + timeout;
+        let deadline = crate::timer::deadline_after(now, timeout);
         self.entries.insert(
             id,
             PendingAsk {
@@ -173,6 +173,12 @@ impl<C, K: PartialEq + Copy> PendingAsks<C, K> {
                 into.push(ask);
             }
         }
+    }
+
+    /// Takes every outstanding ask (the environment is stopping).
+    pub fn take_all(&mut self, into: &mut Vec<PendingAsk<C, K>>) {
+        self.deadlines.clear();
+        into.extend(self.entries.drain().map(|(_, ask)| ask));
     }
 
     /// Takes every ask travelling on `connection`.

@@ -7,7 +7,8 @@
 //!
 //! - durations: a whole number with a suffix `us`, `ms`, `s`, `m` or `min`, `h` or `d`
 //!   (`120s`, `100ms`, `2min`); a bare number is in the key's own unit, seconds or
-//!   milliseconds as listed in [`Conf::known_keys`];
+//!   milliseconds as listed in [`Conf::known_keys`]; at most [`MAX_DURATION`], 36500d
+//!   (100 years);
 //! - sizes: a whole number with a suffix `b`, `k`, `m`, `g`, `t` or `p` (binary: `1k` is
 //!   1024 bytes), `kb`, `mb`, `gb`, `tb` and `pb` meaning the same, in any case (`128m`,
 //!   `1g`, `512K`); a bare number is in the key's own unit, bytes except for
@@ -47,6 +48,12 @@ use flint_wire::MAX_SIZE_KEY;
 
 /// The largest `rpc.message.maxSize`, in MiB.
 pub const MAX_MESSAGE_SIZE_MB: u64 = 2047;
+
+/// The longest duration any key accepts: 36500 days (100 years). A deadline is a clock
+/// reading plus a duration, and a duration near `u64::MAX` seconds cannot be added to one;
+/// nothing flint waits for is meant to take longer than this, so "forever" is written as
+/// this bound (or less) and anything longer is refused as a mistake.
+pub const MAX_DURATION: Duration = Duration::from_secs(36_500 * 24 * 60 * 60);
 
 /// What is shown instead of the value of a key that holds a secret, as the seeds redact.
 pub const REDACTED: &str = "*********(redacted)";
@@ -330,6 +337,7 @@ const TASK_CPUS: Key = defaulted("task.cpus");
 const TASK_MAX_FAILURES: Key = defaulted("task.maxFailures");
 
 const EXPECT_DURATION: &str = "a duration such as 120s, 100ms or 2min";
+const EXPECT_DURATION_AT_MOST: &str = "a duration of at most 36500d (100 years)";
 const EXPECT_POSITIVE_DURATION: &str = "a duration above zero such as 120s, 100ms or 2min";
 const EXPECT_SIZE: &str = "a size such as 128m, 512k or 1g";
 const EXPECT_POSITIVE_SIZE: &str = "a size above zero such as 64m, 512k or 1g";
@@ -468,6 +476,32 @@ enum SizeError {
     Overflow,
 }
 
+/// Why a duration did not parse.
+enum DurationError {
+    Malformed,
+    /// Longer than [`MAX_DURATION`].
+    TooLong,
+}
+
+impl DurationError {
+    fn into_conf(self, key: &'static str, value: &str) -> ConfError {
+        let expected = match self {
+            DurationError::Malformed => EXPECT_DURATION,
+            DurationError::TooLong => EXPECT_DURATION_AT_MOST,
+        };
+        ConfError::invalid(key, value, expected)
+    }
+}
+
+/// Whether `value` is a whole number, with or without a unit, whose digits do not fit a
+/// `u64`: too large rather than malformed.
+fn digits_overflow(value: &str) -> bool {
+    let digits = value
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Splits a trimmed value into its digits and its (lowercased) suffix.
 fn split_number(value: &str) -> Option<(u64, String)> {
     let value = value.trim();
@@ -483,9 +517,16 @@ fn split_number(value: &str) -> Option<(u64, String)> {
     Some((number, suffix.to_ascii_lowercase()))
 }
 
-/// Parses a duration as the seeds do; a bare number is in `bare`.
-fn parse_duration(value: &str, bare: TimeUnit) -> Option<Duration> {
-    let (n, suffix) = split_number(value)?;
+/// Parses a duration as the seeds do; a bare number is in `bare`. Longer than
+/// [`MAX_DURATION`] is an error.
+fn parse_duration(value: &str, bare: TimeUnit) -> Result<Duration, DurationError> {
+    let Some((n, suffix)) = split_number(value) else {
+        return Err(if digits_overflow(value) {
+            DurationError::TooLong
+        } else {
+            DurationError::Malformed
+        });
+    };
     let suffix = match suffix.as_str() {
         "" => match bare {
             TimeUnit::Millis => "ms",
@@ -493,14 +534,18 @@ fn parse_duration(value: &str, bare: TimeUnit) -> Option<Duration> {
         },
         other => other,
     };
-    match suffix {
+    let duration = match suffix {
         "us" => Some(Duration::from_micros(n)),
         "ms" => Some(Duration::from_millis(n)),
         "s" => Some(Duration::from_secs(n)),
         "m" | "min" => n.checked_mul(60).map(Duration::from_secs),
         "h" => n.checked_mul(60 * 60).map(Duration::from_secs),
         "d" => n.checked_mul(24 * 60 * 60).map(Duration::from_secs),
-        _ => None,
+        _ => return Err(DurationError::Malformed),
+    };
+    match duration {
+        Some(duration) if duration <= MAX_DURATION => Ok(duration),
+        _ => Err(DurationError::TooLong),
     }
 }
 
@@ -508,10 +553,7 @@ fn parse_duration(value: &str, bare: TimeUnit) -> Option<Duration> {
 fn parse_size(value: &str, bare: u64) -> Result<u64, SizeError> {
     let Some((n, suffix)) = split_number(value) else {
         // Distinguish "too many digits" from "not a size".
-        let digits = value
-            .trim()
-            .trim_end_matches(|c: char| c.is_ascii_alphabetic());
-        return if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return if digits_overflow(value) {
             Err(SizeError::Overflow)
         } else {
             Err(SizeError::Malformed)
@@ -989,8 +1031,7 @@ impl Conf {
 
     fn duration(&self, key: Key, bare: TimeUnit) -> Result<Duration, ConfError> {
         let value = self.value(key);
-        parse_duration(value, bare)
-            .ok_or_else(|| ConfError::invalid(key.name, value, EXPECT_DURATION))
+        parse_duration(value, bare).map_err(|e| e.into_conf(key.name, value))
     }
 
     fn positive_duration(&self, key: Key, bare: TimeUnit) -> Result<Duration, ConfError> {
@@ -1038,9 +1079,9 @@ fn positive_duration(
     bare: TimeUnit,
 ) -> Result<Duration, ConfError> {
     match parse_duration(value, bare) {
-        Some(d) if d.is_zero() => Err(ConfError::invalid(key, value, EXPECT_POSITIVE_DURATION)),
-        Some(d) => Ok(d),
-        None => Err(ConfError::invalid(key, value, EXPECT_DURATION)),
+        Ok(d) if d.is_zero() => Err(ConfError::invalid(key, value, EXPECT_POSITIVE_DURATION)),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.into_conf(key, value)),
     }
 }
 
@@ -1311,6 +1352,45 @@ mod tests {
             assert_eq!(c.network_timeout(), Ok(expected), "{value}");
             assert_eq!(c.locality_wait(), Ok(expected), "{value}");
         }
+    }
+
+    #[test]
+    fn durations_are_at_most_100_years() {
+        let c = conf(&[
+            ("network.timeout", "36500d"),
+            ("rpc.connect.timeout", "36500d"),
+        ]);
+        assert_eq!(c.network_timeout(), Ok(MAX_DURATION));
+        assert_eq!(c.connect_timeout(), Ok(MAX_DURATION));
+        // One past the bound, and values whose deadlines would overflow a clock reading
+        // (`Instant + Duration` panics): refused, naming key and value.
+        for value in [
+            "36501d",
+            "3153600001",
+            "3153600001s",
+            "18446744073709551615s",
+            "18446744073709551615",
+            "18446744073709551615d",
+            "99999999999999999999s",
+        ] {
+            let c = conf(&[("rpc.connect.timeout", value), ("rpc.askTimeout", value)]);
+            let err = c.connect_timeout().unwrap_err();
+            assert_names(err.clone(), "rpc.connect.timeout", value);
+            assert!(err.to_string().contains("at most 36500d"), "{err}");
+            assert_names(c.ask_timeout().unwrap_err(), "rpc.askTimeout", value);
+            assert_names(c.validate().unwrap_err(), "rpc.askTimeout", value);
+            let c = conf(&[("rpc.connect.timeout", value)]);
+            assert_names(c.validate().unwrap_err(), "rpc.connect.timeout", value);
+        }
+        // Millisecond keys are capped alike.
+        let c = conf(&[("locality.wait", "3153600000001")]);
+        assert_names(
+            c.locality_wait().unwrap_err(),
+            "locality.wait",
+            "3153600000001",
+        );
+        let c = conf(&[("locality.wait", "3153600000000")]);
+        assert_eq!(c.locality_wait(), Ok(MAX_DURATION));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! to endpoints.
 
 use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use flint_wire::{Message, Route, SharedStr};
 use rustc_hash::FxHashMap;
+use tracing::error;
 
 use crate::ask::{PendingAsks, ReplySlot};
 use crate::conf::Conf;
@@ -86,12 +88,18 @@ pub(crate) struct AskCompletion {
 }
 
 impl AskCompletion {
+    /// Hands the ending to the asker. A callback runs on the loop thread: one that panics
+    /// is logged and the loop goes on, as for a panicking endpoint.
     pub(crate) fn complete(self, result: Result<Reply, RpcError>) {
         match self.waiter {
             AskWaiter::Blocking(slot) => {
                 slot.complete(result);
             }
-            AskWaiter::Callback(callback) => callback(result),
+            AskWaiter::Callback(callback) => {
+                if catch_unwind(AssertUnwindSafe(|| callback(result))).is_err() {
+                    error!(ask = %self.target, "the callback of an ask panicked; the loop goes on");
+                }
+            }
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::endpoint::{Endpoint, EndpointContext, Incoming, Reply};
 use crate::env::{AskCompletion, Command, RpcEnvHandle, Shared, LOCAL_KEY};
 use crate::error::RpcError;
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
-use crate::timer::TimerQueue;
+use crate::timer::{deadline_after, TimerQueue};
 
 /// Token of the waker that other threads use.
 pub(crate) const WAKER: Token = Token(0);
@@ -528,7 +528,7 @@ impl EventLoop {
             Ok(stream) => {
                 debug!(peer = %address, "connecting");
                 let state = ConnState::Connecting {
-                    deadline: now + self.shared.settings.connect_timeout,
+                    deadline: deadline_after(now, self.shared.settings.connect_timeout),
                 };
                 let max_payload = self.shared.settings.max_payload;
                 let conn = Connection::new(stream, outbox, address, state, max_payload);
@@ -836,7 +836,7 @@ impl EventLoop {
         }
         // Give queued frames a bounded time to leave, finishing connects and handshakes
         // under way, so that what was sent before stop() is delivered.
-        let deadline = now + self.shared.settings.shutdown_flush;
+        let deadline = deadline_after(now, self.shared.settings.shutdown_flush);
         self.process_commands();
         let mut events = Events::with_capacity(256);
         loop {
@@ -867,12 +867,11 @@ impl EventLoop {
                 done.complete(Err(RpcError::Stopped));
             }
         }
-        let mut asks = self.shared.asks.lock().unwrap_or_else(|e| e.into_inner());
-        asks.take_expired(
-            Instant::now() + Duration::from_secs(u32::MAX as u64),
-            &mut self.ended_asks,
-        );
-        drop(asks);
+        self.shared
+            .asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_all(&mut self.ended_asks);
         for ask in self.ended_asks.drain(..) {
             ask.completion.complete(Err(RpcError::Stopped));
         }

@@ -6,11 +6,11 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError, TimerId};
+use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError, Settings, TimerId};
 use flint_wire::{ArchivedMessage, Encoder, Message, Route, HEADER_LEN};
 
 /// What a [`Probe`] saw.
@@ -729,4 +729,76 @@ fn deferred_sends_leave_together_at_the_flush_in_order() {
         })
         .collect();
     assert_eq!(tags, (0..=1_000).collect::<Vec<_>>());
+}
+
+#[test]
+fn durations_past_the_end_of_the_clock_do_not_kill_the_loop() {
+    // The configuration refuses such durations, but the API takes them: settings, ask
+    // timeouts and timer delays. Each becomes a deadline that never comes.
+    struct Sleeper;
+    impl Endpoint for Sleeper {
+        fn on_start(&mut self, ctx: &mut EndpointContext<'_>) {
+            ctx.schedule_once(Duration::MAX);
+            ctx.schedule_every(Duration::from_millis(1), Duration::MAX);
+        }
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+            message.reply(&Message::Ack { ok: true }).unwrap();
+        }
+    }
+    let (server, _probe) = server_with_probe(&[]);
+    let mut settings = Settings::from_conf(&conf(&["rpc.askTimeout=10s"])).unwrap();
+    settings.connect_timeout = Duration::MAX;
+    let client = RpcEnv::with_settings(settings).unwrap();
+    client.handle().register("sleeper", Sleeper).unwrap();
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    assert_eq!(
+        tag_of(&remote.ask_timeout(&custom(2), Duration::MAX).unwrap()),
+        2
+    );
+    let (tx, rx) = mpsc::channel();
+    remote
+        .ask_then(&custom(3), Duration::MAX, move |reply| {
+            let _ = tx.send(reply.map(|reply| tag_of(&reply)));
+        })
+        .unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap(),
+        3
+    );
+    // The endpoint with the far timers was not stopped by a panic.
+    let sleeper = client.handle().local_ref("sleeper");
+    let reply = sleeper.ask(&Message::ReviveOffers).unwrap();
+    assert!(matches!(reply.message(), ArchivedMessage::Ack { ok: true }));
+}
+
+#[test]
+fn a_panicking_ask_callback_is_isolated_and_later_asks_still_end() {
+    let (server, probe) = server_with_probe(&[]);
+    let client = env(&["rpc.askTimeout=5s"]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    remote
+        .ask_then(&custom(1), Duration::from_secs(5), |_| {
+            panic!("an ask callback panicked on purpose")
+        })
+        .unwrap();
+    probe.wait_for("the first ask", |seen| seen.contains(&Seen::Message(1)));
+    // The loop survived the callback: replies and timeouts still end asks.
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+    let (tx, rx) = mpsc::channel();
+    remote
+        .ask_then(&custom(999), Duration::from_millis(200), move |reply| {
+            let _ = tx.send(reply.map(|reply| tag_of(&reply)));
+        })
+        .unwrap();
+    let ended = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        matches!(ended, Err(RpcError::AskTimeout { timeout, .. }) if timeout == Duration::from_millis(200)),
+        "{ended:?}"
+    );
+    let local = client.handle().local_ref("nobody");
+    assert!(matches!(
+        local.ask(&custom(3)),
+        Err(RpcError::Remote { .. })
+    ));
 }
