@@ -300,6 +300,9 @@ const fn optional(key: &str) -> &'static str {
 
 /// The key of [`Conf::ask_timeout`], named in ask timeout errors.
 pub const ASK_TIMEOUT_KEY: &str = optional("rpc.askTimeout");
+/// The key of [`Conf::network_timeout`], named in ask timeout errors when
+/// `rpc.askTimeout` is not set.
+pub const NETWORK_TIMEOUT_KEY: &str = optional("network.timeout");
 /// The key of [`Conf::connect_timeout`], named in connect timeout errors.
 pub const CONNECT_TIMEOUT_KEY: &str = optional("rpc.connect.timeout");
 /// The key of [`Conf::outbox_max_bytes`], named in full-outbox errors.
@@ -817,6 +820,16 @@ impl Conf {
         match self.entries.get(RPC_ASK_TIMEOUT) {
             Some(value) => positive_duration(RPC_ASK_TIMEOUT, value, TimeUnit::Secs),
             None => self.network_timeout(),
+        }
+    }
+
+    /// The key whose value [`Conf::ask_timeout`] returns: `rpc.askTimeout` when it is set,
+    /// else `network.timeout`.
+    pub fn ask_timeout_key(&self) -> &'static str {
+        if self.entries.contains_key(RPC_ASK_TIMEOUT) {
+            RPC_ASK_TIMEOUT
+        } else {
+            NETWORK_TIMEOUT.name
         }
     }
 
@@ -1494,8 +1507,11 @@ mod tests {
     fn ask_timeout_falls_back_to_network_timeout() {
         let c = conf(&[("network.timeout", "45s")]);
         assert_eq!(c.ask_timeout(), Ok(Duration::from_secs(45)));
+        assert_eq!(c.ask_timeout_key(), "network.timeout");
+        assert_eq!(Conf::new().ask_timeout_key(), "network.timeout");
         let c = conf(&[("network.timeout", "45s"), ("spark.rpc.askTimeout", "5s")]);
         assert_eq!(c.ask_timeout(), Ok(Duration::from_secs(5)));
+        assert_eq!(c.ask_timeout_key(), "rpc.askTimeout");
         let c = conf(&[("rpc.askTimeout", "5")]);
         assert_eq!(c.ask_timeout(), Ok(Duration::from_secs(5)));
         assert_eq!(c.network_timeout(), Ok(Duration::from_secs(120)));

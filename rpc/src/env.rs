@@ -13,9 +13,9 @@ use rustc_hash::FxHashMap;
 use tracing::error;
 
 use crate::ask::{PendingAsks, ReplySlot};
-use crate::conf::Conf;
+use crate::conf::{Conf, ASK_TIMEOUT_KEY};
 use crate::endpoint::{Endpoint, Reply};
-use crate::error::RpcError;
+use crate::error::{RpcError, TimeoutSource};
 use crate::event_loop::EventLoop;
 use crate::handoff::{Handoff, Notify};
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
@@ -35,6 +35,8 @@ pub struct Settings {
     pub outbox_limit: usize,
     /// rpc.askTimeout (falling back to network.timeout).
     pub ask_timeout: Duration,
+    /// Which key `ask_timeout` came from, for timeout errors.
+    pub ask_timeout_set_by: TimeoutSource,
     /// rpc.connect.timeout.
     pub connect_timeout: Duration,
     /// Socket buffer sizes.
@@ -61,6 +63,11 @@ impl Settings {
             max_payload: conf.message_max_size()?,
             outbox_limit: conf.outbox_max_bytes()?,
             ask_timeout: conf.ask_timeout()?,
+            ask_timeout_set_by: if conf.ask_timeout_key() == ASK_TIMEOUT_KEY {
+                TimeoutSource::AskTimeout
+            } else {
+                TimeoutSource::NetworkTimeout
+            },
             connect_timeout: conf.connect_timeout()?,
             socket: SocketOptions {
                 send_buffer: conf.send_buffer_size()?,
@@ -84,7 +91,19 @@ pub(crate) enum AskWaiter {
 /// An outstanding ask's waiter, with what error texts need.
 pub(crate) struct AskCompletion {
     pub(crate) target: String,
+    pub(crate) timeout_set_by: TimeoutSource,
     pub(crate) waiter: AskWaiter,
+}
+
+impl AskCompletion {
+    /// The error of this ask's timeout.
+    pub(crate) fn timeout_error(&self, timeout: Duration) -> RpcError {
+        RpcError::AskTimeout {
+            target: self.target.clone(),
+            timeout,
+            set_by: self.timeout_set_by,
+        }
+    }
 }
 
 impl AskCompletion {
@@ -439,6 +458,10 @@ impl EndpointRef {
 
     /// Asks and waits for the reply, at most `timeout`. Not for the loop thread, which
     /// would wait on itself: handlers use [`EndpointRef::ask_then`].
+    ///
+    /// A timeout error names what set the timeout: a `timeout` equal to the configured
+    /// one (callers usually pass [`Settings::ask_timeout`] on) is put down to its key,
+    /// any other to the caller.
     pub fn ask_timeout(&self, message: &Message, timeout: Duration) -> Result<Reply, RpcError> {
         assert!(
             !self.env.shared.on_loop_thread(),
@@ -450,7 +473,8 @@ impl EndpointRef {
     }
 
     /// Asks, and calls `then` on the loop thread with the reply, the timeout or the loss
-    /// of the connection, whichever comes first.
+    /// of the connection, whichever comes first. A timeout error names what set the
+    /// timeout, as for [`EndpointRef::ask_timeout`].
     pub fn ask_then(
         &self,
         message: &Message,
@@ -467,8 +491,14 @@ impl EndpointRef {
         waiter: AskWaiter,
     ) -> Result<(), RpcError> {
         let outbox = self.outbox();
+        let settings = &self.env.shared.settings;
         let completion = AskCompletion {
             target: self.describe(),
+            timeout_set_by: if timeout == settings.ask_timeout {
+                settings.ask_timeout_set_by
+            } else {
+                TimeoutSource::Caller
+            },
             waiter,
         };
         let request_id = self

@@ -97,7 +97,10 @@ impl CloseReason {
                 timeout: *timeout,
             },
             CloseReason::Stopping => RpcError::Stopped,
-            _ => RpcError::Disconnected { peer },
+            _ => RpcError::Disconnected {
+                peer,
+                reason: self.to_string(),
+            },
         }
     }
 }
@@ -389,11 +392,8 @@ impl EventLoop {
             .unwrap_or_else(|e| e.into_inner())
             .take_expired(now, &mut self.ended_asks);
         for ask in self.ended_asks.drain(..) {
-            let target = ask.completion.target.clone();
-            ask.completion.complete(Err(RpcError::AskTimeout {
-                target,
-                timeout: ask.timeout,
-            }));
+            let error = ask.completion.timeout_error(ask.timeout);
+            ask.completion.complete(Err(error));
         }
         let late: Vec<(ConnKey, Duration)> = self
             .connections
@@ -815,7 +815,7 @@ impl EventLoop {
 
     /// Closes an outbox and fails the asks that travelled on it.
     fn fail_outbox(&mut self, outbox: &Arc<Outbox>, reason: &CloseReason) {
-        outbox.close();
+        outbox.close(&reason.to_string());
         self.shared.forget_outgoing(outbox);
         self.shared
             .asks

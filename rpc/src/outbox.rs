@@ -28,7 +28,8 @@ pub enum OutboxKind {
 struct OutboxState {
     buf: BytesMut,
     encoder: Encoder,
-    closed: bool,
+    /// Why the connection closed, once it has.
+    closed: Option<Box<str>>,
 }
 
 /// Frames waiting to be written to one connection.
@@ -62,7 +63,7 @@ impl Outbox {
             state: Mutex::new(OutboxState {
                 buf: BytesMut::new(),
                 encoder: Encoder::new(max_payload),
-                closed: false,
+                closed: None,
             }),
             queued: AtomicUsize::new(0),
             flush_requested: AtomicBool::new(false),
@@ -92,8 +93,11 @@ impl Outbox {
     /// (the first frame since the loop last took the outbox).
     pub fn push(&self, route: &Route, message: &Message) -> Result<bool, RpcError> {
         let mut state = self.lock();
-        if state.closed {
-            return Err(RpcError::Disconnected { peer: self.peer });
+        if let Some(reason) = &state.closed {
+            return Err(RpcError::Disconnected {
+                peer: self.peer,
+                reason: reason.to_string(),
+            });
         }
         let queued = self.queued.load(Ordering::Acquire);
         if queued >= self.limit {
@@ -135,17 +139,18 @@ impl Outbox {
         self.queued.load(Ordering::Acquire)
     }
 
-    /// Refuses further frames and drops what is queued (the connection is gone).
-    pub fn close(&self) {
+    /// Refuses further frames and drops what is queued (the connection is gone, for
+    /// `reason`, which later sends are told).
+    pub fn close(&self, reason: &str) {
         let mut state = self.lock();
-        state.closed = true;
+        state.closed = Some(reason.into());
         state.buf = BytesMut::new();
         self.queued.store(0, Ordering::Release);
     }
 
     /// Whether the outbox was closed.
     pub fn is_closed(&self) -> bool {
-        self.lock().closed
+        self.lock().closed.is_some()
     }
 }
 
@@ -203,10 +208,17 @@ mod tests {
     #[test]
     fn a_closed_outbox_refuses() {
         let outbox = outbox(100);
-        outbox.close();
-        assert!(matches!(
-            outbox.push(&Route::Reply { request_id: 1 }, &Message::Empty),
-            Err(RpcError::Disconnected { .. })
-        ));
+        outbox.close("connection reset by peer");
+        let error = outbox
+            .push(&Route::Reply { request_id: 1 }, &Message::Empty)
+            .unwrap_err();
+        assert!(
+            matches!(&error, RpcError::Disconnected { reason, .. } if reason == "connection reset by peer"),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "connection to 127.0.0.1:1 closed: connection reset by peer"
+        );
     }
 }

@@ -10,7 +10,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError, Settings, TimerId};
+use flint_rpc::{
+    Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError, Settings, TimeoutSource, TimerId,
+};
 use flint_wire::{ArchivedMessage, Encoder, Message, Route, HEADER_LEN};
 
 /// What a [`Probe`] saw.
@@ -198,11 +200,11 @@ fn an_ask_without_reply_times_out_naming_the_key() {
     let error = remote.ask(&custom(999)).unwrap_err();
     let waited = started.elapsed();
     assert!(
-        matches!(error, RpcError::AskTimeout { timeout, .. } if timeout == Duration::from_millis(300))
+        matches!(error, RpcError::AskTimeout { timeout, set_by: TimeoutSource::AskTimeout, .. } if timeout == Duration::from_millis(300))
     );
     let text = error.to_string();
     assert!(
-        text.contains("rpc.askTimeout") && text.contains("300ms"),
+        text.contains("the timeout is set by rpc.askTimeout") && text.contains("300ms"),
         "{text}"
     );
     assert!(
@@ -212,6 +214,58 @@ fn an_ask_without_reply_times_out_naming_the_key() {
     assert!(probe.seen().contains(&Seen::Message(999)));
     // The environment goes on serving.
     assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+}
+
+#[test]
+fn an_ask_timeout_names_what_actually_set_it() {
+    let (server, _probe) = server_with_probe(&[]);
+    // rpc.askTimeout not set: network.timeout decides.
+    let client = env(&["network.timeout=300ms", "executor.heartbeatInterval=100ms"]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    let error = remote.ask(&custom(999)).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RpcError::AskTimeout {
+                set_by: TimeoutSource::NetworkTimeout,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("set by network.timeout, as rpc.askTimeout is not set"),
+        "{text}"
+    );
+    // The configured value passed on explicitly is still the key's doing.
+    let error = remote
+        .ask_timeout(&custom(999), Duration::from_millis(300))
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("set by network.timeout"),
+        "{error}"
+    );
+    // Any other value is the caller's.
+    let error = remote
+        .ask_timeout(&custom(999), Duration::from_millis(200))
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RpcError::AskTimeout {
+                set_by: TimeoutSource::Caller,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("200ms") && text.contains("the timeout was given by the caller"),
+        "{text}"
+    );
+    assert!(!text.contains("rpc.askTimeout"), "{text}");
 }
 
 #[test]
@@ -313,7 +367,9 @@ fn asks_fail_at_once_when_their_peer_dies() {
     let started = Instant::now();
     let error = remote.ask(&custom(1)).unwrap_err();
     assert!(
-        matches!(error, RpcError::Disconnected { peer } if peer == address),
+        // The raw server closes with the ask's payload unread: a reset, or an end of
+        // stream; either way the reason is there.
+        matches!(&error, RpcError::Disconnected { peer, reason } if *peer == address && !reason.is_empty()),
         "{error:?}"
     );
     assert!(
@@ -384,6 +440,12 @@ fn authentication_passes_with_the_secret_and_fails_without() {
     let remote = stranger.handle().endpoint_ref(server.address(), "probe");
     let error = remote.ask(&custom(2)).unwrap_err();
     assert!(matches!(error, RpcError::Disconnected { .. }), "{error:?}");
+    // The client checks the server's proof first: it learns why.
+    let text = error.to_string();
+    assert!(
+        text.contains("authentication failed") && text.contains("authenticate.secret"),
+        "{text}"
+    );
 
     let plain = env(&["rpc.askTimeout=5s"]);
     let remote = plain.handle().endpoint_ref(server.address(), "probe");
