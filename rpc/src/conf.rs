@@ -182,6 +182,13 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         "Port the RPC listener binds to; 0 lets the OS choose a free one.",
     ),
     info(
+        "rpc.shutdown.flushTimeout",
+        Some("2s"),
+        "How long stopping an RPC environment waits for what was sent before and from \
+         on_stop to be written; then sockets close, whatever is left; seconds when bare; 0 \
+         writes what the sockets take at once and waits for nothing.",
+    ),
+    info(
         "scheduler.allocation.file",
         None,
         "Path of a FAIR pools file (one `pool NAME [weight=N] [minShare=N] \
@@ -326,6 +333,7 @@ const RPC_IO_SEND_BUFFER_SIZE: Key = defaulted("rpc.io.sendBufferSize");
 const RPC_MESSAGE_MAX_SIZE: Key = defaulted(MAX_SIZE_KEY);
 const RPC_OUTBOX_MAX_BYTES: Key = defaulted("rpc.outbox.maxBytes");
 const RPC_PORT: Key = defaulted("rpc.port");
+const RPC_SHUTDOWN_FLUSH_TIMEOUT: Key = defaulted("rpc.shutdown.flushTimeout");
 const SCHEDULER_ALLOCATION_FILE: &str = optional("scheduler.allocation.file");
 const SCHEDULER_MAX_REGISTERED_WAIT: Key = defaulted("scheduler.maxRegisteredResourcesWaitingTime");
 const SCHEDULER_MIN_REGISTERED_RATIO: Key = defaulted("scheduler.minRegisteredResourcesRatio");
@@ -758,6 +766,7 @@ impl Conf {
         self.message_max_size()?;
         self.outbox_max_bytes()?;
         self.port()?;
+        self.shutdown_flush_timeout()?;
         self.max_registered_resources_waiting_time()?;
         self.min_registered_resources_ratio()?;
         self.scheduler_mode()?;
@@ -865,6 +874,14 @@ impl Conf {
             .trim()
             .parse()
             .map_err(|_| ConfError::invalid(RPC_PORT.name, value, EXPECT_PORT))
+    }
+
+    /// `rpc.shutdown.flushTimeout` (flint's own): how long stopping an RPC environment
+    /// waits for queued frames (sent before the stop and from `on_stop`) to be written
+    /// before it closes the sockets. Default 2s; a bare number is seconds; zero waits for
+    /// nothing.
+    pub fn shutdown_flush_timeout(&self) -> Result<Duration, ConfError> {
+        self.duration(RPC_SHUTDOWN_FLUSH_TIMEOUT, TimeUnit::Secs)
     }
 
     /// `rpc.io.sendBufferSize` (flint's own): the socket send buffer (SO_SNDBUF) in bytes,
@@ -1170,6 +1187,7 @@ mod tests {
         assert_eq!(c.connect_timeout(), Ok(Duration::from_secs(10)));
         assert_eq!(c.bind_address(), Ok(IpAddr::from([127, 0, 0, 1])));
         assert_eq!(c.port(), Ok(0));
+        assert_eq!(c.shutdown_flush_timeout(), Ok(Duration::from_secs(2)));
         assert_eq!(c.send_buffer_size(), Ok(None));
         assert_eq!(c.receive_buffer_size(), Ok(None));
         assert_eq!(c.outbox_max_bytes(), Ok(64 * MIB));
@@ -1205,7 +1223,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 30);
+        assert_eq!(keys.len(), 31);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);
@@ -1412,6 +1430,7 @@ mod tests {
             ("network.timeout", "60"),
             ("rpc.askTimeout", "30"),
             ("rpc.connect.timeout", "5"),
+            ("rpc.shutdown.flushTimeout", "3"),
             ("scheduler.revive.interval", "250"),
             ("scheduler.maxRegisteredResourcesWaitingTime", "1500"),
             ("locality.wait", "0"),
@@ -1422,6 +1441,7 @@ mod tests {
         assert_eq!(c.network_timeout(), Ok(Duration::from_secs(60)));
         assert_eq!(c.ask_timeout(), Ok(Duration::from_secs(30)));
         assert_eq!(c.connect_timeout(), Ok(Duration::from_secs(5)));
+        assert_eq!(c.shutdown_flush_timeout(), Ok(Duration::from_secs(3)));
         assert_eq!(c.revive_interval(), Ok(Duration::from_millis(250)));
         assert_eq!(
             c.max_registered_resources_waiting_time(),
@@ -1450,9 +1470,18 @@ mod tests {
             "99999999999999999999d",
             "18446744073709551615d",
         ] {
-            let c = conf(&[("network.timeout", value), ("locality.wait", value)]);
+            let c = conf(&[
+                ("network.timeout", value),
+                ("locality.wait", value),
+                ("rpc.shutdown.flushTimeout", value),
+            ]);
             assert_names(c.network_timeout().unwrap_err(), "network.timeout", value);
             assert_names(c.locality_wait().unwrap_err(), "locality.wait", value);
+            assert_names(
+                c.shutdown_flush_timeout().unwrap_err(),
+                "rpc.shutdown.flushTimeout",
+                value,
+            );
         }
         let c = conf(&[("network.timeout", "12x")]);
         assert_eq!(
@@ -1495,7 +1524,9 @@ mod tests {
         let c = conf(&[
             ("locality.wait", "0"),
             ("scheduler.maxRegisteredResourcesWaitingTime", "0s"),
+            ("rpc.shutdown.flushTimeout", "0"),
         ]);
+        assert_eq!(c.shutdown_flush_timeout(), Ok(Duration::ZERO));
         assert_eq!(c.locality_wait(), Ok(Duration::ZERO));
         assert_eq!(
             c.max_registered_resources_waiting_time(),

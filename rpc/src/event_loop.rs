@@ -360,21 +360,20 @@ impl EventLoop {
 
     fn next_timeout(&mut self) -> Option<Duration> {
         let mut next = self.endpoints.timers.next_deadline();
-        let asks = self
-            .shared
-            .asks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .next_deadline();
-        for deadline in asks
-            .into_iter()
-            .chain(self.connections.values().filter_map(|c| match c.state {
-                ConnState::Connecting { deadline } => Some(deadline),
-                ConnState::Open => None,
-            }))
-        {
+        for deadline in self.connections.values().filter_map(|c| match c.state {
+            ConnState::Connecting { deadline } => Some(deadline),
+            ConnState::Open => None,
+        }) {
             next = Some(next.map_or(deadline, |n| n.min(deadline)));
         }
+        let mut asks = self.shared.asks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(deadline) = asks.next_deadline() {
+            next = Some(next.map_or(deadline, |n| n.min(deadline)));
+        }
+        // Under the same lock: an ask registered from here on that is due before `next`
+        // wakes the loop.
+        asks.loop_sleeps_until(next);
+        drop(asks);
         next.map(|deadline| deadline.saturating_duration_since(Instant::now()))
     }
 
@@ -430,7 +429,9 @@ impl EventLoop {
             Command::Flush(outbox) => match outbox.kind() {
                 OutboxKind::Local => self.deliver_local(),
                 _ if self.connections.contains_key(&outbox.key()) => self.flush(outbox.key()),
-                OutboxKind::Outgoing(address) if !outbox.is_closed() && !self.stopping => {
+                // Also while stopping: what on_stop sends may need a connection, which the
+                // shutdown's bound covers.
+                OutboxKind::Outgoing(address) if !outbox.is_closed() => {
                     self.connect(address, outbox, now)
                 }
                 _ => {}
@@ -829,14 +830,15 @@ impl EventLoop {
     }
 
     fn shutdown(&mut self) {
-        self.shared.stopped.store(true, Ordering::Release);
-        let now = Instant::now();
+        // Sends are still accepted while the endpoints stop, so that what on_stop sends
+        // (a last word to a peer) leaves with the rest; refused from then on.
         for index in 0..self.endpoints.slots.len() {
             self.endpoints.stop(index);
         }
+        self.shared.stopped.store(true, Ordering::Release);
         // Give queued frames a bounded time to leave, finishing connects and handshakes
-        // under way, so that what was sent before stop() is delivered.
-        let deadline = deadline_after(now, self.shared.settings.shutdown_flush);
+        // under way, so that what was sent before stop() and from on_stop is delivered.
+        let deadline = deadline_after(Instant::now(), self.shared.settings.shutdown_flush);
         self.process_commands();
         let mut events = Events::with_capacity(256);
         loop {

@@ -864,3 +864,175 @@ fn a_panicking_ask_callback_is_isolated_and_later_asks_still_end() {
         Err(RpcError::Remote { .. })
     ));
 }
+
+/// Joins `thread`, failing the test if it does not end within `bound`.
+fn join_within<T>(thread: std::thread::JoinHandle<T>, bound: Duration, what: &str) -> T {
+    let deadline = Instant::now() + bound;
+    while !thread.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not end within {bound:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    thread.join().unwrap()
+}
+
+#[test]
+fn an_ask_behind_an_unflushed_deferred_send_still_times_out() {
+    let (server, probe) = server_with_probe(&[]);
+    let client = env(&["rpc.askTimeout=500ms"]);
+    let target = client.handle().endpoint_ref(server.address(), "probe");
+    // Connected, and the loop idle with nothing to wake it for.
+    target.ask(&custom(0)).unwrap();
+    // Another reference defers a send on the same connection and does not flush: the
+    // loop is not told, and the asks below are queued behind that frame.
+    let deferring = client.handle().endpoint_ref(server.address(), "probe");
+    deferring.send_deferred(&custom(1)).unwrap();
+
+    let (tx, rx) = mpsc::channel();
+    target
+        .ask_then(&custom(2), Duration::from_millis(300), move |reply| {
+            let _ = tx.send(reply.map(|reply| tag_of(&reply)));
+        })
+        .unwrap();
+    let asker = std::thread::spawn(move || {
+        let started = Instant::now();
+        (target.ask(&custom(3)), started.elapsed())
+    });
+    let (result, waited) = join_within(asker, Duration::from_secs(10), "the blocking ask");
+    assert!(
+        matches!(result, Err(RpcError::AskTimeout { timeout, .. }) if timeout == Duration::from_millis(500)),
+        "{result:?}"
+    );
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+    // Only the loop can end a callback ask: it was woken to arm the timeout.
+    let ended = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        matches!(ended, Err(RpcError::AskTimeout { .. })),
+        "{ended:?}"
+    );
+    assert!(!probe.seen().contains(&Seen::Message(1)));
+    // The deferred frame, and the asks behind it, leave at the flush.
+    deferring.flush();
+    probe.wait_for("the deferred frame and the asks", |seen| {
+        [1, 2, 3]
+            .iter()
+            .all(|&tag| seen.contains(&Seen::Message(tag)))
+    });
+}
+
+#[test]
+fn a_blocking_ask_returns_at_its_timeout_even_if_the_loop_is_stuck() {
+    /// Holds the loop thread until released (at most 10 s).
+    struct Stuck(mpsc::Receiver<()>);
+    impl Endpoint for Stuck {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, _message: Incoming<'_>) {
+            let _ = self.0.recv_timeout(Duration::from_secs(10));
+        }
+    }
+    let (server, _probe) = server_with_probe(&[]);
+    let client = env(&["rpc.askTimeout=300ms"]);
+    let (release, held) = mpsc::channel();
+    client.handle().register("stuck", Stuck(held)).unwrap();
+    // Handed to the loop before the ask below, so the loop is stuck before it sees it.
+    client.handle().local_ref("stuck").send(&custom(1)).unwrap();
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    let started = Instant::now();
+    let error = remote.ask(&custom(2)).unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        matches!(error, RpcError::AskTimeout { timeout, .. } if timeout == Duration::from_millis(300)),
+        "{error:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    release.send(()).unwrap();
+    // Free again, the loop serves; the late reply to the first ask finds nobody.
+    assert_eq!(tag_of(&remote.ask(&custom(3)).unwrap()), 3);
+}
+
+#[test]
+fn what_on_stop_sends_leaves_before_the_sockets_close() {
+    /// Says goodbye to every peer it knows when it stops, and records how that went.
+    struct Farewell {
+        peers: Vec<flint_rpc::EndpointRef>,
+        sent: Arc<Mutex<Vec<String>>>,
+    }
+    impl Endpoint for Farewell {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, _message: Incoming<'_>) {}
+        fn on_stop(&mut self) {
+            for peer in &self.peers {
+                let outcome = peer.send(&custom(77));
+                self.sent.lock().unwrap().push(format!("{outcome:?}"));
+            }
+        }
+    }
+    let (known, known_probe) = server_with_probe(&[]);
+    let (unknown, unknown_probe) = server_with_probe(&[]);
+    let client = env(&[]);
+    let to_known = client.handle().endpoint_ref(known.address(), "probe");
+    assert_eq!(tag_of(&to_known.ask(&custom(1)).unwrap()), 1);
+    // Never used before the stop: on_stop's send has to connect first.
+    let to_unknown = client.handle().endpoint_ref(unknown.address(), "probe");
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    client
+        .handle()
+        .register(
+            "farewell",
+            Farewell {
+                peers: vec![to_known.clone(), to_unknown],
+                sent: sent.clone(),
+            },
+        )
+        .unwrap();
+    client.stop();
+    assert_eq!(*sent.lock().unwrap(), ["Ok(())", "Ok(())"]);
+    known_probe.wait_for("the farewell", |seen| seen.contains(&Seen::Message(77)));
+    unknown_probe.wait_for("the farewell over a new connection", |seen| {
+        seen.contains(&Seen::Message(77))
+    });
+    // Once stopped, sends are refused.
+    assert!(matches!(to_known.send(&custom(2)), Err(RpcError::Stopped)));
+}
+
+#[test]
+fn stop_returns_within_the_flush_bound_when_a_peer_never_reads() {
+    // A peer that accepts and never reads: the kernel buffers fill, then the outbox.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let holder = std::thread::spawn(move || listener.accept().map(|(socket, _)| socket));
+    let client = env(&[
+        "rpc.outbox.maxBytes=256k",
+        "rpc.io.sendBufferSize=16k",
+        "rpc.shutdown.flushTimeout=500ms",
+    ]);
+    assert_eq!(
+        client.handle().settings().shutdown_flush,
+        Duration::from_millis(500)
+    );
+    let remote = client.handle().endpoint_ref(address, "sink");
+    let big = Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![0u8; 16 * 1024]),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match remote.send(&big) {
+            Ok(()) => assert!(Instant::now() < deadline, "the outbox never filled"),
+            Err(RpcError::OutboxFull { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let _socket = holder.join().unwrap().unwrap();
+    let started = Instant::now();
+    client.stop();
+    let waited = started.elapsed();
+    // It tried for the whole bound, and gave up then.
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}
