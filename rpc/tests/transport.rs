@@ -1036,3 +1036,54 @@ fn stop_returns_within_the_flush_bound_when_a_peer_never_reads() {
         "{waited:?}"
     );
 }
+
+#[test]
+fn a_connect_that_gets_no_answer_fails_at_the_connect_timeout() {
+    // A listener with a backlog of one that never accepts: once its accept queue is
+    // full, the kernel drops further SYNs, so the next connect gets no answer at all.
+    let listener = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .unwrap();
+    listener
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    listener.listen(0).unwrap();
+    let address = listener.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    let full =
+        (0..16).any(
+            |_| match TcpStream::connect_timeout(&address, Duration::from_millis(200)) {
+                Ok(stream) => {
+                    fillers.push(stream);
+                    false
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+                    true
+                }
+            },
+        );
+    assert!(full, "the accept queue never filled");
+
+    let client = env(&["rpc.connect.timeout=300ms", "rpc.askTimeout=30s"]);
+    let started = Instant::now();
+    let error = client
+        .handle()
+        .endpoint_ref(address, "anyone")
+        .ask(&custom(1))
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        matches!(error, RpcError::ConnectTimeout { peer, timeout } if peer == address && timeout == Duration::from_millis(300)),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("rpc.connect.timeout"), "{error}");
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    drop(fillers);
+}
