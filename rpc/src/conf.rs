@@ -91,6 +91,13 @@ const KNOWN_KEYS: &[KeyInfo] = &[
          authenticate is true. Redacted when a conf is printed.",
     ),
     info(
+        "authenticate.timeout",
+        Some("10s"),
+        "flint's own: how long a connection may take to complete the authentication \
+         handshake when authenticate is true; a peer that has not proved it knows the \
+         secret by then is disconnected; seconds when bare; above zero.",
+    ),
+    info(
         "default.parallelism",
         None,
         "Default number of partitions; at least 1. When not set, the scheduler uses \
@@ -319,6 +326,7 @@ pub const OUTBOX_MAX_BYTES_KEY: &str = optional("rpc.outbox.maxBytes");
 
 const AUTHENTICATE: Key = defaulted("authenticate");
 const AUTHENTICATE_SECRET: &str = optional("authenticate.secret");
+const AUTHENTICATE_TIMEOUT: Key = defaulted("authenticate.timeout");
 const DEFAULT_PARALLELISM: &str = optional("default.parallelism");
 const DRIVER_MAX_RESULT_SIZE: Key = defaulted("driver.maxResultSize");
 const EXCLUDE_ON_FAILURE: Key = defaulted("excludeOnFailure.enabled");
@@ -752,6 +760,7 @@ impl Conf {
     /// and `authenticate` needs a non-empty `authenticate.secret`.
     pub fn validate(&self) -> Result<(), ConfError> {
         self.authenticate()?;
+        self.authenticate_timeout()?;
         self.default_parallelism()?;
         self.driver_max_result_size()?;
         self.exclude_on_failure()?;
@@ -1035,6 +1044,14 @@ impl Conf {
         self.entries.get(AUTHENTICATE_SECRET).map(String::as_str)
     }
 
+    /// `authenticate.timeout` (flint's own): how long a connection may take to complete
+    /// the authentication handshake (with `authenticate=true`); a peer that has not proved
+    /// it knows the secret by then is disconnected, so that unauthenticated connections
+    /// are not held forever. Default 10s; a bare number is seconds; zero is an error.
+    pub fn authenticate_timeout(&self) -> Result<Duration, ConfError> {
+        self.positive_duration(AUTHENTICATE_TIMEOUT, TimeUnit::Secs)
+    }
+
     /// `excludeOnFailure.enabled`: whether a task set stops giving tasks to executors and
     /// hosts where its tasks keep failing. Default false, as in Spark.
     pub fn exclude_on_failure(&self) -> Result<bool, ConfError> {
@@ -1216,6 +1233,7 @@ mod tests {
         assert_eq!(c.driver_max_result_size(), Ok(Some(1 << 30)));
         assert_eq!(c.authenticate(), Ok(false));
         assert_eq!(c.authenticate_secret(), None);
+        assert_eq!(c.authenticate_timeout(), Ok(Duration::from_secs(10)));
         assert_eq!(c.executor_task_prefetch(), Ok(0));
         assert_eq!(c.validate(), Ok(()));
     }
@@ -1227,7 +1245,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 31);
+        assert_eq!(keys.len(), 32);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);
@@ -1435,6 +1453,7 @@ mod tests {
             ("rpc.askTimeout", "30"),
             ("rpc.connect.timeout", "5"),
             ("rpc.shutdown.flushTimeout", "3"),
+            ("authenticate.timeout", "4"),
             ("scheduler.revive.interval", "250"),
             ("scheduler.maxRegisteredResourcesWaitingTime", "1500"),
             ("locality.wait", "0"),
@@ -1446,6 +1465,7 @@ mod tests {
         assert_eq!(c.ask_timeout(), Ok(Duration::from_secs(30)));
         assert_eq!(c.connect_timeout(), Ok(Duration::from_secs(5)));
         assert_eq!(c.shutdown_flush_timeout(), Ok(Duration::from_secs(3)));
+        assert_eq!(c.authenticate_timeout(), Ok(Duration::from_secs(4)));
         assert_eq!(c.revive_interval(), Ok(Duration::from_millis(250)));
         assert_eq!(
             c.max_registered_resources_waiting_time(),
@@ -1499,6 +1519,7 @@ mod tests {
     #[test]
     fn zero_is_rejected_where_it_would_spin_or_expire_at_once() {
         let zero_keys = [
+            "authenticate.timeout",
             "network.timeout",
             "rpc.askTimeout",
             "rpc.connect.timeout",
@@ -1509,6 +1530,7 @@ mod tests {
         ];
         let c: Conf = zero_keys.iter().map(|&k| (k, "0s")).collect();
         for (key, result) in [
+            ("authenticate.timeout", c.authenticate_timeout()),
             ("network.timeout", c.network_timeout()),
             ("rpc.askTimeout", c.ask_timeout()),
             ("rpc.connect.timeout", c.connect_timeout()),

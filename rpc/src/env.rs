@@ -44,6 +44,8 @@ pub struct Settings {
     pub socket: SocketOptions,
     /// The shared secret, when authenticate=true.
     pub secret: Option<Arc<[u8]>>,
+    /// How long a connection may take to authenticate (authenticate.timeout).
+    pub auth_timeout: Duration,
     /// The listener's address (rpc.bindAddress, rpc.port).
     pub bind: SocketAddr,
     /// How long stopping waits for outboxes to drain (rpc.shutdown.flushTimeout).
@@ -75,6 +77,7 @@ impl Settings {
                 receive_buffer: conf.receive_buffer_size()?,
             },
             secret,
+            auth_timeout: conf.authenticate_timeout()?,
             bind: SocketAddr::new(conf.bind_address()?, conf.port()?),
             shutdown_flush: conf.shutdown_flush_timeout()?,
         })

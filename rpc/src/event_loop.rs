@@ -48,6 +48,8 @@ struct Connection {
     state: ConnState,
     /// Present while the peer has not yet proved it knows the secret.
     handshake: Option<Handshake>,
+    /// When the handshake must be done by (authenticate.timeout), while it is under way.
+    handshake_deadline: Option<Instant>,
     /// Whether endpoints were told of this connection (and so must hear of its end).
     announced: bool,
 }
@@ -69,7 +71,16 @@ impl Connection {
             peer,
             state,
             handshake: None,
+            handshake_deadline: None,
             announced: false,
+        }
+    }
+
+    /// When the connection must have got further by: connected, or authenticated.
+    fn deadline(&self) -> Option<Instant> {
+        match self.state {
+            ConnState::Connecting { deadline } => Some(deadline),
+            ConnState::Open => self.handshake_deadline,
         }
     }
 }
@@ -82,6 +93,7 @@ enum CloseReason {
     Auth(AuthError),
     ConnectFailed(io::Error),
     ConnectTimeout(Duration),
+    AuthTimeout(Duration),
     Stopping,
 }
 
@@ -114,6 +126,11 @@ impl std::fmt::Display for CloseReason {
             CloseReason::Auth(e) => write!(f, "{e}"),
             CloseReason::ConnectFailed(e) => write!(f, "connect failed: {e}"),
             CloseReason::ConnectTimeout(t) => write!(f, "connect timed out after {t:?}"),
+            CloseReason::AuthTimeout(t) => write!(
+                f,
+                "authentication did not finish within {t:?}; the timeout is set by \
+                 authenticate.timeout"
+            ),
             CloseReason::Stopping => f.write_str("the RPC environment is stopping"),
         }
     }
@@ -360,10 +377,7 @@ impl EventLoop {
 
     fn next_timeout(&mut self) -> Option<Duration> {
         let mut next = self.endpoints.timers.next_deadline();
-        for deadline in self.connections.values().filter_map(|c| match c.state {
-            ConnState::Connecting { deadline } => Some(deadline),
-            ConnState::Open => None,
-        }) {
+        for deadline in self.connections.values().filter_map(Connection::deadline) {
             next = Some(next.map_or(deadline, |n| n.min(deadline)));
         }
         let mut asks = self.shared.asks.lock().unwrap_or_else(|e| e.into_inner());
@@ -394,18 +408,20 @@ impl EventLoop {
             let error = ask.completion.timeout_error(ask.timeout);
             ask.completion.complete(Err(error));
         }
-        let late: Vec<(ConnKey, Duration)> = self
+        let settings = &self.shared.settings;
+        let late: Vec<(ConnKey, CloseReason)> = self
             .connections
             .iter()
-            .filter_map(|(&key, c)| match c.state {
-                ConnState::Connecting { deadline } if deadline <= now => {
-                    Some((key, self.shared.settings.connect_timeout))
+            .filter(|(_, c)| c.deadline().is_some_and(|deadline| deadline <= now))
+            .map(|(&key, c)| match c.state {
+                ConnState::Connecting { .. } => {
+                    (key, CloseReason::ConnectTimeout(settings.connect_timeout))
                 }
-                _ => None,
+                ConnState::Open => (key, CloseReason::AuthTimeout(settings.auth_timeout)),
             })
             .collect();
-        for (key, timeout) in late {
-            self.close(key, CloseReason::ConnectTimeout(timeout));
+        for (key, reason) in late {
+            self.close(key, reason);
         }
     }
 
@@ -497,8 +513,18 @@ impl EventLoop {
                     let authenticated = handshake.is_none();
                     let max_payload = self.shared.settings.max_payload;
                     let conn = Connection::new(stream, outbox, peer, ConnState::Open, max_payload);
-                    self.connections
-                        .insert(key, Connection { handshake, ..conn });
+                    // An unauthenticated connection is not held past authenticate.timeout.
+                    let handshake_deadline = handshake
+                        .as_ref()
+                        .map(|_| deadline_after(Instant::now(), self.shared.settings.auth_timeout));
+                    self.connections.insert(
+                        key,
+                        Connection {
+                            handshake,
+                            handshake_deadline,
+                            ..conn
+                        },
+                    );
                     if authenticated {
                         self.announce(key);
                     }
@@ -577,6 +603,10 @@ impl EventLoop {
                 Ok(nonce) => {
                     let (handshake, challenge) = Handshake::connecting(secret.clone(), nonce);
                     conn.handshake = Some(handshake);
+                    conn.handshake_deadline = Some(deadline_after(
+                        Instant::now(),
+                        self.shared.settings.auth_timeout,
+                    ));
                     if let Err(e) = send_control(&mut self.control, conn, &challenge) {
                         self.close(key, CloseReason::Wire(e));
                         return false;
@@ -660,6 +690,7 @@ impl EventLoop {
                 }
                 if done {
                     conn.handshake = None;
+                    conn.handshake_deadline = None;
                     debug!(peer = %conn.peer, "authenticated");
                     self.announce(key);
                 } else {

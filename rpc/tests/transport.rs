@@ -323,8 +323,9 @@ fn two_hundred_concurrent_connections_are_served() {
     });
 }
 
-#[test]
-fn a_peer_killed_mid_frame_is_dropped_and_others_are_served() {
+/// Sends half a frame from a raw socket, then closes it: gracefully (FIN), or, with
+/// `reset`, as a killed process's socket with SO_LINGER 0 goes (RST).
+fn peer_killed_mid_frame(reset: bool) {
     let (server, probe) = server_with_probe(&[]);
     let mut raw = TcpStream::connect(server.address()).unwrap();
     let local = raw.local_addr().unwrap();
@@ -338,6 +339,11 @@ fn a_peer_killed_mid_frame_is_dropped_and_others_are_served() {
     probe.wait_for("the raw peer to connect", |seen| {
         seen.contains(&Seen::Connected(local))
     });
+    if reset {
+        socket2::SockRef::from(&raw)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+    }
     drop(raw);
     probe.wait_for("the raw peer to go", |seen| {
         seen.contains(&Seen::Disconnected(local))
@@ -350,6 +356,16 @@ fn a_peer_killed_mid_frame_is_dropped_and_others_are_served() {
     let client = env(&[]);
     let remote = client.handle().endpoint_ref(server.address(), "probe");
     assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+}
+
+#[test]
+fn a_peer_killed_mid_frame_is_dropped_and_others_are_served() {
+    peer_killed_mid_frame(false);
+}
+
+#[test]
+fn a_peer_reset_mid_frame_is_dropped_and_others_are_served() {
+    peer_killed_mid_frame(true);
 }
 
 #[test]
@@ -379,44 +395,101 @@ fn asks_fail_at_once_when_their_peer_dies() {
     server.join().unwrap();
 }
 
+/// Waits (at most 10 s) for the server to close `raw`: an end of stream, or a reset
+/// (the server closed with bytes of ours unread). Bytes from the server, a timeout or any
+/// other error fail.
+fn assert_closed_by_server(raw: &mut TcpStream) {
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 64];
+    match raw.read(&mut buf) {
+        Ok(0) => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            ) => {}
+        Ok(n) => panic!("the server sent {n} bytes instead of closing"),
+        Err(e) => panic!("the server did not close the connection: {e}"),
+    }
+}
+
 #[test]
 fn oversized_and_garbage_peers_are_cut_off_while_others_are_served() {
     let (server, probe) = server_with_probe(&["rpc.message.maxSize=1"]);
     let client = env(&[]);
     let remote = client.handle().endpoint_ref(server.address(), "probe");
     assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    let valid = |tag| {
+        frame(
+            &Route::OneWay {
+                endpoint: "probe".into(),
+            },
+            &custom(tag),
+        )
+    };
 
     // A header announcing 2 MiB against a 1 MiB limit: refused from the header alone.
-    let mut big = frame(
-        &Route::OneWay {
-            endpoint: "probe".into(),
-        },
-        &custom(7),
-    );
-    big[12..16].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    // A valid frame right behind it must not be delivered either.
+    let mut bytes = valid(7);
+    bytes[12..16].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    bytes.truncate(HEADER_LEN);
+    bytes.extend_from_slice(&valid(8));
     let mut raw = TcpStream::connect(server.address()).unwrap();
-    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    raw.write_all(&big[..HEADER_LEN]).unwrap();
-    let mut buf = [0u8; 16];
-    assert_eq!(
-        raw.read(&mut buf).unwrap_or(0),
-        0,
-        "the server closes the connection"
-    );
+    // The server may close before all of it is written: that is what is tested.
+    let _ = raw.write_all(&bytes);
+    assert_closed_by_server(&mut raw);
 
-    // Garbage that is not flint at all.
+    // Garbage that is not flint at all, then a valid frame.
+    let mut bytes = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n"[..]);
+    bytes.extend_from_slice(&valid(9));
     let mut raw = TcpStream::connect(server.address()).unwrap();
-    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    raw.write_all(b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n")
-        .unwrap();
-    assert_eq!(
-        raw.read(&mut buf).unwrap_or(0),
-        0,
-        "the server closes the connection"
-    );
+    let _ = raw.write_all(&bytes);
+    assert_closed_by_server(&mut raw);
 
+    // The env went on serving its other peer.
     assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
-    assert!(!probe.seen().contains(&Seen::Message(7)));
+    let seen = probe.seen();
+    assert!(
+        [7, 8, 9]
+            .iter()
+            .all(|&tag| !seen.contains(&Seen::Message(tag))),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_peer_that_never_authenticates_is_cut_off_at_the_handshake_timeout() {
+    let secret = [
+        "authenticate=true",
+        "authenticate.secret=correct horse",
+        "authenticate.timeout=300ms",
+    ];
+    let (server, probe) = server_with_probe(&secret);
+    let friend = env(&secret);
+    let remote = friend.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+
+    // Connects and says nothing.
+    let started = Instant::now();
+    let mut silent = TcpStream::connect(server.address()).unwrap();
+    assert_closed_by_server(&mut silent);
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // An authenticated connection is not cut off once the timeout has passed.
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+    assert_eq!(friend.handle().stats().connected, 1, "no reconnect");
+    let connected = probe
+        .seen()
+        .iter()
+        .filter(|s| matches!(s, Seen::Connected(_)))
+        .count();
+    assert_eq!(connected, 1, "the silent peer never counted as connected");
+    assert_eq!(server.handle().stats().accepted, 2);
 }
 
 #[test]
