@@ -108,9 +108,7 @@ impl AskCompletion {
             set_by: self.timeout_set_by,
         }
     }
-}
 
-impl AskCompletion {
     /// Hands the ending to the asker. A callback runs on the loop thread: one that panics
     /// is logged and the loop goes on, as for a panicking endpoint.
     pub(crate) fn complete(self, result: Result<Reply, RpcError>) {
