@@ -4,10 +4,13 @@
 //! An ask ends in exactly one way: a reply, its timeout, or the loss of its connection,
 //! whichever is first. The [`PendingAsks`] table is the arbiter: whoever takes the entry
 //! out completes it, and nobody else can. [`ReplySlot`] hands the result to the waiting
-//! thread. Both are model-checked with loom, with the three endings racing on threads.
+//! thread. [`start`] registers an ask and sends it so that its asker sees one outcome even
+//! when the send fails because the connection was lost at that moment. All three are
+//! model-checked with loom, with the endings racing on threads.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::ops::DerefMut;
 use std::time::{Duration, Instant};
 
 use crate::sync::{AtomicBool, Condvar, Mutex, Ordering};
@@ -66,10 +69,21 @@ impl<T> ReplySlot<T> {
     /// Blocks until the slot is completed, then takes the value. Returns `None` if it
     /// was already taken.
     pub fn wait(&self) -> Option<T> {
+        self.wait_inner(None)
+    }
+
+    /// As [`ReplySlot::wait`], but gives up at `deadline`: `None` then, or if the value
+    /// was already taken.
+    pub fn wait_until(&self, deadline: Instant) -> Option<T> {
+        self.wait_inner(Some(deadline))
+    }
+
+    fn wait_inner(&self, deadline: Option<Instant>) -> Option<T> {
         #[cfg(not(loom))]
         {
             let start = Instant::now();
-            while !self.done.load(Ordering::Acquire) && start.elapsed() < SPIN {
+            let spin_until = deadline.map_or(SPIN, |d| d.saturating_duration_since(start));
+            while !self.done.load(Ordering::Acquire) && start.elapsed() < spin_until.min(SPIN) {
                 std::thread::yield_now();
             }
         }
@@ -78,7 +92,19 @@ impl<T> ReplySlot<T> {
             match std::mem::replace(&mut *state, SlotState::Taken) {
                 SlotState::Waiting => {
                     *state = SlotState::Waiting;
-                    state = self.ready.wait(state).unwrap_or_else(|e| e.into_inner());
+                    state = match deadline {
+                        None => self.ready.wait(state).unwrap_or_else(|e| e.into_inner()),
+                        Some(deadline) => {
+                            let now = Instant::now();
+                            if now >= deadline {
+                                return None;
+                            }
+                            self.ready
+                                .wait_timeout(state, deadline - now)
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0
+                        }
+                    };
                 }
                 SlotState::Done(value) => return Some(value),
                 SlotState::Taken => return None,
@@ -100,12 +126,24 @@ pub struct PendingAsk<C, K> {
     pub completion: C,
 }
 
+/// A registered ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registered {
+    /// Its request id.
+    pub id: u64,
+    /// Whether its deadline comes before the loop would next wake up by itself, so the
+    /// loop must be woken to arm its timeout (see [`PendingAsks::loop_sleeps_until`]).
+    pub wake_loop: bool,
+}
+
 /// Outstanding asks by request id, with their deadlines.
 #[derive(Debug)]
 pub struct PendingAsks<C, K> {
     next_id: u64,
     entries: HashMap<u64, PendingAsk<C, K>>,
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// When the loop last said it would wake up by itself; `None`: only when woken.
+    loop_wakes_at: Option<Instant>,
 }
 
 impl<C, K: PartialEq + Copy> Default for PendingAsks<C, K> {
@@ -121,20 +159,31 @@ impl<C, K: PartialEq + Copy> PendingAsks<C, K> {
             next_id: 1,
             entries: HashMap::new(),
             deadlines: BinaryHeap::new(),
+            loop_wakes_at: None,
         }
     }
 
-    /// Registers an ask and returns its request id.
+    /// The loop, about to sleep, says until when (`None`: until woken). It says so under
+    /// the same lock as [`PendingAsks::register`], having read
+    /// [`PendingAsks::next_deadline`]: an ask registered afterwards that is due earlier
+    /// is told to wake the loop, so that no ask waits past its timeout for a loop that
+    /// sleeps on (as it would behind a deferred send, which wakes nobody).
+    pub fn loop_sleeps_until(&mut self, wake_at: Option<Instant>) {
+        self.loop_wakes_at = wake_at;
+    }
+
+    /// Registers an ask and returns its request id, and whether the loop must be woken
+    /// to see its deadline.
     pub fn register(
         &mut self,
         now: Instant,
         timeout: Duration,
         connection: K,
         completion: C,
-    ) -> u64 {
+    ) -> Registered {
         let id = self.next_id;
         self.next_id += 1;
-        let deadline = now + timeout;
+        let deadline = crate::timer::deadline_after(now, timeout);
         self.entries.insert(
             id,
             PendingAsk {
@@ -145,7 +194,10 @@ impl<C, K: PartialEq + Copy> PendingAsks<C, K> {
             },
         );
         self.deadlines.push(Reverse((deadline, id)));
-        id
+        // The loop's own wake-up is not moved: each earlier ask wakes it (cheap while a
+        // wake-up is on its way), so none relies on another's wake-up that may not come.
+        let wake_loop = self.loop_wakes_at.is_none_or(|wake_at| deadline < wake_at);
+        Registered { id, wake_loop }
     }
 
     /// Takes the ask a reply answers; `None` if it already ended (or never existed).
@@ -173,6 +225,12 @@ impl<C, K: PartialEq + Copy> PendingAsks<C, K> {
                 into.push(ask);
             }
         }
+    }
+
+    /// Takes every outstanding ask (the environment is stopping).
+    pub fn take_all(&mut self, into: &mut Vec<PendingAsk<C, K>>) {
+        self.deadlines.clear();
+        into.extend(self.entries.drain().map(|(_, ask)| ask));
     }
 
     /// Takes every ask travelling on `connection`.
@@ -212,6 +270,61 @@ impl<C, K: PartialEq + Copy> PendingAsks<C, K> {
     }
 }
 
+/// How [`start`] went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Started<R> {
+    /// The ask is registered and `send` returned `sent`; `wake_loop` as in
+    /// [`Registered`].
+    Sent {
+        /// The request id.
+        id: u64,
+        /// Whether the loop must be woken to arm the ask's timeout.
+        wake_loop: bool,
+        /// What `send` returned.
+        sent: R,
+    },
+    /// `send` failed, but by then the ask had already ended another way (its connection
+    /// was lost, or it timed out, at that moment): its completion has that ending, so
+    /// the send's error is not the outcome.
+    EndedElsewhere {
+        /// The request id.
+        id: u64,
+    },
+}
+
+/// Registers an ask in the table `lock` gives, then sends it with its request id.
+///
+/// If the send fails, the ask is taken back, and the error is the outcome: nothing else
+/// completes it. But the send fails when the connection was closed, and the loop, which
+/// closes it, then fails the connection's asks: if it got to this one first, the ask's
+/// completion has its ending and the error is dropped ([`Started::EndedElsewhere`]). So
+/// the asker gets exactly one outcome, never both an error and a completion.
+pub fn start<C, K, G, R, E>(
+    lock: impl Fn() -> G,
+    now: Instant,
+    timeout: Duration,
+    connection: K,
+    completion: C,
+    send: impl FnOnce(u64) -> Result<R, E>,
+) -> Result<Started<R>, E>
+where
+    K: PartialEq + Copy,
+    G: DerefMut<Target = PendingAsks<C, K>>,
+{
+    let Registered { id, wake_loop } = lock().register(now, timeout, connection, completion);
+    match send(id) {
+        Ok(sent) => Ok(Started::Sent {
+            id,
+            wake_loop,
+            sent,
+        }),
+        Err(error) => match lock().take(id) {
+            Some(_never_sent) => Err(error),
+            None => Ok(Started::EndedElsewhere { id }),
+        },
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -220,9 +333,9 @@ mod tests {
     fn an_ask_ends_once_whichever_way_comes_first() {
         let t0 = Instant::now();
         let mut asks: PendingAsks<&str, u32> = PendingAsks::new();
-        let a = asks.register(t0, Duration::from_secs(1), 7, "a");
-        let b = asks.register(t0, Duration::from_secs(2), 7, "b");
-        let c = asks.register(t0, Duration::from_secs(3), 8, "c");
+        let a = asks.register(t0, Duration::from_secs(1), 7, "a").id;
+        let b = asks.register(t0, Duration::from_secs(2), 7, "b").id;
+        let c = asks.register(t0, Duration::from_secs(3), 8, "c").id;
         assert_ne!(a, b);
         assert_eq!(asks.next_deadline(), Some(t0 + Duration::from_secs(1)));
         // A reply to `a` on another connection is ignored; the one on 7 ends it, and its
@@ -249,6 +362,78 @@ mod tests {
         assert!(asks.take(c).is_none());
         assert!(asks.is_empty());
         assert_eq!(asks.next_deadline(), None);
+    }
+
+    #[test]
+    fn an_ask_due_before_the_loop_wakes_up_wakes_it() {
+        let t0 = Instant::now();
+        let mut asks: PendingAsks<(), u32> = PendingAsks::new();
+        // The loop sleeps until woken: any ask must wake it.
+        assert!(asks.register(t0, Duration::from_secs(9), 1, ()).wake_loop);
+        let next = asks.next_deadline();
+        asks.loop_sleeps_until(next);
+        // Due later than the loop wakes up anyway: no wake-up; earlier: one.
+        assert!(!asks.register(t0, Duration::from_secs(10), 1, ()).wake_loop);
+        assert!(!asks.register(t0, Duration::from_secs(9), 1, ()).wake_loop);
+        assert!(asks.register(t0, Duration::from_secs(1), 1, ()).wake_loop);
+        // Until the loop says otherwise, each earlier ask wakes it again.
+        assert!(asks.register(t0, Duration::from_secs(2), 1, ()).wake_loop);
+        let next = asks.next_deadline();
+        asks.loop_sleeps_until(next);
+        assert!(!asks.register(t0, Duration::from_secs(2), 1, ()).wake_loop);
+        asks.loop_sleeps_until(None);
+        assert!(asks.register(t0, Duration::from_secs(60), 1, ()).wake_loop);
+    }
+
+    #[test]
+    fn a_failed_send_is_the_outcome_only_if_nothing_else_ended_the_ask() {
+        let t0 = Instant::now();
+        let table: std::sync::Mutex<PendingAsks<&str, u32>> =
+            std::sync::Mutex::new(PendingAsks::new());
+        let lock = || table.lock().unwrap();
+        let sent = start(lock, t0, Duration::from_secs(1), 1, "a", |_| Ok::<_, ()>(7));
+        assert!(matches!(
+            sent,
+            Ok(Started::Sent {
+                wake_loop: true,
+                sent: 7,
+                ..
+            })
+        ));
+        // Refused: taken back, the error is the outcome.
+        let refused = start(lock, t0, Duration::from_secs(1), 1, "b", |_| {
+            Err::<(), _>("closed")
+        });
+        assert_eq!(refused, Err("closed"));
+        assert_eq!(lock().len(), 1);
+        // Refused after the connection's asks were failed: the completion has it.
+        let mut ended = Vec::new();
+        let raced = start(lock, t0, Duration::from_secs(1), 1, "c", |_| {
+            lock().take_connection(1, &mut ended);
+            Err::<(), _>("closed")
+        });
+        assert!(
+            matches!(raced, Ok(Started::EndedElsewhere { .. })),
+            "{raced:?}"
+        );
+        let mut completions: Vec<_> = ended.iter().map(|ask| ask.completion).collect();
+        completions.sort_unstable();
+        assert_eq!(completions, ["a", "c"]);
+        assert!(lock().is_empty());
+    }
+
+    #[test]
+    fn a_slot_waited_on_until_a_deadline_gives_up_then() {
+        let slot: ReplySlot<u32> = ReplySlot::new();
+        let start = Instant::now();
+        assert_eq!(slot.wait_until(start + Duration::from_millis(30)), None);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        assert!(slot.complete(4));
+        assert_eq!(slot.wait_until(start), Some(4));
+        assert_eq!(
+            slot.wait_until(Instant::now() + Duration::from_secs(60)),
+            None
+        );
     }
 
     #[test]
@@ -290,7 +475,8 @@ mod loom_models {
             let id = table
                 .lock()
                 .unwrap()
-                .register(t0, Duration::from_millis(5), 1, slot.clone());
+                .register(t0, Duration::from_millis(5), 1, slot.clone())
+                .id;
             let racer = |ending: Ending| {
                 let table = table.clone();
                 loom::thread::spawn(move || {
@@ -323,6 +509,53 @@ mod loom_models {
             slot.wait().expect("the asker gets an ending");
             let taken: usize = racers.into_iter().map(|r| r.join().unwrap()).sum();
             assert_eq!(taken, 1, "exactly one racer takes the ask out of the table");
+            assert!(table.lock().unwrap().is_empty());
+        });
+    }
+
+    /// An asker starts an ask ([`start`]: register, then push to the outbox) while the
+    /// loop loses its connection (close the outbox, then fail the connection's asks).
+    /// The asker sees exactly one outcome, the send's error or the completion, and no ask
+    /// is left behind.
+    #[test]
+    fn loom_ask_start_races_disconnect() {
+        loom::model(|| {
+            let t0 = Instant::now();
+            let table: Arc<Mutex<PendingAsks<Arc<ReplySlot<Ending>>, u32>>> =
+                Arc::new(Mutex::new(PendingAsks::new()));
+            // The outbox's closed flag, behind its lock as in `Outbox`.
+            let closed = Arc::new(Mutex::new(false));
+            let slot = Arc::new(ReplySlot::new());
+            let asker = {
+                let (table, closed, slot) = (table.clone(), closed.clone(), slot.clone());
+                loom::thread::spawn(move || {
+                    let started = start(
+                        || table.lock().unwrap(),
+                        t0,
+                        Duration::from_millis(5),
+                        1,
+                        slot,
+                        |_id| match *closed.lock().unwrap() {
+                            true => Err("the connection closed"),
+                            false => Ok(()),
+                        },
+                    );
+                    started.is_err()
+                })
+            };
+            *closed.lock().unwrap() = true;
+            let mut ended = Vec::new();
+            table.lock().unwrap().take_connection(1, &mut ended);
+            for ask in ended {
+                assert!(ask.completion.complete(Ending::Disconnect));
+            }
+            let failed = asker.join().unwrap();
+            let completed = slot.done.load(Ordering::Acquire);
+            assert!(
+                failed != completed,
+                "the asker saw {} outcomes",
+                if failed { 2 } else { 0 }
+            );
             assert!(table.lock().unwrap().is_empty());
         });
     }

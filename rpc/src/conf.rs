@@ -7,7 +7,8 @@
 //!
 //! - durations: a whole number with a suffix `us`, `ms`, `s`, `m` or `min`, `h` or `d`
 //!   (`120s`, `100ms`, `2min`); a bare number is in the key's own unit, seconds or
-//!   milliseconds as listed in [`Conf::known_keys`];
+//!   milliseconds as listed in [`Conf::known_keys`]; at most [`MAX_DURATION`], 36500d
+//!   (100 years);
 //! - sizes: a whole number with a suffix `b`, `k`, `m`, `g`, `t` or `p` (binary: `1k` is
 //!   1024 bytes), `kb`, `mb`, `gb`, `tb` and `pb` meaning the same, in any case (`128m`,
 //!   `1g`, `512K`); a bare number is in the key's own unit, bytes except for
@@ -48,6 +49,12 @@ use flint_wire::MAX_SIZE_KEY;
 /// The largest `rpc.message.maxSize`, in MiB.
 pub const MAX_MESSAGE_SIZE_MB: u64 = 2047;
 
+/// The longest duration any key accepts: 36500 days (100 years). A deadline is a clock
+/// reading plus a duration, and a duration near `u64::MAX` seconds cannot be added to one;
+/// nothing flint waits for is meant to take longer than this, so "forever" is written as
+/// this bound (or less) and anything longer is refused as a mistake.
+pub const MAX_DURATION: Duration = Duration::from_secs(36_500 * 24 * 60 * 60);
+
 /// What is shown instead of the value of a key that holds a secret, as the seeds redact.
 pub const REDACTED: &str = "*********(redacted)";
 
@@ -82,6 +89,13 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         None,
         "The shared secret peers authenticate with; required (and non-empty) when \
          authenticate is true. Redacted when a conf is printed.",
+    ),
+    info(
+        "authenticate.timeout",
+        Some("10s"),
+        "flint's own: how long a connection may take to complete the authentication \
+         handshake when authenticate is true; a peer that has not proved it knows the \
+         secret by then is disconnected; seconds when bare; above zero.",
     ),
     info(
         "default.parallelism",
@@ -198,12 +212,21 @@ const KNOWN_KEYS: &[KeyInfo] = &[
     info(
         "rpc.outbox.maxBytes",
         Some("64m"),
-        "Bound on the outgoing bytes queued on one connection; bytes when bare; above zero.",
+        "Bound on the outgoing bytes queued on one connection (encoded, not yet written): \
+         a send whose frame does not fit is refused; a frame larger than the whole bound is \
+         accepted while less than the bound is queued; bytes when bare; above zero.",
     ),
     info(
         "rpc.port",
         Some("0"),
         "Port the RPC listener binds to; 0 lets the OS choose a free one.",
+    ),
+    info(
+        "rpc.shutdown.flushTimeout",
+        Some("2s"),
+        "How long stopping an RPC environment waits for what was sent before and from \
+         on_stop to be written; then sockets close, whatever is left; seconds when bare; 0 \
+         writes what the sockets take at once and waits for nothing.",
     ),
     info(
         "scheduler.allocation.file",
@@ -331,6 +354,9 @@ const fn optional(key: &str) -> &'static str {
 
 /// The key of [`Conf::ask_timeout`], named in ask timeout errors.
 pub const ASK_TIMEOUT_KEY: &str = optional("rpc.askTimeout");
+/// The key of [`Conf::network_timeout`], named in ask timeout errors when
+/// `rpc.askTimeout` is not set.
+pub const NETWORK_TIMEOUT_KEY: &str = optional("network.timeout");
 /// The key of [`Conf::connect_timeout`], named in connect timeout errors.
 pub const CONNECT_TIMEOUT_KEY: &str = optional("rpc.connect.timeout");
 /// The key of [`Conf::outbox_max_bytes`], named in full-outbox errors.
@@ -338,6 +364,7 @@ pub const OUTBOX_MAX_BYTES_KEY: &str = optional("rpc.outbox.maxBytes");
 
 const AUTHENTICATE: Key = defaulted("authenticate");
 const AUTHENTICATE_SECRET: &str = optional("authenticate.secret");
+const AUTHENTICATE_TIMEOUT: Key = defaulted("authenticate.timeout");
 const DEFAULT_PARALLELISM: &str = optional("default.parallelism");
 const DRIVER_MAX_RESULT_SIZE: Key = defaulted("driver.maxResultSize");
 const EXCLUDE_ON_FAILURE: Key = defaulted("excludeOnFailure.enabled");
@@ -363,6 +390,7 @@ const RPC_IO_SEND_BUFFER_SIZE: Key = defaulted("rpc.io.sendBufferSize");
 const RPC_MESSAGE_MAX_SIZE: Key = defaulted(MAX_SIZE_KEY);
 const RPC_OUTBOX_MAX_BYTES: Key = defaulted("rpc.outbox.maxBytes");
 const RPC_PORT: Key = defaulted("rpc.port");
+const RPC_SHUTDOWN_FLUSH_TIMEOUT: Key = defaulted("rpc.shutdown.flushTimeout");
 const SCHEDULER_ALLOCATION_FILE: &str = optional("scheduler.allocation.file");
 const SCHEDULER_MAX_REGISTERED_WAIT: Key = defaulted("scheduler.maxRegisteredResourcesWaitingTime");
 const SCHEDULER_MIN_REGISTERED_RATIO: Key = defaulted("scheduler.minRegisteredResourcesRatio");
@@ -378,6 +406,7 @@ const TASK_CPUS: Key = defaulted("task.cpus");
 const TASK_MAX_FAILURES: Key = defaulted("task.maxFailures");
 
 const EXPECT_DURATION: &str = "a duration such as 120s, 100ms or 2min";
+const EXPECT_DURATION_AT_MOST: &str = "a duration of at most 36500d (100 years)";
 const EXPECT_POSITIVE_DURATION: &str = "a duration above zero such as 120s, 100ms or 2min";
 const EXPECT_SIZE: &str = "a size such as 128m, 512k or 1g";
 const EXPECT_POSITIVE_SIZE: &str = "a size above zero such as 64m, 512k or 1g";
@@ -516,6 +545,32 @@ enum SizeError {
     Overflow,
 }
 
+/// Why a duration did not parse.
+enum DurationError {
+    Malformed,
+    /// Longer than [`MAX_DURATION`].
+    TooLong,
+}
+
+impl DurationError {
+    fn into_conf(self, key: &'static str, value: &str) -> ConfError {
+        let expected = match self {
+            DurationError::Malformed => EXPECT_DURATION,
+            DurationError::TooLong => EXPECT_DURATION_AT_MOST,
+        };
+        ConfError::invalid(key, value, expected)
+    }
+}
+
+/// Whether `value` is a whole number, with or without a unit, whose digits do not fit a
+/// `u64`: too large rather than malformed.
+fn digits_overflow(value: &str) -> bool {
+    let digits = value
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Splits a trimmed value into its digits and its (lowercased) suffix.
 fn split_number(value: &str) -> Option<(u64, String)> {
     let value = value.trim();
@@ -531,9 +586,16 @@ fn split_number(value: &str) -> Option<(u64, String)> {
     Some((number, suffix.to_ascii_lowercase()))
 }
 
-/// Parses a duration as the seeds do; a bare number is in `bare`.
-fn parse_duration(value: &str, bare: TimeUnit) -> Option<Duration> {
-    let (n, suffix) = split_number(value)?;
+/// Parses a duration as the seeds do; a bare number is in `bare`. Longer than
+/// [`MAX_DURATION`] is an error.
+fn parse_duration(value: &str, bare: TimeUnit) -> Result<Duration, DurationError> {
+    let Some((n, suffix)) = split_number(value) else {
+        return Err(if digits_overflow(value) {
+            DurationError::TooLong
+        } else {
+            DurationError::Malformed
+        });
+    };
     let suffix = match suffix.as_str() {
         "" => match bare {
             TimeUnit::Millis => "ms",
@@ -541,14 +603,18 @@ fn parse_duration(value: &str, bare: TimeUnit) -> Option<Duration> {
         },
         other => other,
     };
-    match suffix {
+    let duration = match suffix {
         "us" => Some(Duration::from_micros(n)),
         "ms" => Some(Duration::from_millis(n)),
         "s" => Some(Duration::from_secs(n)),
         "m" | "min" => n.checked_mul(60).map(Duration::from_secs),
         "h" => n.checked_mul(60 * 60).map(Duration::from_secs),
         "d" => n.checked_mul(24 * 60 * 60).map(Duration::from_secs),
-        _ => None,
+        _ => return Err(DurationError::Malformed),
+    };
+    match duration {
+        Some(duration) if duration <= MAX_DURATION => Ok(duration),
+        _ => Err(DurationError::TooLong),
     }
 }
 
@@ -556,10 +622,7 @@ fn parse_duration(value: &str, bare: TimeUnit) -> Option<Duration> {
 fn parse_size(value: &str, bare: u64) -> Result<u64, SizeError> {
     let Some((n, suffix)) = split_number(value) else {
         // Distinguish "too many digits" from "not a size".
-        let digits = value
-            .trim()
-            .trim_end_matches(|c: char| c.is_ascii_alphabetic());
-        return if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return if digits_overflow(value) {
             Err(SizeError::Overflow)
         } else {
             Err(SizeError::Malformed)
@@ -745,6 +808,7 @@ impl Conf {
     /// and `authenticate` needs a non-empty `authenticate.secret`.
     pub fn validate(&self) -> Result<(), ConfError> {
         self.authenticate()?;
+        self.authenticate_timeout()?;
         self.default_parallelism()?;
         self.driver_max_result_size()?;
         self.exclude_on_failure()?;
@@ -766,6 +830,7 @@ impl Conf {
         self.message_max_size()?;
         self.outbox_max_bytes()?;
         self.port()?;
+        self.shutdown_flush_timeout()?;
         self.max_registered_resources_waiting_time()?;
         self.min_registered_resources_ratio()?;
         self.scheduler_mode()?;
@@ -832,6 +897,16 @@ impl Conf {
         }
     }
 
+    /// The key whose value [`Conf::ask_timeout`] returns: `rpc.askTimeout` when it is set,
+    /// else `network.timeout`.
+    pub fn ask_timeout_key(&self) -> &'static str {
+        if self.entries.contains_key(RPC_ASK_TIMEOUT) {
+            RPC_ASK_TIMEOUT
+        } else {
+            NETWORK_TIMEOUT.name
+        }
+    }
+
     /// `network.timeout`: the default network timeout; the driver expires an executor that
     /// sent no heartbeat for this long. Default 120s; a bare number is seconds; zero is an
     /// error.
@@ -866,6 +941,14 @@ impl Conf {
             .map_err(|_| ConfError::invalid(RPC_PORT.name, value, EXPECT_PORT))
     }
 
+    /// `rpc.shutdown.flushTimeout` (flint's own): how long stopping an RPC environment
+    /// waits for queued frames (sent before the stop and from `on_stop`) to be written
+    /// before it closes the sockets. Default 2s; a bare number is seconds; zero waits for
+    /// nothing.
+    pub fn shutdown_flush_timeout(&self) -> Result<Duration, ConfError> {
+        self.duration(RPC_SHUTDOWN_FLUSH_TIMEOUT, TimeUnit::Secs)
+    }
+
     /// `rpc.io.sendBufferSize` (flint's own): the socket send buffer (SO_SNDBUF) in bytes,
     /// or `None`, the default (value 0), to leave the OS's. A bare number is bytes.
     pub fn send_buffer_size(&self) -> Result<Option<usize>, ConfError> {
@@ -881,7 +964,9 @@ impl Conf {
     }
 
     /// `rpc.outbox.maxBytes` (flint's own): the bound, in bytes, on the outgoing bytes
-    /// queued on one connection. Default 64 MiB; a bare number is bytes; zero is an error.
+    /// queued on one connection: a send whose frame does not fit is refused, except that a
+    /// frame larger than the whole bound, which would never fit, is accepted while less
+    /// than the bound is queued. Default 64 MiB; a bare number is bytes; zero is an error.
     pub fn outbox_max_bytes(&self) -> Result<usize, ConfError> {
         let key = RPC_OUTBOX_MAX_BYTES;
         let bytes = self.size_usize(key, EXPECT_POSITIVE_SIZE)?;
@@ -1023,6 +1108,14 @@ impl Conf {
         self.entries.get(AUTHENTICATE_SECRET).map(String::as_str)
     }
 
+    /// `authenticate.timeout` (flint's own): how long a connection may take to complete
+    /// the authentication handshake (with `authenticate=true`); a peer that has not proved
+    /// it knows the secret by then is disconnected, so that unauthenticated connections
+    /// are not held forever. Default 10s; a bare number is seconds; zero is an error.
+    pub fn authenticate_timeout(&self) -> Result<Duration, ConfError> {
+        self.positive_duration(AUTHENTICATE_TIMEOUT, TimeUnit::Secs)
+    }
+
     /// `excludeOnFailure.enabled`: whether a task set stops giving tasks to executors and
     /// hosts where its tasks keep failing. Default false, as in Spark.
     pub fn exclude_on_failure(&self) -> Result<bool, ConfError> {
@@ -1097,8 +1190,7 @@ impl Conf {
 
     fn duration(&self, key: Key, bare: TimeUnit) -> Result<Duration, ConfError> {
         let value = self.value(key);
-        parse_duration(value, bare)
-            .ok_or_else(|| ConfError::invalid(key.name, value, EXPECT_DURATION))
+        parse_duration(value, bare).map_err(|e| e.into_conf(key.name, value))
     }
 
     fn positive_duration(&self, key: Key, bare: TimeUnit) -> Result<Duration, ConfError> {
@@ -1146,9 +1238,9 @@ fn positive_duration(
     bare: TimeUnit,
 ) -> Result<Duration, ConfError> {
     match parse_duration(value, bare) {
-        Some(d) if d.is_zero() => Err(ConfError::invalid(key, value, EXPECT_POSITIVE_DURATION)),
-        Some(d) => Ok(d),
-        None => Err(ConfError::invalid(key, value, EXPECT_DURATION)),
+        Ok(d) if d.is_zero() => Err(ConfError::invalid(key, value, EXPECT_POSITIVE_DURATION)),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.into_conf(key, value)),
     }
 }
 
@@ -1224,6 +1316,7 @@ mod tests {
         assert_eq!(c.connect_timeout(), Ok(Duration::from_secs(10)));
         assert_eq!(c.bind_address(), Ok(IpAddr::from([127, 0, 0, 1])));
         assert_eq!(c.port(), Ok(0));
+        assert_eq!(c.shutdown_flush_timeout(), Ok(Duration::from_secs(2)));
         assert_eq!(c.send_buffer_size(), Ok(None));
         assert_eq!(c.receive_buffer_size(), Ok(None));
         assert_eq!(c.outbox_max_bytes(), Ok(64 * MIB));
@@ -1249,6 +1342,7 @@ mod tests {
         assert_eq!(c.driver_max_result_size(), Ok(Some(1 << 30)));
         assert_eq!(c.authenticate(), Ok(false));
         assert_eq!(c.authenticate_secret(), None);
+        assert_eq!(c.authenticate_timeout(), Ok(Duration::from_secs(10)));
         assert_eq!(c.executor_task_prefetch(), Ok(0));
         assert_eq!(c.exclude_on_failure_max_task_attempts_per_executor(), Ok(1));
         assert_eq!(c.exclude_on_failure_max_task_attempts_per_node(), Ok(2));
@@ -1265,7 +1359,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 36);
+        assert_eq!(keys.len(), 38);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);
@@ -1428,11 +1522,52 @@ mod tests {
     }
 
     #[test]
+    fn durations_are_at_most_100_years() {
+        let c = conf(&[
+            ("network.timeout", "36500d"),
+            ("rpc.connect.timeout", "36500d"),
+        ]);
+        assert_eq!(c.network_timeout(), Ok(MAX_DURATION));
+        assert_eq!(c.connect_timeout(), Ok(MAX_DURATION));
+        // One past the bound, and values whose deadlines would overflow a clock reading
+        // (`Instant + Duration` panics): refused, naming key and value.
+        for value in [
+            "36501d",
+            "3153600001",
+            "3153600001s",
+            "18446744073709551615s",
+            "18446744073709551615",
+            "18446744073709551615d",
+            "99999999999999999999s",
+        ] {
+            let c = conf(&[("rpc.connect.timeout", value), ("rpc.askTimeout", value)]);
+            let err = c.connect_timeout().unwrap_err();
+            assert_names(err.clone(), "rpc.connect.timeout", value);
+            assert!(err.to_string().contains("at most 36500d"), "{err}");
+            assert_names(c.ask_timeout().unwrap_err(), "rpc.askTimeout", value);
+            assert_names(c.validate().unwrap_err(), "rpc.askTimeout", value);
+            let c = conf(&[("rpc.connect.timeout", value)]);
+            assert_names(c.validate().unwrap_err(), "rpc.connect.timeout", value);
+        }
+        // Millisecond keys are capped alike.
+        let c = conf(&[("locality.wait", "3153600000001")]);
+        assert_names(
+            c.locality_wait().unwrap_err(),
+            "locality.wait",
+            "3153600000001",
+        );
+        let c = conf(&[("locality.wait", "3153600000000")]);
+        assert_eq!(c.locality_wait(), Ok(MAX_DURATION));
+    }
+
+    #[test]
     fn bare_durations_take_the_key_unit() {
         let c = conf(&[
             ("network.timeout", "60"),
             ("rpc.askTimeout", "30"),
             ("rpc.connect.timeout", "5"),
+            ("rpc.shutdown.flushTimeout", "3"),
+            ("authenticate.timeout", "4"),
             ("scheduler.revive.interval", "250"),
             ("scheduler.maxRegisteredResourcesWaitingTime", "1500"),
             ("locality.wait", "0"),
@@ -1443,6 +1578,8 @@ mod tests {
         assert_eq!(c.network_timeout(), Ok(Duration::from_secs(60)));
         assert_eq!(c.ask_timeout(), Ok(Duration::from_secs(30)));
         assert_eq!(c.connect_timeout(), Ok(Duration::from_secs(5)));
+        assert_eq!(c.shutdown_flush_timeout(), Ok(Duration::from_secs(3)));
+        assert_eq!(c.authenticate_timeout(), Ok(Duration::from_secs(4)));
         assert_eq!(c.revive_interval(), Ok(Duration::from_millis(250)));
         assert_eq!(
             c.max_registered_resources_waiting_time(),
@@ -1471,9 +1608,18 @@ mod tests {
             "99999999999999999999d",
             "18446744073709551615d",
         ] {
-            let c = conf(&[("network.timeout", value), ("locality.wait", value)]);
+            let c = conf(&[
+                ("network.timeout", value),
+                ("locality.wait", value),
+                ("rpc.shutdown.flushTimeout", value),
+            ]);
             assert_names(c.network_timeout().unwrap_err(), "network.timeout", value);
             assert_names(c.locality_wait().unwrap_err(), "locality.wait", value);
+            assert_names(
+                c.shutdown_flush_timeout().unwrap_err(),
+                "rpc.shutdown.flushTimeout",
+                value,
+            );
         }
         let c = conf(&[("network.timeout", "12x")]);
         assert_eq!(
@@ -1487,6 +1633,7 @@ mod tests {
     #[test]
     fn zero_is_rejected_where_it_would_spin_or_expire_at_once() {
         let zero_keys = [
+            "authenticate.timeout",
             "network.timeout",
             "rpc.askTimeout",
             "rpc.connect.timeout",
@@ -1497,6 +1644,7 @@ mod tests {
         ];
         let c: Conf = zero_keys.iter().map(|&k| (k, "0s")).collect();
         for (key, result) in [
+            ("authenticate.timeout", c.authenticate_timeout()),
             ("network.timeout", c.network_timeout()),
             ("rpc.askTimeout", c.ask_timeout()),
             ("rpc.connect.timeout", c.connect_timeout()),
@@ -1516,7 +1664,9 @@ mod tests {
         let c = conf(&[
             ("locality.wait", "0"),
             ("scheduler.maxRegisteredResourcesWaitingTime", "0s"),
+            ("rpc.shutdown.flushTimeout", "0"),
         ]);
+        assert_eq!(c.shutdown_flush_timeout(), Ok(Duration::ZERO));
         assert_eq!(c.locality_wait(), Ok(Duration::ZERO));
         assert_eq!(
             c.max_registered_resources_waiting_time(),
@@ -1528,8 +1678,11 @@ mod tests {
     fn ask_timeout_falls_back_to_network_timeout() {
         let c = conf(&[("network.timeout", "45s")]);
         assert_eq!(c.ask_timeout(), Ok(Duration::from_secs(45)));
+        assert_eq!(c.ask_timeout_key(), "network.timeout");
+        assert_eq!(Conf::new().ask_timeout_key(), "network.timeout");
         let c = conf(&[("network.timeout", "45s"), ("spark.rpc.askTimeout", "5s")]);
         assert_eq!(c.ask_timeout(), Ok(Duration::from_secs(5)));
+        assert_eq!(c.ask_timeout_key(), "rpc.askTimeout");
         let c = conf(&[("rpc.askTimeout", "5")]);
         assert_eq!(c.ask_timeout(), Ok(Duration::from_secs(5)));
         assert_eq!(c.network_timeout(), Ok(Duration::from_secs(120)));

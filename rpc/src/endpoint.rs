@@ -41,7 +41,9 @@ pub trait Endpoint: Send + 'static {
     /// A remote peer's connection closed (end of stream, reset, protocol error).
     fn on_disconnected(&mut self, _ctx: &mut EndpointContext<'_>, _remote: SocketAddr) {}
 
-    /// Called once, when the endpoint stops.
+    /// Called once, when the endpoint stops. When the environment stops, sends are still
+    /// accepted here, and what this sends is written before the sockets close (within
+    /// rpc.shutdown.flushTimeout).
     fn on_stop(&mut self) {}
 }
 

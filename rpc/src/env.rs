@@ -2,6 +2,7 @@
 //! to endpoints.
 
 use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
@@ -9,15 +10,17 @@ use std::time::{Duration, Instant};
 
 use flint_wire::{Message, Route, SharedStr};
 use rustc_hash::FxHashMap;
+use tracing::error;
 
-use crate::ask::{PendingAsks, ReplySlot};
-use crate::conf::Conf;
+use crate::ask::{self, PendingAsks, ReplySlot, Started};
+use crate::conf::{Conf, ASK_TIMEOUT_KEY};
 use crate::endpoint::{Endpoint, Reply};
-use crate::error::RpcError;
+use crate::error::{RpcError, TimeoutSource};
 use crate::event_loop::EventLoop;
 use crate::handoff::{Handoff, Notify};
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
 use crate::socket::SocketOptions;
+use crate::timer::deadline_after;
 
 /// Key of the local outbox (messages between endpoints of one environment).
 pub(crate) const LOCAL_KEY: ConnKey = 2;
@@ -33,15 +36,19 @@ pub struct Settings {
     pub outbox_limit: usize,
     /// rpc.askTimeout (falling back to network.timeout).
     pub ask_timeout: Duration,
+    /// Which key `ask_timeout` came from, for timeout errors.
+    pub ask_timeout_set_by: TimeoutSource,
     /// rpc.connect.timeout.
     pub connect_timeout: Duration,
     /// Socket buffer sizes.
     pub socket: SocketOptions,
     /// The shared secret, when authenticate=true.
     pub secret: Option<Arc<[u8]>>,
+    /// How long a connection may take to authenticate (authenticate.timeout).
+    pub auth_timeout: Duration,
     /// The listener's address (rpc.bindAddress, rpc.port).
     pub bind: SocketAddr,
-    /// How long stopping waits for outboxes to drain.
+    /// How long stopping waits for outboxes to drain (rpc.shutdown.flushTimeout).
     pub shutdown_flush: Duration,
 }
 
@@ -59,14 +66,20 @@ impl Settings {
             max_payload: conf.message_max_size()?,
             outbox_limit: conf.outbox_max_bytes()?,
             ask_timeout: conf.ask_timeout()?,
+            ask_timeout_set_by: if conf.ask_timeout_key() == ASK_TIMEOUT_KEY {
+                TimeoutSource::AskTimeout
+            } else {
+                TimeoutSource::NetworkTimeout
+            },
             connect_timeout: conf.connect_timeout()?,
             socket: SocketOptions {
                 send_buffer: conf.send_buffer_size()?,
                 receive_buffer: conf.receive_buffer_size()?,
             },
             secret,
+            auth_timeout: conf.authenticate_timeout()?,
             bind: SocketAddr::new(conf.bind_address()?, conf.port()?),
-            shutdown_flush: Duration::from_secs(2),
+            shutdown_flush: conf.shutdown_flush_timeout()?,
         })
     }
 }
@@ -82,16 +95,32 @@ pub(crate) enum AskWaiter {
 /// An outstanding ask's waiter, with what error texts need.
 pub(crate) struct AskCompletion {
     pub(crate) target: String,
+    pub(crate) timeout_set_by: TimeoutSource,
     pub(crate) waiter: AskWaiter,
 }
 
 impl AskCompletion {
+    /// The error of this ask's timeout.
+    pub(crate) fn timeout_error(&self, timeout: Duration) -> RpcError {
+        RpcError::AskTimeout {
+            target: self.target.clone(),
+            timeout,
+            set_by: self.timeout_set_by,
+        }
+    }
+
+    /// Hands the ending to the asker. A callback runs on the loop thread: one that panics
+    /// is logged and the loop goes on, as for a panicking endpoint.
     pub(crate) fn complete(self, result: Result<Reply, RpcError>) {
         match self.waiter {
             AskWaiter::Blocking(slot) => {
                 slot.complete(result);
             }
-            AskWaiter::Callback(callback) => callback(result),
+            AskWaiter::Callback(callback) => {
+                if catch_unwind(AssertUnwindSafe(|| callback(result))).is_err() {
+                    error!(ask = %self.target, "the callback of an ask panicked; the loop goes on");
+                }
+            }
         }
     }
 }
@@ -431,60 +460,112 @@ impl EndpointRef {
 
     /// Asks and waits for the reply, at most `timeout`. Not for the loop thread, which
     /// would wait on itself: handlers use [`EndpointRef::ask_then`].
+    ///
+    /// A timeout error names what set the timeout: a `timeout` equal to the configured
+    /// one (callers usually pass [`Settings::ask_timeout`] on) is put down to its key,
+    /// any other to the caller.
     pub fn ask_timeout(&self, message: &Message, timeout: Duration) -> Result<Reply, RpcError> {
         assert!(
             !self.env.shared.on_loop_thread(),
             "a blocking ask on the event loop thread would wait forever; use ask_then"
         );
         let slot = Arc::new(ReplySlot::new());
-        self.start_ask(message, timeout, AskWaiter::Blocking(slot.clone()))?;
+        let now = Instant::now();
+        let id = self.start_ask(message, now, timeout, AskWaiter::Blocking(slot.clone()))?;
+        if let Some(result) = slot.wait_until(deadline_after(now, timeout)) {
+            return result;
+        }
+        // The loop times asks out itself, at this same deadline; if it has not, it is busy,
+        // stuck or gone, and the asker must not wait on it. Whichever ending completes the
+        // slot first is the outcome; taking the ask out of the table stops later ones.
+        let shared = &self.env.shared;
+        shared
+            .asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(id);
+        slot.complete(Err(RpcError::AskTimeout {
+            target: self.describe(),
+            timeout,
+            set_by: self.timeout_set_by(timeout),
+        }));
         slot.wait().unwrap_or(Err(RpcError::Stopped))
     }
 
     /// Asks, and calls `then` on the loop thread with the reply, the timeout or the loss
-    /// of the connection, whichever comes first.
+    /// of the connection, whichever comes first. A timeout error names what set the
+    /// timeout, as for [`EndpointRef::ask_timeout`].
     pub fn ask_then(
         &self,
         message: &Message,
         timeout: Duration,
         then: impl FnOnce(Result<Reply, RpcError>) + Send + 'static,
     ) -> Result<(), RpcError> {
-        self.start_ask(message, timeout, AskWaiter::Callback(Box::new(then)))
+        self.start_ask(
+            message,
+            Instant::now(),
+            timeout,
+            AskWaiter::Callback(Box::new(then)),
+        )
+        .map(drop)
     }
 
+    fn timeout_set_by(&self, timeout: Duration) -> TimeoutSource {
+        let settings = &self.env.shared.settings;
+        if timeout == settings.ask_timeout {
+            settings.ask_timeout_set_by
+        } else {
+            TimeoutSource::Caller
+        }
+    }
+
+    /// Registers and sends an ask, returning its request id. An error means the waiter
+    /// will never be called; otherwise it will be, exactly once.
     fn start_ask(
         &self,
         message: &Message,
+        now: Instant,
         timeout: Duration,
         waiter: AskWaiter,
-    ) -> Result<(), RpcError> {
+    ) -> Result<u64, RpcError> {
         let outbox = self.outbox();
         let completion = AskCompletion {
             target: self.describe(),
+            timeout_set_by: self.timeout_set_by(timeout),
             waiter,
         };
-        let request_id = self
-            .env
-            .shared
-            .asks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register(Instant::now(), timeout, outbox.key(), completion);
-        let route = Route::Ask {
-            request_id,
-            endpoint: self.name.clone(),
-        };
-        if let Err(error) = self.env.push(&outbox, &route, message) {
-            // Never sent: take the ask back so nothing completes it later.
-            self.env
-                .shared
-                .asks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(request_id);
-            return Err(error);
+        let shared = &self.env.shared;
+        let started = ask::start(
+            || shared.asks.lock().unwrap_or_else(|e| e.into_inner()),
+            now,
+            timeout,
+            outbox.key(),
+            completion,
+            |request_id| {
+                let route = Route::Ask {
+                    request_id,
+                    endpoint: self.name.clone(),
+                };
+                self.env.push_deferred(&outbox, &route, message)
+            },
+        )?;
+        match started {
+            Started::Sent {
+                id,
+                wake_loop,
+                sent: flush,
+            } => {
+                if flush {
+                    self.env.flush(&outbox);
+                } else if wake_loop && !shared.on_loop_thread() {
+                    // Nothing else may wake the loop (the outbox waits for a deferred
+                    // flush, say), and it sleeps past this ask's deadline.
+                    shared.handoff.wake();
+                }
+                Ok(id)
+            }
+            Started::EndedElsewhere { id } => Ok(id),
         }
-        Ok(())
     }
 }
 
@@ -580,15 +661,19 @@ impl RpcEnv {
         self.handle.clone()
     }
 
-    /// Stops the environment: every endpoint's `on_stop` runs, outboxes get a bounded
-    /// time to drain, sockets close and the loop thread is joined. Idempotent.
+    /// Stops the environment: every endpoint's `on_stop` runs, then what was sent
+    /// before and from `on_stop` gets rpc.shutdown.flushTimeout to be written (connections
+    /// still being set up finish within it too), sockets close and the loop thread is
+    /// joined. Sends are refused once the endpoints have stopped. Idempotent.
     pub fn stop(&self) {
-        self.handle.shared.stopped.store(true, Ordering::Release);
         let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(thread) = thread {
             self.handle.shared.handoff.push(Command::Stop);
             let _ = thread.join();
         }
+        // The loop refuses sends from when its endpoints have stopped; if it died, it
+        // never got there.
+        self.handle.shared.stopped.store(true, Ordering::Release);
     }
 }
 

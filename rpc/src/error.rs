@@ -25,19 +25,48 @@ impl std::fmt::Display for Target {
     }
 }
 
+/// What decided an ask's timeout, named in [`RpcError::AskTimeout`] so that the reader
+/// knows what to change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutSource {
+    /// The key `rpc.askTimeout`.
+    AskTimeout,
+    /// The key `network.timeout`, which an ask falls back to when `rpc.askTimeout` is not
+    /// set.
+    NetworkTimeout,
+    /// The caller passed a timeout of its own.
+    Caller,
+}
+
+impl std::fmt::Display for TimeoutSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TimeoutSource::AskTimeout => {
+                write!(f, "the timeout is set by {}", crate::conf::ASK_TIMEOUT_KEY)
+            }
+            TimeoutSource::NetworkTimeout => write!(
+                f,
+                "the timeout is set by {}, as {} is not set",
+                crate::conf::NETWORK_TIMEOUT_KEY,
+                crate::conf::ASK_TIMEOUT_KEY
+            ),
+            TimeoutSource::Caller => f.write_str("the timeout was given by the caller"),
+        }
+    }
+}
+
 /// Everything a send, an ask or the RPC environment can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
     /// No reply came in time.
-    #[error(
-        "ask to {target} timed out after {timeout:?}; the timeout is set by {key}",
-        key = crate::conf::ASK_TIMEOUT_KEY
-    )]
+    #[error("ask to {target} timed out after {timeout:?}; {set_by}")]
     AskTimeout {
         /// Where the ask went.
         target: String,
         /// How long it waited.
         timeout: Duration,
+        /// What decided the timeout: the key to change, or the caller.
+        set_by: TimeoutSource,
     },
     /// The remote endpoint answered with an error.
     #[error("{target} replied with an error: {message}")]
@@ -47,11 +76,14 @@ pub enum RpcError {
         /// The error's text.
         message: String,
     },
-    /// The connection closed before the reply came.
-    #[error("connection to {peer} closed before the reply to an ask arrived")]
+    /// The connection closed (before the reply came, for an ask).
+    #[error("connection to {peer} closed: {reason}")]
     Disconnected {
         /// The peer.
         peer: SocketAddr,
+        /// Why it closed, as logged: end of stream, a reset, a protocol error, a failed
+        /// authentication.
+        reason: String,
     },
     /// The connection's outbox holds as many bytes as it may.
     #[error(

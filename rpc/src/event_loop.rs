@@ -23,7 +23,7 @@ use crate::endpoint::{Endpoint, EndpointContext, Incoming, Reply};
 use crate::env::{AskCompletion, Command, RpcEnvHandle, Shared, LOCAL_KEY};
 use crate::error::RpcError;
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
-use crate::timer::TimerQueue;
+use crate::timer::{deadline_after, TimerQueue};
 
 /// Token of the waker that other threads use.
 pub(crate) const WAKER: Token = Token(0);
@@ -48,6 +48,8 @@ struct Connection {
     state: ConnState,
     /// Present while the peer has not yet proved it knows the secret.
     handshake: Option<Handshake>,
+    /// When the handshake must be done by (authenticate.timeout), while it is under way.
+    handshake_deadline: Option<Instant>,
     /// Whether endpoints were told of this connection (and so must hear of its end).
     announced: bool,
 }
@@ -69,7 +71,16 @@ impl Connection {
             peer,
             state,
             handshake: None,
+            handshake_deadline: None,
             announced: false,
+        }
+    }
+
+    /// When the connection must have got further by: connected, or authenticated.
+    fn deadline(&self) -> Option<Instant> {
+        match self.state {
+            ConnState::Connecting { deadline } => Some(deadline),
+            ConnState::Open => self.handshake_deadline,
         }
     }
 }
@@ -82,6 +93,7 @@ enum CloseReason {
     Auth(AuthError),
     ConnectFailed(io::Error),
     ConnectTimeout(Duration),
+    AuthTimeout(Duration),
     Stopping,
 }
 
@@ -97,7 +109,10 @@ impl CloseReason {
                 timeout: *timeout,
             },
             CloseReason::Stopping => RpcError::Stopped,
-            _ => RpcError::Disconnected { peer },
+            _ => RpcError::Disconnected {
+                peer,
+                reason: self.to_string(),
+            },
         }
     }
 }
@@ -111,6 +126,11 @@ impl std::fmt::Display for CloseReason {
             CloseReason::Auth(e) => write!(f, "{e}"),
             CloseReason::ConnectFailed(e) => write!(f, "connect failed: {e}"),
             CloseReason::ConnectTimeout(t) => write!(f, "connect timed out after {t:?}"),
+            CloseReason::AuthTimeout(t) => write!(
+                f,
+                "authentication did not finish within {t:?}; the timeout is set by \
+                 authenticate.timeout"
+            ),
             CloseReason::Stopping => f.write_str("the RPC environment is stopping"),
         }
     }
@@ -362,21 +382,17 @@ impl EventLoop {
 
     fn next_timeout(&mut self) -> Option<Duration> {
         let mut next = self.endpoints.timers.next_deadline();
-        let asks = self
-            .shared
-            .asks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .next_deadline();
-        for deadline in asks
-            .into_iter()
-            .chain(self.connections.values().filter_map(|c| match c.state {
-                ConnState::Connecting { deadline } => Some(deadline),
-                ConnState::Open => None,
-            }))
-        {
+        for deadline in self.connections.values().filter_map(Connection::deadline) {
             next = Some(next.map_or(deadline, |n| n.min(deadline)));
         }
+        let mut asks = self.shared.asks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(deadline) = asks.next_deadline() {
+            next = Some(next.map_or(deadline, |n| n.min(deadline)));
+        }
+        // Under the same lock: an ask registered from here on that is due before `next`
+        // wakes the loop.
+        asks.loop_sleeps_until(next);
+        drop(asks);
         next.map(|deadline| deadline.saturating_duration_since(Instant::now()))
     }
 
@@ -394,24 +410,23 @@ impl EventLoop {
             .unwrap_or_else(|e| e.into_inner())
             .take_expired(now, &mut self.ended_asks);
         for ask in self.ended_asks.drain(..) {
-            let target = ask.completion.target.clone();
-            ask.completion.complete(Err(RpcError::AskTimeout {
-                target,
-                timeout: ask.timeout,
-            }));
+            let error = ask.completion.timeout_error(ask.timeout);
+            ask.completion.complete(Err(error));
         }
-        let late: Vec<(ConnKey, Duration)> = self
+        let settings = &self.shared.settings;
+        let late: Vec<(ConnKey, CloseReason)> = self
             .connections
             .iter()
-            .filter_map(|(&key, c)| match c.state {
-                ConnState::Connecting { deadline } if deadline <= now => {
-                    Some((key, self.shared.settings.connect_timeout))
+            .filter(|(_, c)| c.deadline().is_some_and(|deadline| deadline <= now))
+            .map(|(&key, c)| match c.state {
+                ConnState::Connecting { .. } => {
+                    (key, CloseReason::ConnectTimeout(settings.connect_timeout))
                 }
-                _ => None,
+                ConnState::Open => (key, CloseReason::AuthTimeout(settings.auth_timeout)),
             })
             .collect();
-        for (key, timeout) in late {
-            self.close(key, CloseReason::ConnectTimeout(timeout));
+        for (key, reason) in late {
+            self.close(key, reason);
         }
     }
 
@@ -435,7 +450,9 @@ impl EventLoop {
             Command::Flush(outbox) => match outbox.kind() {
                 OutboxKind::Local => self.deliver_local(),
                 _ if self.connections.contains_key(&outbox.key()) => self.flush(outbox.key()),
-                OutboxKind::Outgoing(address) if !outbox.is_closed() && !self.stopping => {
+                // Also while stopping: what on_stop sends may need a connection, which the
+                // shutdown's bound covers.
+                OutboxKind::Outgoing(address) if !outbox.is_closed() => {
                     self.connect(address, outbox, now)
                 }
                 _ => {}
@@ -501,8 +518,18 @@ impl EventLoop {
                     let authenticated = handshake.is_none();
                     let max_payload = self.shared.settings.max_payload;
                     let conn = Connection::new(stream, outbox, peer, ConnState::Open, max_payload);
-                    self.connections
-                        .insert(key, Connection { handshake, ..conn });
+                    // An unauthenticated connection is not held past authenticate.timeout.
+                    let handshake_deadline = handshake
+                        .as_ref()
+                        .map(|_| deadline_after(Instant::now(), self.shared.settings.auth_timeout));
+                    self.connections.insert(
+                        key,
+                        Connection {
+                            handshake,
+                            handshake_deadline,
+                            ..conn
+                        },
+                    );
                     if authenticated {
                         self.announce(key);
                     }
@@ -533,7 +560,7 @@ impl EventLoop {
             Ok(stream) => {
                 debug!(peer = %address, "connecting");
                 let state = ConnState::Connecting {
-                    deadline: now + self.shared.settings.connect_timeout,
+                    deadline: deadline_after(now, self.shared.settings.connect_timeout),
                 };
                 let max_payload = self.shared.settings.max_payload;
                 let conn = Connection::new(stream, outbox, address, state, max_payload);
@@ -581,6 +608,10 @@ impl EventLoop {
                 Ok(nonce) => {
                     let (handshake, challenge) = Handshake::connecting(secret.clone(), nonce);
                     conn.handshake = Some(handshake);
+                    conn.handshake_deadline = Some(deadline_after(
+                        Instant::now(),
+                        self.shared.settings.auth_timeout,
+                    ));
                     if let Err(e) = send_control(&mut self.control, conn, &challenge) {
                         self.close(key, CloseReason::Wire(e));
                         return false;
@@ -667,6 +698,7 @@ impl EventLoop {
                 }
                 if done {
                     conn.handshake = None;
+                    conn.handshake_deadline = None;
                     debug!(peer = %conn.peer, "authenticated");
                     self.announce(key);
                 } else {
@@ -823,7 +855,7 @@ impl EventLoop {
 
     /// Closes an outbox and fails the asks that travelled on it.
     fn fail_outbox(&mut self, outbox: &Arc<Outbox>, reason: &CloseReason) {
-        outbox.close();
+        outbox.close(&reason.to_string());
         self.shared.forget_outgoing(outbox);
         self.shared
             .asks
@@ -837,15 +869,16 @@ impl EventLoop {
     }
 
     fn shutdown(&mut self) {
-        self.shared.stopped.store(true, Ordering::Release);
-        let now = Instant::now();
-        self.now = now;
+        // Sends are still accepted while the endpoints stop, so that what on_stop sends
+        // (a last word to a peer) leaves with the rest; refused from then on.
+        self.now = Instant::now();
         for index in 0..self.endpoints.slots.len() {
             self.endpoints.stop(index);
         }
+        self.shared.stopped.store(true, Ordering::Release);
         // Give queued frames a bounded time to leave, finishing connects and handshakes
-        // under way, so that what was sent before stop() is delivered.
-        let deadline = now + self.shared.settings.shutdown_flush;
+        // under way, so that what was sent before stop() and from on_stop is delivered.
+        let deadline = deadline_after(Instant::now(), self.shared.settings.shutdown_flush);
         self.process_commands();
         let mut events = Events::with_capacity(256);
         loop {
@@ -877,12 +910,11 @@ impl EventLoop {
                 done.complete(Err(RpcError::Stopped));
             }
         }
-        let mut asks = self.shared.asks.lock().unwrap_or_else(|e| e.into_inner());
-        asks.take_expired(
-            Instant::now() + Duration::from_secs(u32::MAX as u64),
-            &mut self.ended_asks,
-        );
-        drop(asks);
+        self.shared
+            .asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_all(&mut self.ended_asks);
         for ask in self.ended_asks.drain(..) {
             ask.completion.complete(Err(RpcError::Stopped));
         }

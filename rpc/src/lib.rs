@@ -70,6 +70,6 @@ pub mod timer;
 pub use conf::Conf;
 pub use endpoint::{Endpoint, EndpointContext, Incoming, Reply, ReplyHandle};
 pub use env::{EndpointRef, RpcEnv, RpcEnvHandle, RpcStats, Settings};
-pub use error::{RpcError, Target};
+pub use error::{RpcError, Target, TimeoutSource};
 pub use socket::SocketOptions;
 pub use timer::TimerId;

@@ -1,5 +1,5 @@
 //! A connection's outbox: frames encoded by any thread, waiting for the loop to write
-//! them. Bounded by `rpc.outbox.maxBytes`; a full outbox refuses the send.
+//! them. Bounded by `rpc.outbox.maxBytes`: a frame that does not fit is refused.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,10 +28,18 @@ pub enum OutboxKind {
 struct OutboxState {
     buf: BytesMut,
     encoder: Encoder,
-    closed: bool,
+    /// Why the connection closed, once it has.
+    closed: Option<Box<str>>,
 }
 
 /// Frames waiting to be written to one connection.
+///
+/// The bytes queued (encoded and not yet written, including those the loop took and is
+/// writing) stay within the limit: a frame that would take them past it is refused
+/// with [`RpcError::OutboxFull`]. The one exception is a frame larger than the whole
+/// limit, which would never fit: it is accepted whenever less than the limit is queued,
+/// so the outbox then holds less than the limit plus that one frame. (The handshake's
+/// few frames, queued by the loop before any other, are not counted against it.)
 #[derive(Debug)]
 pub struct Outbox {
     key: ConnKey,
@@ -62,7 +70,7 @@ impl Outbox {
             state: Mutex::new(OutboxState {
                 buf: BytesMut::new(),
                 encoder: Encoder::new(max_payload),
-                closed: false,
+                closed: None,
             }),
             queued: AtomicUsize::new(0),
             flush_requested: AtomicBool::new(false),
@@ -88,23 +96,35 @@ impl Outbox {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Encodes a frame into the outbox. Returns whether the caller must tell the loop
-    /// (the first frame since the loop last took the outbox).
+    /// Encodes a frame into the outbox, if it fits (see [`Outbox`]). Returns whether the
+    /// caller must tell the loop (the first frame since the loop last took the outbox).
     pub fn push(&self, route: &Route, message: &Message) -> Result<bool, RpcError> {
         let mut state = self.lock();
-        if state.closed {
-            return Err(RpcError::Disconnected { peer: self.peer });
-        }
-        let queued = self.queued.load(Ordering::Acquire);
-        if queued >= self.limit {
-            return Err(RpcError::OutboxFull {
+        if let Some(reason) = &state.closed {
+            return Err(RpcError::Disconnected {
                 peer: self.peer,
-                queued,
-                limit: self.limit,
+                reason: reason.to_string(),
             });
+        }
+        // Apart from the handshake's frames, only pushes, under this lock, add to `queued`
+        // (the loop subtracts what it wrote): it does not grow between the two checks.
+        let queued = self.queued.load(Ordering::Acquire);
+        let full = || RpcError::OutboxFull {
+            peer: self.peer,
+            queued,
+            limit: self.limit,
+        };
+        if queued >= self.limit {
+            return Err(full());
         }
         let OutboxState { buf, encoder, .. } = &mut *state;
         let written = encoder.encode(route, message, buf)?;
+        // The frame's size is known only now: one that does not fit is cut off again,
+        // which keeps the buffer's capacity.
+        if queued + written > self.limit && written <= self.limit {
+            buf.truncate(buf.len() - written);
+            return Err(full());
+        }
         self.queued.fetch_add(written, Ordering::AcqRel);
         drop(state);
         Ok(!self.flush_requested.swap(true, Ordering::AcqRel))
@@ -135,17 +155,18 @@ impl Outbox {
         self.queued.load(Ordering::Acquire)
     }
 
-    /// Refuses further frames and drops what is queued (the connection is gone).
-    pub fn close(&self) {
+    /// Refuses further frames and drops what is queued (the connection is gone, for
+    /// `reason`, which later sends are told).
+    pub fn close(&self, reason: &str) {
         let mut state = self.lock();
-        state.closed = true;
+        state.closed = Some(reason.into());
         state.buf = BytesMut::new();
         self.queued.store(0, Ordering::Release);
     }
 
     /// Whether the outbox was closed.
     pub fn is_closed(&self) -> bool {
-        self.lock().closed
+        self.lock().closed.is_some()
     }
 }
 
@@ -178,7 +199,7 @@ mod tests {
 
     #[test]
     fn a_full_outbox_refuses_and_names_the_limit() {
-        let outbox = outbox(100);
+        let outbox = outbox(1000);
         let route = Route::Reply { request_id: 1 };
         let mut accepted = 0;
         let error = loop {
@@ -188,10 +209,17 @@ mod tests {
             }
         };
         assert!(accepted >= 1);
-        assert!(outbox.queued() >= 100);
+        // Exactly bounded: the frame that would have gone past the limit was refused.
+        let frame = outbox.queued() / accepted;
+        assert_eq!(accepted, 1000 / frame, "{frame}-byte frames");
+        assert!(outbox.queued() <= 1000);
+        assert!(
+            matches!(error, RpcError::OutboxFull { queued, limit: 1000, .. } if queued == outbox.queued()),
+            "{error:?}"
+        );
         let text = error.to_string();
         assert!(
-            text.contains("rpc.outbox.maxBytes") && text.contains("100"),
+            text.contains("rpc.outbox.maxBytes") && text.contains("1000"),
             "{text}"
         );
         // Writing frees room again.
@@ -201,12 +229,48 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_larger_than_the_limit_goes_while_the_outbox_is_below_it() {
+        let outbox = outbox(1000);
+        let route = Route::Reply { request_id: 1 };
+        let message = |len: usize| Message::Custom {
+            tag: 1,
+            body: bytes::Bytes::from(vec![7u8; len]),
+        };
+        assert!(outbox.push(&route, &message(600)).unwrap());
+        let first = outbox.queued();
+        // Would fit an empty outbox, not this one: refused, and taken back out.
+        assert!(matches!(
+            outbox.push(&route, &message(600)),
+            Err(RpcError::OutboxFull { .. })
+        ));
+        assert_eq!(outbox.queued(), first);
+        // Could never fit: accepted while less than the limit is queued...
+        assert!(!outbox.push(&route, &message(1200)).unwrap());
+        let both = outbox.queued();
+        assert!(both > 1000 && both < 1000 + 1200 + 200, "{both}");
+        // ...and not past it.
+        assert!(matches!(
+            outbox.push(&route, &message(1200)),
+            Err(RpcError::OutboxFull { .. })
+        ));
+        let taken = outbox.take().unwrap();
+        assert_eq!(taken.len(), both, "nothing of the refused frames is left");
+    }
+
+    #[test]
     fn a_closed_outbox_refuses() {
         let outbox = outbox(100);
-        outbox.close();
-        assert!(matches!(
-            outbox.push(&Route::Reply { request_id: 1 }, &Message::Empty),
-            Err(RpcError::Disconnected { .. })
-        ));
+        outbox.close("connection reset by peer");
+        let error = outbox
+            .push(&Route::Reply { request_id: 1 }, &Message::Empty)
+            .unwrap_err();
+        assert!(
+            matches!(&error, RpcError::Disconnected { reason, .. } if reason == "connection reset by peer"),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "connection to 127.0.0.1:1 closed: connection reset by peer"
+        );
     }
 }

@@ -52,8 +52,82 @@ pub fn listen(address: SocketAddr, options: &SocketOptions) -> io::Result<mio::n
 }
 
 /// Starts a non-blocking connect to `address`; completion shows as writability.
+///
+/// The options are applied before the connect: the receive buffer size decides the
+/// window scale offered in the SYN, so setting it on a connected socket comes too late.
 pub fn connect(address: SocketAddr, options: &SocketOptions) -> io::Result<mio::net::TcpStream> {
-    let stream = mio::net::TcpStream::connect(address)?;
-    options.apply(SockRef::from(&stream))?;
-    Ok(stream)
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    options.apply(SockRef::from(&socket))?;
+    socket.set_nonblocking(true)?;
+    match socket.connect(&address.into()) {
+        Ok(()) => {}
+        Err(e) if connect_in_progress(&e) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(mio::net::TcpStream::from_std(socket.into()))
+}
+
+/// Whether a non-blocking connect's error only says that it is under way.
+fn connect_in_progress(error: &io::Error) -> bool {
+    #[cfg(unix)]
+    if error.raw_os_error() == Some(libc::EINPROGRESS) {
+        return true;
+    }
+    // Windows reports WSAEWOULDBLOCK.
+    error.kind() == io::ErrorKind::WouldBlock
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outgoing_socket_has_its_options_and_connects() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let options = SocketOptions {
+            send_buffer: Some(64 << 10),
+            receive_buffer: Some(64 << 10),
+        };
+        let stream = connect(listener.local_addr().unwrap(), &options).unwrap();
+        let socket = SockRef::from(&stream);
+        assert!(socket.tcp_nodelay().unwrap());
+        assert!(socket.nonblocking().unwrap_or(true));
+        // The OS may round (Linux doubles); it took the size, not its default.
+        assert!(socket.send_buffer_size().unwrap() >= 64 << 10);
+        assert!(socket.recv_buffer_size().unwrap() >= 64 << 10);
+        let (accepted, _) = listener.accept().unwrap();
+        // Writability, then no error and a peer: the connect completed.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while stream.peer_addr().is_err() {
+            assert!(std::time::Instant::now() < deadline, "never connected");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(stream.peer_addr().unwrap(), listener.local_addr().unwrap());
+        assert_eq!(accepted.peer_addr().unwrap(), stream.local_addr().unwrap());
+    }
+
+    #[test]
+    fn a_refused_connect_is_an_error_not_a_panic() {
+        let address = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        // On loopback the refusal may come at once or show later as the socket's error.
+        if let Ok(stream) = connect(address, &SocketOptions::default()) {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                match stream.take_error() {
+                    Ok(Some(_)) => break,
+                    _ if stream.peer_addr().is_ok() => panic!("connected to a closed port"),
+                    _ => {}
+                }
+                assert!(std::time::Instant::now() < deadline, "no error");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
 }

@@ -9,6 +9,27 @@ use std::time::{Duration, Instant};
 /// The shortest period a periodic timer gets.
 pub const MIN_PERIOD: Duration = Duration::from_millis(1);
 
+/// `now + after`, or the latest instant the clock can represent when that overflows.
+///
+/// Delays come from the configuration (capped at [`crate::conf::MAX_DURATION`]) but also
+/// from callers (an ask's timeout, a timer's delay), and `Instant + Duration` panics on
+/// overflow; a deadline that far away never comes, which is what such a delay means.
+pub fn deadline_after(now: Instant, after: Duration) -> Instant {
+    if let Some(deadline) = now.checked_add(after) {
+        return deadline;
+    }
+    // Rare: climb as far as the clock goes, halving the step whenever it overshoots.
+    let mut deadline = now;
+    let mut step = after;
+    while !step.is_zero() {
+        match deadline.checked_add(step) {
+            Some(later) => deadline = later,
+            None => step /= 2,
+        }
+    }
+    deadline
+}
+
 /// Identifies a timer, for cancelling it and for telling its firings apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TimerId(pub u64);
@@ -60,7 +81,7 @@ impl<T: Clone> TimerQueue<T> {
         let period = period.map(|p| p.max(MIN_PERIOD));
         let id = TimerId(self.next_id);
         self.next_id += 1;
-        let deadline = now + delay;
+        let deadline = deadline_after(now, delay);
         self.timers.insert(id, Timer { period, target });
         self.current.insert(id, deadline);
         self.deadlines.push(Reverse((deadline, id)));
@@ -128,8 +149,12 @@ impl<T: Clone> TimerQueue<T> {
         let target = timer.target.clone();
         match timer.period {
             Some(period) => {
-                let next = deadline + period;
-                let next = if next <= now { now + period } else { next };
+                let next = deadline_after(deadline, period);
+                let next = if next <= now {
+                    deadline_after(now, period)
+                } else {
+                    next
+                };
                 self.current.insert(id, next);
                 self.deadlines.push(Reverse((next, id)));
             }
@@ -186,6 +211,27 @@ mod tests {
         assert_eq!(q.pop_due(t0 + ms(1000)), Some((id, "tick")));
         assert_eq!(q.pop_due(t0 + ms(1000)), None);
         assert_eq!(q.next_deadline(), Some(t0 + ms(1100)));
+    }
+
+    #[test]
+    fn delays_past_the_end_of_the_clock_never_fire_and_do_not_panic() {
+        let t0 = Instant::now();
+        let mut q = TimerQueue::new();
+        let once = q.schedule(t0, Duration::MAX, None, "never");
+        let every = q.schedule(t0, ms(1), Some(Duration::MAX), "once");
+        let far = q.next_deadline().unwrap();
+        assert_eq!(far, t0 + ms(1));
+        assert_eq!(q.pop_due(t0 + ms(1)), Some((every, "once")));
+        // Rescheduled "a period later": as late as the clock goes, like the one-shot.
+        assert_eq!(q.pop_due(t0 + Duration::from_secs(1 << 32)), None);
+        let last = q.next_deadline().unwrap();
+        assert!(last > t0 + Duration::from_secs(1 << 32));
+        assert!(q.cancel(once) && q.cancel(every));
+
+        assert_eq!(deadline_after(t0, ms(5)), t0 + ms(5));
+        let end = deadline_after(t0, Duration::MAX);
+        assert!(end.checked_add(Duration::from_secs(1)).is_none());
+        assert_eq!(deadline_after(end, Duration::MAX), end);
     }
 
     #[test]

@@ -6,11 +6,13 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError, TimerId};
+use flint_rpc::{
+    Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError, Settings, TimeoutSource, TimerId,
+};
 use flint_wire::{ArchivedMessage, Encoder, Message, Route, HEADER_LEN};
 
 /// What a [`Probe`] saw.
@@ -198,11 +200,11 @@ fn an_ask_without_reply_times_out_naming_the_key() {
     let error = remote.ask(&custom(999)).unwrap_err();
     let waited = started.elapsed();
     assert!(
-        matches!(error, RpcError::AskTimeout { timeout, .. } if timeout == Duration::from_millis(300))
+        matches!(error, RpcError::AskTimeout { timeout, set_by: TimeoutSource::AskTimeout, .. } if timeout == Duration::from_millis(300))
     );
     let text = error.to_string();
     assert!(
-        text.contains("rpc.askTimeout") && text.contains("300ms"),
+        text.contains("the timeout is set by rpc.askTimeout") && text.contains("300ms"),
         "{text}"
     );
     assert!(
@@ -212,6 +214,58 @@ fn an_ask_without_reply_times_out_naming_the_key() {
     assert!(probe.seen().contains(&Seen::Message(999)));
     // The environment goes on serving.
     assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+}
+
+#[test]
+fn an_ask_timeout_names_what_actually_set_it() {
+    let (server, _probe) = server_with_probe(&[]);
+    // rpc.askTimeout not set: network.timeout decides.
+    let client = env(&["network.timeout=300ms", "executor.heartbeatInterval=100ms"]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    let error = remote.ask(&custom(999)).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RpcError::AskTimeout {
+                set_by: TimeoutSource::NetworkTimeout,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("set by network.timeout, as rpc.askTimeout is not set"),
+        "{text}"
+    );
+    // The configured value passed on explicitly is still the key's doing.
+    let error = remote
+        .ask_timeout(&custom(999), Duration::from_millis(300))
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("set by network.timeout"),
+        "{error}"
+    );
+    // Any other value is the caller's.
+    let error = remote
+        .ask_timeout(&custom(999), Duration::from_millis(200))
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RpcError::AskTimeout {
+                set_by: TimeoutSource::Caller,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("200ms") && text.contains("the timeout was given by the caller"),
+        "{text}"
+    );
+    assert!(!text.contains("rpc.askTimeout"), "{text}");
 }
 
 #[test]
@@ -269,8 +323,9 @@ fn two_hundred_concurrent_connections_are_served() {
     });
 }
 
-#[test]
-fn a_peer_killed_mid_frame_is_dropped_and_others_are_served() {
+/// Sends half a frame from a raw socket, then closes it: gracefully (FIN), or, with
+/// `reset`, as a killed process's socket with SO_LINGER 0 goes (RST).
+fn peer_killed_mid_frame(reset: bool) {
     let (server, probe) = server_with_probe(&[]);
     let mut raw = TcpStream::connect(server.address()).unwrap();
     let local = raw.local_addr().unwrap();
@@ -284,6 +339,11 @@ fn a_peer_killed_mid_frame_is_dropped_and_others_are_served() {
     probe.wait_for("the raw peer to connect", |seen| {
         seen.contains(&Seen::Connected(local))
     });
+    if reset {
+        socket2::SockRef::from(&raw)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+    }
     drop(raw);
     probe.wait_for("the raw peer to go", |seen| {
         seen.contains(&Seen::Disconnected(local))
@@ -296,6 +356,16 @@ fn a_peer_killed_mid_frame_is_dropped_and_others_are_served() {
     let client = env(&[]);
     let remote = client.handle().endpoint_ref(server.address(), "probe");
     assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+}
+
+#[test]
+fn a_peer_killed_mid_frame_is_dropped_and_others_are_served() {
+    peer_killed_mid_frame(false);
+}
+
+#[test]
+fn a_peer_reset_mid_frame_is_dropped_and_others_are_served() {
+    peer_killed_mid_frame(true);
 }
 
 #[test]
@@ -313,7 +383,9 @@ fn asks_fail_at_once_when_their_peer_dies() {
     let started = Instant::now();
     let error = remote.ask(&custom(1)).unwrap_err();
     assert!(
-        matches!(error, RpcError::Disconnected { peer } if peer == address),
+        // The raw server closes with the ask's payload unread: a reset, or an end of
+        // stream; either way the reason is there.
+        matches!(&error, RpcError::Disconnected { peer, reason } if *peer == address && !reason.is_empty()),
         "{error:?}"
     );
     assert!(
@@ -323,44 +395,101 @@ fn asks_fail_at_once_when_their_peer_dies() {
     server.join().unwrap();
 }
 
+/// Waits (at most 10 s) for the server to close `raw`: an end of stream, or a reset
+/// (the server closed with bytes of ours unread). Bytes from the server, a timeout or any
+/// other error fail.
+fn assert_closed_by_server(raw: &mut TcpStream) {
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 64];
+    match raw.read(&mut buf) {
+        Ok(0) => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            ) => {}
+        Ok(n) => panic!("the server sent {n} bytes instead of closing"),
+        Err(e) => panic!("the server did not close the connection: {e}"),
+    }
+}
+
 #[test]
 fn oversized_and_garbage_peers_are_cut_off_while_others_are_served() {
     let (server, probe) = server_with_probe(&["rpc.message.maxSize=1"]);
     let client = env(&[]);
     let remote = client.handle().endpoint_ref(server.address(), "probe");
     assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    let valid = |tag| {
+        frame(
+            &Route::OneWay {
+                endpoint: "probe".into(),
+            },
+            &custom(tag),
+        )
+    };
 
     // A header announcing 2 MiB against a 1 MiB limit: refused from the header alone.
-    let mut big = frame(
-        &Route::OneWay {
-            endpoint: "probe".into(),
-        },
-        &custom(7),
-    );
-    big[12..16].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    // A valid frame right behind it must not be delivered either.
+    let mut bytes = valid(7);
+    bytes[12..16].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    bytes.truncate(HEADER_LEN);
+    bytes.extend_from_slice(&valid(8));
     let mut raw = TcpStream::connect(server.address()).unwrap();
-    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    raw.write_all(&big[..HEADER_LEN]).unwrap();
-    let mut buf = [0u8; 16];
-    assert_eq!(
-        raw.read(&mut buf).unwrap_or(0),
-        0,
-        "the server closes the connection"
-    );
+    // The server may close before all of it is written: that is what is tested.
+    let _ = raw.write_all(&bytes);
+    assert_closed_by_server(&mut raw);
 
-    // Garbage that is not flint at all.
+    // Garbage that is not flint at all, then a valid frame.
+    let mut bytes = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n"[..]);
+    bytes.extend_from_slice(&valid(9));
     let mut raw = TcpStream::connect(server.address()).unwrap();
-    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    raw.write_all(b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n")
-        .unwrap();
-    assert_eq!(
-        raw.read(&mut buf).unwrap_or(0),
-        0,
-        "the server closes the connection"
-    );
+    let _ = raw.write_all(&bytes);
+    assert_closed_by_server(&mut raw);
 
+    // The env went on serving its other peer.
     assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
-    assert!(!probe.seen().contains(&Seen::Message(7)));
+    let seen = probe.seen();
+    assert!(
+        [7, 8, 9]
+            .iter()
+            .all(|&tag| !seen.contains(&Seen::Message(tag))),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_peer_that_never_authenticates_is_cut_off_at_the_handshake_timeout() {
+    let secret = [
+        "authenticate=true",
+        "authenticate.secret=correct horse",
+        "authenticate.timeout=300ms",
+    ];
+    let (server, probe) = server_with_probe(&secret);
+    let friend = env(&secret);
+    let remote = friend.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+
+    // Connects and says nothing.
+    let started = Instant::now();
+    let mut silent = TcpStream::connect(server.address()).unwrap();
+    assert_closed_by_server(&mut silent);
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // An authenticated connection is not cut off once the timeout has passed.
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+    assert_eq!(friend.handle().stats().connected, 1, "no reconnect");
+    let connected = probe
+        .seen()
+        .iter()
+        .filter(|s| matches!(s, Seen::Connected(_)))
+        .count();
+    assert_eq!(connected, 1, "the silent peer never counted as connected");
+    assert_eq!(server.handle().stats().accepted, 2);
 }
 
 #[test]
@@ -384,6 +513,12 @@ fn authentication_passes_with_the_secret_and_fails_without() {
     let remote = stranger.handle().endpoint_ref(server.address(), "probe");
     let error = remote.ask(&custom(2)).unwrap_err();
     assert!(matches!(error, RpcError::Disconnected { .. }), "{error:?}");
+    // The client checks the server's proof first: it learns why.
+    let text = error.to_string();
+    assert!(
+        text.contains("authentication failed") && text.contains("authenticate.secret"),
+        "{text}"
+    );
 
     let plain = env(&["rpc.askTimeout=5s"]);
     let remote = plain.handle().endpoint_ref(server.address(), "probe");
@@ -729,4 +864,299 @@ fn deferred_sends_leave_together_at_the_flush_in_order() {
         })
         .collect();
     assert_eq!(tags, (0..=1_000).collect::<Vec<_>>());
+}
+
+#[test]
+fn durations_past_the_end_of_the_clock_do_not_kill_the_loop() {
+    // The configuration refuses such durations, but the API takes them: settings, ask
+    // timeouts and timer delays. Each becomes a deadline that never comes.
+    struct Sleeper;
+    impl Endpoint for Sleeper {
+        fn on_start(&mut self, ctx: &mut EndpointContext<'_>) {
+            ctx.schedule_once(Duration::MAX);
+            ctx.schedule_every(Duration::from_millis(1), Duration::MAX);
+        }
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+            message.reply(&Message::Ack { ok: true }).unwrap();
+        }
+    }
+    let (server, _probe) = server_with_probe(&[]);
+    let mut settings = Settings::from_conf(&conf(&["rpc.askTimeout=10s"])).unwrap();
+    settings.connect_timeout = Duration::MAX;
+    let client = RpcEnv::with_settings(settings).unwrap();
+    client.handle().register("sleeper", Sleeper).unwrap();
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    assert_eq!(
+        tag_of(&remote.ask_timeout(&custom(2), Duration::MAX).unwrap()),
+        2
+    );
+    let (tx, rx) = mpsc::channel();
+    remote
+        .ask_then(&custom(3), Duration::MAX, move |reply| {
+            let _ = tx.send(reply.map(|reply| tag_of(&reply)));
+        })
+        .unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap(),
+        3
+    );
+    // The endpoint with the far timers was not stopped by a panic.
+    let sleeper = client.handle().local_ref("sleeper");
+    let reply = sleeper.ask(&Message::ReviveOffers).unwrap();
+    assert!(matches!(reply.message(), ArchivedMessage::Ack { ok: true }));
+}
+
+#[test]
+fn a_panicking_ask_callback_is_isolated_and_later_asks_still_end() {
+    let (server, probe) = server_with_probe(&[]);
+    let client = env(&["rpc.askTimeout=5s"]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    remote
+        .ask_then(&custom(1), Duration::from_secs(5), |_| {
+            panic!("an ask callback panicked on purpose")
+        })
+        .unwrap();
+    probe.wait_for("the first ask", |seen| seen.contains(&Seen::Message(1)));
+    // The loop survived the callback: replies and timeouts still end asks.
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+    let (tx, rx) = mpsc::channel();
+    remote
+        .ask_then(&custom(999), Duration::from_millis(200), move |reply| {
+            let _ = tx.send(reply.map(|reply| tag_of(&reply)));
+        })
+        .unwrap();
+    let ended = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        matches!(ended, Err(RpcError::AskTimeout { timeout, .. }) if timeout == Duration::from_millis(200)),
+        "{ended:?}"
+    );
+    let local = client.handle().local_ref("nobody");
+    assert!(matches!(
+        local.ask(&custom(3)),
+        Err(RpcError::Remote { .. })
+    ));
+}
+
+/// Joins `thread`, failing the test if it does not end within `bound`.
+fn join_within<T>(thread: std::thread::JoinHandle<T>, bound: Duration, what: &str) -> T {
+    let deadline = Instant::now() + bound;
+    while !thread.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not end within {bound:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    thread.join().unwrap()
+}
+
+#[test]
+fn an_ask_behind_an_unflushed_deferred_send_still_times_out() {
+    let (server, probe) = server_with_probe(&[]);
+    let client = env(&["rpc.askTimeout=500ms"]);
+    let target = client.handle().endpoint_ref(server.address(), "probe");
+    // Connected, and the loop idle with nothing to wake it for.
+    target.ask(&custom(0)).unwrap();
+    // Another reference defers a send on the same connection and does not flush: the
+    // loop is not told, and the asks below are queued behind that frame.
+    let deferring = client.handle().endpoint_ref(server.address(), "probe");
+    deferring.send_deferred(&custom(1)).unwrap();
+
+    let (tx, rx) = mpsc::channel();
+    target
+        .ask_then(&custom(2), Duration::from_millis(300), move |reply| {
+            let _ = tx.send(reply.map(|reply| tag_of(&reply)));
+        })
+        .unwrap();
+    let asker = std::thread::spawn(move || {
+        let started = Instant::now();
+        (target.ask(&custom(3)), started.elapsed())
+    });
+    let (result, waited) = join_within(asker, Duration::from_secs(10), "the blocking ask");
+    assert!(
+        matches!(result, Err(RpcError::AskTimeout { timeout, .. }) if timeout == Duration::from_millis(500)),
+        "{result:?}"
+    );
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+    // Only the loop can end a callback ask: it was woken to arm the timeout.
+    let ended = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        matches!(ended, Err(RpcError::AskTimeout { .. })),
+        "{ended:?}"
+    );
+    assert!(!probe.seen().contains(&Seen::Message(1)));
+    // The deferred frame, and the asks behind it, leave at the flush.
+    deferring.flush();
+    probe.wait_for("the deferred frame and the asks", |seen| {
+        [1, 2, 3]
+            .iter()
+            .all(|&tag| seen.contains(&Seen::Message(tag)))
+    });
+}
+
+#[test]
+fn a_blocking_ask_returns_at_its_timeout_even_if_the_loop_is_stuck() {
+    /// Holds the loop thread until released (at most 10 s).
+    struct Stuck(mpsc::Receiver<()>);
+    impl Endpoint for Stuck {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, _message: Incoming<'_>) {
+            let _ = self.0.recv_timeout(Duration::from_secs(10));
+        }
+    }
+    let (server, _probe) = server_with_probe(&[]);
+    let client = env(&["rpc.askTimeout=300ms"]);
+    let (release, held) = mpsc::channel();
+    client.handle().register("stuck", Stuck(held)).unwrap();
+    // Handed to the loop before the ask below, so the loop is stuck before it sees it.
+    client.handle().local_ref("stuck").send(&custom(1)).unwrap();
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    let started = Instant::now();
+    let error = remote.ask(&custom(2)).unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        matches!(error, RpcError::AskTimeout { timeout, .. } if timeout == Duration::from_millis(300)),
+        "{error:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    release.send(()).unwrap();
+    // Free again, the loop serves; the late reply to the first ask finds nobody.
+    assert_eq!(tag_of(&remote.ask(&custom(3)).unwrap()), 3);
+}
+
+#[test]
+fn what_on_stop_sends_leaves_before_the_sockets_close() {
+    /// Says goodbye to every peer it knows when it stops, and records how that went.
+    struct Farewell {
+        peers: Vec<flint_rpc::EndpointRef>,
+        sent: Arc<Mutex<Vec<String>>>,
+    }
+    impl Endpoint for Farewell {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, _message: Incoming<'_>) {}
+        fn on_stop(&mut self) {
+            for peer in &self.peers {
+                let outcome = peer.send(&custom(77));
+                self.sent.lock().unwrap().push(format!("{outcome:?}"));
+            }
+        }
+    }
+    let (known, known_probe) = server_with_probe(&[]);
+    let (unknown, unknown_probe) = server_with_probe(&[]);
+    let client = env(&[]);
+    let to_known = client.handle().endpoint_ref(known.address(), "probe");
+    assert_eq!(tag_of(&to_known.ask(&custom(1)).unwrap()), 1);
+    // Never used before the stop: on_stop's send has to connect first.
+    let to_unknown = client.handle().endpoint_ref(unknown.address(), "probe");
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    client
+        .handle()
+        .register(
+            "farewell",
+            Farewell {
+                peers: vec![to_known.clone(), to_unknown],
+                sent: sent.clone(),
+            },
+        )
+        .unwrap();
+    client.stop();
+    assert_eq!(*sent.lock().unwrap(), ["Ok(())", "Ok(())"]);
+    known_probe.wait_for("the farewell", |seen| seen.contains(&Seen::Message(77)));
+    unknown_probe.wait_for("the farewell over a new connection", |seen| {
+        seen.contains(&Seen::Message(77))
+    });
+    // Once stopped, sends are refused.
+    assert!(matches!(to_known.send(&custom(2)), Err(RpcError::Stopped)));
+}
+
+#[test]
+fn stop_returns_within_the_flush_bound_when_a_peer_never_reads() {
+    // A peer that accepts and never reads: the kernel buffers fill, then the outbox.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let holder = std::thread::spawn(move || listener.accept().map(|(socket, _)| socket));
+    let client = env(&[
+        "rpc.outbox.maxBytes=256k",
+        "rpc.io.sendBufferSize=16k",
+        "rpc.shutdown.flushTimeout=500ms",
+    ]);
+    assert_eq!(
+        client.handle().settings().shutdown_flush,
+        Duration::from_millis(500)
+    );
+    let remote = client.handle().endpoint_ref(address, "sink");
+    let big = Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![0u8; 16 * 1024]),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match remote.send(&big) {
+            Ok(()) => assert!(Instant::now() < deadline, "the outbox never filled"),
+            Err(RpcError::OutboxFull { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let _socket = holder.join().unwrap().unwrap();
+    let started = Instant::now();
+    client.stop();
+    let waited = started.elapsed();
+    // It tried for the whole bound, and gave up then.
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}
+
+#[test]
+fn a_connect_that_gets_no_answer_fails_at_the_connect_timeout() {
+    // A listener with a backlog of one that never accepts: once its accept queue is
+    // full, the kernel drops further SYNs, so the next connect gets no answer at all.
+    let listener = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .unwrap();
+    listener
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    listener.listen(0).unwrap();
+    let address = listener.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    let full =
+        (0..16).any(
+            |_| match TcpStream::connect_timeout(&address, Duration::from_millis(200)) {
+                Ok(stream) => {
+                    fillers.push(stream);
+                    false
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+                    true
+                }
+            },
+        );
+    assert!(full, "the accept queue never filled");
+
+    let client = env(&["rpc.connect.timeout=300ms", "rpc.askTimeout=30s"]);
+    let started = Instant::now();
+    let error = client
+        .handle()
+        .endpoint_ref(address, "anyone")
+        .ask(&custom(1))
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        matches!(error, RpcError::ConnectTimeout { peer, timeout } if peer == address && timeout == Duration::from_millis(300)),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("rpc.connect.timeout"), "{error}");
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    drop(fillers);
 }
