@@ -4,6 +4,10 @@
 //!
 //! - `latency/raw_tcp_round_trip`: a blocking std::net ping-pong of a LaunchTask-sized
 //!   frame out and a StatusUpdate-sized frame back (TCP_NODELAY): the floor.
+//! - `latency/raw_tcp_round_trip_busy_poll`: the same with both ends busy-polling
+//!   (non-blocking reads, yielding between them): no thread sleeps, so no wake-up is in
+//!   it. flint's threads busy-poll briefly before they sleep (`rpc.io.busyPoll`,
+//!   `executor.busyPoll`), so its figures are set against this one too.
 //! - `latency/one_task_job`: a task set of one noop task on one executor of one core,
 //!   from submission to its result recorded at the driver.
 //! - `throughput/strict`: a 100,000-task noop job on 2 executors of 1 core each, a task
@@ -22,7 +26,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use flint::bench::{floor_round_trip, BenchCluster, FrameSizes, RawPingPong};
+use flint::bench::{floor_round_trip, round_trip, BenchCluster, FrameSizes, RawPingPong, Waiting};
 use flint::rpc::Conf;
 
 const FLINT: &str = env!("CARGO_BIN_EXE_flint");
@@ -50,6 +54,12 @@ fn task_launch(c: &mut Criterion) {
         b.iter(|| raw.round_trip().expect("the raw server answers"))
     });
     drop(raw);
+    let mut busy = RawPingPong::start_waiting(frames.launch, frames.status, Waiting::BusyPolling)
+        .expect("a loopback socket");
+    group.bench_function("raw_tcp_round_trip_busy_poll", |b| {
+        b.iter(|| busy.round_trip().expect("the raw server answers"))
+    });
+    drop(busy);
     let mut one = BenchCluster::start(Path::new(FLINT), &conf(0), 1, 1).expect("a cluster");
     group.bench_function("one_task_job", |b| {
         b.iter_custom(|iterations| {
@@ -61,6 +71,8 @@ fn task_launch(c: &mut Criterion) {
     // The ratio, from medians taken now, one after the other.
     let (floor_ns, _) = floor_round_trip(frames, 5_000).expect("a loopback socket");
     let floor_ns = floor_ns as f64;
+    let (busy_ns, _) = round_trip(frames, 5_000, Waiting::BusyPolling).expect("a loopback socket");
+    let busy_ns = busy_ns as f64;
     let job_ns = median_job_latency(&mut one, 2_000);
     one.stop().expect("the cluster stops");
     group.finish();
@@ -87,21 +99,28 @@ fn task_launch(c: &mut Criterion) {
     group.finish();
 
     let floor_tps = 2.0 / (floor_ns / 1e9);
+    let busy_tps = 2.0 / (busy_ns / 1e9);
     println!();
     println!(
         "floor round trip (raw TCP, median):   {:>10.1} us",
         floor_ns / 1e3
     );
     println!(
-        "one-task job latency (median):        {:>10.1} us  = {:.2} x the floor",
-        job_ns / 1e3,
-        job_ns / floor_ns
+        "busy-polling raw TCP round trip:      {:>10.1} us",
+        busy_ns / 1e3
     );
-    println!("free-core floor (2 cores / round trip): {floor_tps:>8.0} tasks/s");
+    println!(
+        "one-task job latency (median):        {:>10.1} us  = {:.2} x the floor, {:.2} x busy-polling",
+        job_ns / 1e3,
+        job_ns / floor_ns,
+        job_ns / busy_ns
+    );
+    println!("free-core floor (2 cores / round trip): {floor_tps:>8.0} tasks/s (busy-polling {busy_tps:.0})");
     for (name, rate) in rates {
         println!(
-            "{name:<10} 100,000 noop tasks:      {rate:>10.0} tasks/s = {:.0}% of the free-core floor",
-            100.0 * rate / floor_tps
+            "{name:<10} 100,000 noop tasks:      {rate:>10.0} tasks/s = {:.0}% of the free-core floor, {:.0}% of busy-polling",
+            100.0 * rate / floor_tps,
+            100.0 * rate / busy_tps
         );
     }
 }

@@ -3,6 +3,10 @@
 //!
 //! - the floor round trip: a blocking std::net TCP ping-pong on 127.0.0.1 of a
 //!   LaunchTask-sized frame one way and a StatusUpdate-sized frame back (TCP_NODELAY);
+//! - beside it the same ping-pong with both ends busy-polling (non-blocking reads,
+//!   yielding the CPU between them): the fastest round trip this machine gives two
+//!   threads, with no wake-up in it. flint's threads busy-poll briefly before they sleep
+//!   (`rpc.io.busyPoll`, `executor.busyPoll`), so its figures are shown against both;
 //! - one-task job latency: a task set of one noop task submitted to a driver with one
 //!   executor process, from submission to its result recorded at the driver, and its
 //!   ratio to the floor;
@@ -84,18 +88,69 @@ impl FrameSizes {
     }
 }
 
-/// A blocking TCP ping-pong on 127.0.0.1: `request` bytes one way, `reply` bytes back.
+/// How the two ends of a [`RawPingPong`] wait for bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// Blocking reads: the thread sleeps until bytes come and is woken.
+    Blocking,
+    /// Non-blocking reads in a loop, yielding the CPU between them: no thread sleeps.
+    BusyPolling,
+}
+
+/// A TCP ping-pong on 127.0.0.1: `request` bytes one way, `reply` bytes back.
 #[derive(Debug)]
 pub struct RawPingPong {
     socket: TcpStream,
+    waiting: Waiting,
     request: Vec<u8>,
     reply: Vec<u8>,
     server: Option<JoinHandle<()>>,
 }
 
+/// Reads exactly `buf.len()` bytes, waiting as `waiting` says.
+fn read_all(socket: &mut TcpStream, buf: &mut [u8], waiting: Waiting) -> std::io::Result<()> {
+    if waiting == Waiting::Blocking {
+        return socket.read_exact(buf);
+    }
+    let mut filled = 0;
+    while filled < buf.len() {
+        match socket.read(&mut buf[filled..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` on a socket that may be non-blocking.
+fn write_all(socket: &mut TcpStream, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match socket.write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 impl RawPingPong {
-    /// Starts the answering thread and connects to it.
+    /// Starts the answering thread and connects to it; both ends block in their reads.
     pub fn start(request: usize, reply: usize) -> std::io::Result<RawPingPong> {
+        RawPingPong::start_waiting(request, reply, Waiting::Blocking)
+    }
+
+    /// Starts the answering thread and connects to it; both ends wait as `waiting` says.
+    pub fn start_waiting(
+        request: usize,
+        reply: usize,
+        waiting: Waiting,
+    ) -> std::io::Result<RawPingPong> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let address = listener.local_addr()?;
         let server = std::thread::Builder::new()
@@ -105,18 +160,21 @@ impl RawPingPong {
                     return;
                 };
                 let _ = socket.set_nodelay(true);
+                let _ = socket.set_nonblocking(waiting == Waiting::BusyPolling);
                 let mut inbound = vec![0u8; request];
                 let outbound = vec![0x24u8; reply];
-                while socket.read_exact(&mut inbound).is_ok() {
-                    if socket.write_all(&outbound).is_err() {
+                while read_all(&mut socket, &mut inbound, waiting).is_ok() {
+                    if write_all(&mut socket, &outbound).is_err() {
                         break;
                     }
                 }
             })?;
         let socket = TcpStream::connect(address)?;
         socket.set_nodelay(true)?;
+        socket.set_nonblocking(waiting == Waiting::BusyPolling)?;
         Ok(RawPingPong {
             socket,
+            waiting,
             request: vec![0x42; request],
             reply: vec![0; reply],
             server: Some(server),
@@ -125,8 +183,8 @@ impl RawPingPong {
 
     /// One round trip.
     pub fn round_trip(&mut self) -> std::io::Result<()> {
-        self.socket.write_all(&self.request)?;
-        self.socket.read_exact(&mut self.reply)
+        write_all(&mut self.socket, &self.request)?;
+        read_all(&mut self.socket, &mut self.reply, self.waiting)
     }
 }
 
@@ -211,6 +269,10 @@ pub struct BenchReport {
     pub floor_rtt_us: f64,
     /// Floor round trip, 99th percentile.
     pub floor_rtt_p99_us: f64,
+    /// The round trip with both ends busy-polling, median, in microseconds.
+    pub busy_rtt_us: f64,
+    /// The round trip with both ends busy-polling, 99th percentile.
+    pub busy_rtt_p99_us: f64,
     /// One-task job latency, median, in microseconds.
     pub job_latency_p50_us: f64,
     /// One-task job latency, 99th percentile.
@@ -221,6 +283,8 @@ pub struct BenchReport {
     pub tasks: u32,
     /// `cores / floor round trip`, in tasks per second.
     pub free_core_floor_tps: f64,
+    /// `cores / busy-polling round trip`, in tasks per second.
+    pub free_core_busy_tps: f64,
     /// Throughput without pipelining.
     pub strict_tps: f64,
     /// Throughput with `executor.taskPrefetch = prefetch`.
@@ -240,22 +304,37 @@ impl BenchReport {
         self.strict_tps / self.free_core_floor_tps
     }
 
+    /// One-task job latency over the busy-polling round trip.
+    pub fn busy_latency_ratio(&self) -> f64 {
+        self.job_latency_p50_us / self.busy_rtt_us
+    }
+
+    /// Strict throughput over the busy-polling free-core floor.
+    pub fn busy_strict_ratio(&self) -> f64 {
+        self.strict_tps / self.free_core_busy_tps
+    }
+
     /// One JSON object.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"version\":{}}}",
+            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"version\":{}}}",
             self.floor_rtt_us,
             self.floor_rtt_p99_us,
+            self.busy_rtt_us,
+            self.busy_rtt_p99_us,
             self.frames.launch,
             self.frames.status,
             self.job_latency_p50_us,
             self.job_latency_p99_us,
             self.latency_ratio(),
+            self.busy_latency_ratio(),
             self.cores,
             self.tasks,
             self.free_core_floor_tps,
+            self.free_core_busy_tps,
             self.strict_tps,
             self.strict_ratio(),
+            self.busy_strict_ratio(),
             self.pipelined_tps,
             self.prefetch,
             json_string(env!("CARGO_PKG_VERSION")),
@@ -274,23 +353,33 @@ impl BenchReport {
                 ),
             ),
             (
+                "raw TCP round trip, busy-polling (p50)".to_owned(),
+                format!("{:.1} us", self.busy_rtt_us),
+                format!("p99 {:.1} us", self.busy_rtt_p99_us),
+            ),
+            (
                 "one-task job latency p50".to_owned(),
                 format!("{:.1} us", self.job_latency_p50_us),
                 format!(
-                    "{:.2} x floor (p99 {:.1} us)",
+                    "{:.2} x floor, {:.2} x busy-polling (p99 {:.1} us)",
                     self.latency_ratio(),
+                    self.busy_latency_ratio(),
                     self.job_latency_p99_us
                 ),
             ),
             (
                 format!("free-core floor ({} cores / round trip)", self.cores),
                 format!("{:.0} tasks/s", self.free_core_floor_tps),
-                String::new(),
+                format!("busy-polling: {:.0} tasks/s", self.free_core_busy_tps),
             ),
             (
                 format!("{} noop tasks, no pipelining", self.tasks),
                 format!("{:.0} tasks/s", self.strict_tps),
-                format!("{:.0}% of the free-core floor", 100.0 * self.strict_ratio()),
+                format!(
+                    "{:.0}% of the free-core floor, {:.0}% of busy-polling",
+                    100.0 * self.strict_ratio(),
+                    100.0 * self.busy_strict_ratio()
+                ),
             ),
             (
                 format!("{} noop tasks, prefetch {}", self.tasks, self.prefetch),
@@ -319,7 +408,17 @@ fn micros(ns: u64) -> f64 {
 
 /// The floor round trip: median and 99th percentile over `samples`, in nanoseconds.
 pub fn floor_round_trip(frames: FrameSizes, samples: usize) -> std::io::Result<(u64, u64)> {
-    let mut raw = RawPingPong::start(frames.launch, frames.status)?;
+    round_trip(frames, samples, Waiting::Blocking)
+}
+
+/// The raw round trip with both ends waiting as `waiting` says: median and 99th
+/// percentile over `samples`, in nanoseconds.
+pub fn round_trip(
+    frames: FrameSizes,
+    samples: usize,
+    waiting: Waiting,
+) -> std::io::Result<(u64, u64)> {
+    let mut raw = RawPingPong::start_waiting(frames.launch, frames.status, waiting)?;
     for _ in 0..samples.min(1_000) {
         raw.round_trip()?;
     }
@@ -337,11 +436,14 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
     let pairs = options.conf.iter().map(|(k, v)| format!("{k}={v}"));
     let base = Conf::from_pairs(pairs)?;
     let frames = FrameSizes::of_noop_task();
-    let (floor, floor_p99) = floor_round_trip(frames, options.samples).map_err(|e| {
+    let io_error = |e| {
         JobError::Driver(flint_scheduler::DriverError::Rpc(flint_rpc::RpcError::Io(
             e,
         )))
-    })?;
+    };
+    let (floor, floor_p99) = floor_round_trip(frames, options.samples).map_err(io_error)?;
+    let (busy, busy_p99) =
+        round_trip(frames, options.samples, Waiting::BusyPolling).map_err(io_error)?;
 
     // One-task jobs, one after another, on one executor.
     let mut cluster = BenchCluster::start(&options.program, &base, 1, 1)?;
@@ -375,11 +477,14 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
         frames,
         floor_rtt_us: micros(floor),
         floor_rtt_p99_us: micros(floor_p99),
+        busy_rtt_us: micros(busy),
+        busy_rtt_p99_us: micros(busy_p99),
         job_latency_p50_us: micros(latency.value_at_quantile(0.5)),
         job_latency_p99_us: micros(latency.value_at_quantile(0.99)),
         cores,
         tasks: options.tasks,
         free_core_floor_tps: f64::from(cores) / (micros(floor) / 1e6),
+        free_core_busy_tps: f64::from(cores) / (micros(busy) / 1e6),
         strict_tps,
         pipelined_tps,
         prefetch: options.prefetch,
@@ -401,6 +506,18 @@ mod tests {
         }
         let (p50, p99) = floor_round_trip(frames, 50).unwrap();
         assert!(p50 > 0 && p99 >= p50);
+        let mut busy =
+            RawPingPong::start_waiting(frames.launch, frames.status, Waiting::BusyPolling).unwrap();
+        for _ in 0..10 {
+            busy.round_trip().unwrap();
+        }
+        assert_eq!(
+            busy.reply,
+            vec![0x24; frames.status],
+            "the whole reply came"
+        );
+        let (p50, p99) = round_trip(frames, 50, Waiting::BusyPolling).unwrap();
+        assert!(p50 > 0 && p99 >= p50);
     }
 
     #[test]
@@ -412,11 +529,14 @@ mod tests {
             },
             floor_rtt_us: 20.0,
             floor_rtt_p99_us: 40.0,
+            busy_rtt_us: 8.0,
+            busy_rtt_p99_us: 10.0,
             job_latency_p50_us: 28.0,
             job_latency_p99_us: 60.0,
             cores: 2,
             tasks: 100_000,
             free_core_floor_tps: 100_000.0,
+            free_core_busy_tps: 250_000.0,
             strict_tps: 85_000.0,
             pipelined_tps: 1_200_000.0,
             prefetch: 64,
@@ -430,11 +550,17 @@ mod tests {
             "\"pipelined_tps\":1200000",
             "\"prefetch\":64",
             "\"latency_ratio\":1.400",
+            "\"busy_poll_rtt_us\":8.00",
+            "\"busy_poll_latency_ratio\":3.500",
+            "\"free_core_busy_poll_tps\":250000",
+            "\"busy_poll_strict_ratio\":0.340",
         ] {
             assert!(json.contains(field), "{field} not in {json}");
         }
         let table = report.to_table();
         assert!(table.contains("1.40 x floor"), "{table}");
         assert!(table.contains("85% of the free-core floor"), "{table}");
+        assert!(table.contains("3.50 x busy-polling"), "{table}");
+        assert!(table.contains("34% of busy-polling"), "{table}");
     }
 }

@@ -515,6 +515,7 @@ fn start(
             hostname: options.hostname.clone(),
             cores: options.cores,
             max_message_size: max_payload,
+            busy_poll: conf.executor_busy_poll().map_err(bad_conf)?,
         },
         registry,
         driver.clone(),

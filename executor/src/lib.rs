@@ -97,7 +97,8 @@ mod task;
 pub use backend::{run_executor, ExecutorExit, ExecutorOptions};
 pub use block_store::{BlockStore, BlockStoreError};
 pub use executor::{
-    Executor, ExecutorConfig, ExecutorError, StatusSender, RESULT_OVERHEAD, STOP_GRACE, STOP_REASON,
+    Executor, ExecutorConfig, ExecutorError, StatusSender, DEFAULT_BUSY_POLL, RESULT_OVERHEAD,
+    STOP_GRACE, STOP_REASON,
 };
 pub use flint_wire::{TaskDescription, TaskState};
 pub use heartbeater::{random_initial_delay, HeartbeatAction, HeartbeatExit, Heartbeater};

@@ -49,6 +49,10 @@ use flint_wire::MAX_SIZE_KEY;
 /// The largest `rpc.message.maxSize`, in MiB.
 pub const MAX_MESSAGE_SIZE_MB: u64 = 2047;
 
+/// The longest busy poll (`rpc.io.busyPoll`, `executor.busyPoll`): polling longer than
+/// this only burns the CPU a sleeping thread would give back.
+const MAX_BUSY_POLL: Duration = Duration::from_secs(1);
+
 /// The longest duration any key accepts: 36500 days (100 years). A deadline is a clock
 /// reading plus a duration, and a duration near `u64::MAX` seconds cannot be added to one;
 /// nothing flint waits for is meant to take longer than this, so "forever" is written as
@@ -140,6 +144,13 @@ const KNOWN_KEYS: &[KeyInfo] = &[
          1 and below task.maxFailures when excludeOnFailure.enabled.",
     ),
     info(
+        "executor.busyPoll",
+        Some("50us"),
+        "flint's own: how long an executor's task runner keeps looking for its next task \
+         (yielding the CPU between looks) before it sleeps; microseconds when bare; 0 \
+         sleeps at once; at most 1s.",
+    ),
+    info(
         "executor.heartbeat.maxFailures",
         Some("60"),
         "Heartbeats an executor may fail to deliver in a row before it exits with code 56; \
@@ -193,6 +204,13 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         Some("10s"),
         "How long an outgoing connection may take to establish; seconds when bare; above \
          zero.",
+    ),
+    info(
+        "rpc.io.busyPoll",
+        Some("50us"),
+        "flint's own: how long an event loop keeps polling its sockets (yielding the CPU \
+         between polls) after it has worked, before it sleeps in the poller; microseconds \
+         when bare; 0 sleeps at once; at most 1s.",
     ),
     info(
         "rpc.io.receiveBufferSize",
@@ -377,6 +395,7 @@ const EXCLUDE_TASK_MAX_ATTEMPTS_PER_EXECUTOR: Key =
 const EXCLUDE_TASK_MAX_ATTEMPTS_PER_NODE: Key =
     defaulted("excludeOnFailure.task.maxTaskAttemptsPerNode");
 const EXECUTOR_HEARTBEAT_MAX_FAILURES: Key = defaulted("executor.heartbeat.maxFailures");
+const EXECUTOR_BUSY_POLL: Key = defaulted("executor.busyPoll");
 const EXECUTOR_HEARTBEAT_INTERVAL: Key = defaulted("executor.heartbeatInterval");
 const EXECUTOR_MAX_NUM_FAILURES: &str = optional("executor.maxNumFailures");
 const EXECUTOR_TASK_PREFETCH: Key = defaulted("executor.taskPrefetch");
@@ -385,6 +404,7 @@ const NETWORK_TIMEOUT: Key = defaulted("network.timeout");
 const RPC_ASK_TIMEOUT: &str = optional("rpc.askTimeout");
 const RPC_BIND_ADDRESS: Key = defaulted("rpc.bindAddress");
 const RPC_CONNECT_TIMEOUT: Key = defaulted("rpc.connect.timeout");
+const RPC_IO_BUSY_POLL: Key = defaulted("rpc.io.busyPoll");
 const RPC_IO_RECEIVE_BUFFER_SIZE: Key = defaulted("rpc.io.receiveBufferSize");
 const RPC_IO_SEND_BUFFER_SIZE: Key = defaulted("rpc.io.sendBufferSize");
 const RPC_MESSAGE_MAX_SIZE: Key = defaulted(MAX_SIZE_KEY);
@@ -535,6 +555,7 @@ impl FromStr for SchedulingMode {
 /// The unit of a bare number in a duration.
 #[derive(Clone, Copy)]
 enum TimeUnit {
+    Micros,
     Millis,
     Secs,
 }
@@ -598,6 +619,7 @@ fn parse_duration(value: &str, bare: TimeUnit) -> Result<Duration, DurationError
     };
     let suffix = match suffix.as_str() {
         "" => match bare {
+            TimeUnit::Micros => "us",
             TimeUnit::Millis => "ms",
             TimeUnit::Secs => "s",
         },
@@ -831,6 +853,8 @@ impl Conf {
         self.outbox_max_bytes()?;
         self.port()?;
         self.shutdown_flush_timeout()?;
+        self.rpc_busy_poll()?;
+        self.executor_busy_poll()?;
         self.max_registered_resources_waiting_time()?;
         self.min_registered_resources_ratio()?;
         self.scheduler_mode()?;
@@ -1173,6 +1197,33 @@ impl Conf {
             .map(String::as_str)
     }
 
+    /// `executor.busyPoll` (flint's own): how long a task runner that ran out of work
+    /// keeps looking for more, yielding the CPU between looks, before it sleeps. A task
+    /// that arrives meanwhile starts without a wake-up, which on a virtual machine costs
+    /// tens of microseconds. Default 50us; a bare number is microseconds; at most 1s.
+    pub fn executor_busy_poll(&self) -> Result<Duration, ConfError> {
+        self.busy_poll(EXECUTOR_BUSY_POLL)
+    }
+
+    /// `rpc.io.busyPoll` (flint's own): how long an event loop that has just worked keeps
+    /// polling its sockets without blocking, yielding the CPU between polls, before it
+    /// sleeps in the poller. Default 50us; a bare number is microseconds; at most 1s.
+    pub fn rpc_busy_poll(&self) -> Result<Duration, ConfError> {
+        self.busy_poll(RPC_IO_BUSY_POLL)
+    }
+
+    fn busy_poll(&self, key: Key) -> Result<Duration, ConfError> {
+        let poll = self.duration(key, TimeUnit::Micros)?;
+        if poll > MAX_BUSY_POLL {
+            return Err(ConfError::invalid(
+                key.name,
+                self.value(key),
+                "a duration of at most 1s, e.g. \"50us\"",
+            ));
+        }
+        Ok(poll)
+    }
+
     /// `executor.taskPrefetch` (flint's own): tasks the driver may queue at an executor
     /// beyond its free cores, to pipeline launches. Default 0, the seeds' semantics.
     pub fn executor_task_prefetch(&self) -> Result<usize, ConfError> {
@@ -1317,6 +1368,8 @@ mod tests {
         assert_eq!(c.bind_address(), Ok(IpAddr::from([127, 0, 0, 1])));
         assert_eq!(c.port(), Ok(0));
         assert_eq!(c.shutdown_flush_timeout(), Ok(Duration::from_secs(2)));
+        assert_eq!(c.rpc_busy_poll(), Ok(Duration::from_micros(50)));
+        assert_eq!(c.executor_busy_poll(), Ok(Duration::from_micros(50)));
         assert_eq!(c.send_buffer_size(), Ok(None));
         assert_eq!(c.receive_buffer_size(), Ok(None));
         assert_eq!(c.outbox_max_bytes(), Ok(64 * MIB));
@@ -1359,7 +1412,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 38);
+        assert_eq!(keys.len(), 40);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);
@@ -1628,6 +1681,34 @@ mod tests {
         );
         // The ask timeout's fallback reports the key the bad value was set under.
         assert_names(c.ask_timeout().unwrap_err(), "network.timeout", "12x");
+    }
+
+    #[test]
+    fn busy_polls_take_microseconds_when_bare_zero_and_at_most_a_second() {
+        for key in ["rpc.io.busyPoll", "executor.busyPoll"] {
+            let get = |c: &Conf| {
+                if key.starts_with("rpc") {
+                    c.rpc_busy_poll()
+                } else {
+                    c.executor_busy_poll()
+                }
+            };
+            for (value, expected) in [
+                ("20", Duration::from_micros(20)),
+                ("0", Duration::ZERO),
+                ("2ms", Duration::from_millis(2)),
+                ("1s", Duration::from_secs(1)),
+            ] {
+                let c = Conf::from_pairs([format!("{key}={value}")]).unwrap();
+                assert_eq!(get(&c), Ok(expected), "{key}={value}");
+            }
+            for value in ["2s", "fast", "-5"] {
+                let c = Conf::from_pairs([format!("{key}={value}")]).unwrap();
+                let err = get(&c).unwrap_err().to_string();
+                assert!(err.contains(key) && err.contains(value), "{err}");
+                assert!(c.validate().is_err(), "{key}={value} passed validate");
+            }
+        }
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct Settings {
     pub bind: SocketAddr,
     /// How long stopping waits for outboxes to drain (rpc.shutdown.flushTimeout).
     pub shutdown_flush: Duration,
+    /// How long the loop polls without blocking after it worked (rpc.io.busyPoll).
+    pub busy_poll: Duration,
 }
 
 impl Settings {
@@ -80,6 +82,7 @@ impl Settings {
             auth_timeout: conf.authenticate_timeout()?,
             bind: SocketAddr::new(conf.bind_address()?, conf.port()?),
             shutdown_flush: conf.shutdown_flush_timeout()?,
+            busy_poll: conf.rpc_busy_poll()?,
         })
     }
 }
