@@ -6,7 +6,9 @@
 //!   ask's and the reply's frames, with TCP_NODELAY (the floor the issue names);
 //! - `ask_round_trip/raw_tcp_client_spins`: the same, but the client polls for the reply
 //!   as flint's asker does (spinning keeps a virtual CPU from halting, which on some
-//!   machines costs more than the whole round trip): the like-for-like floor;
+//!   machines costs more than the whole round trip);
+//! - `ask_round_trip/raw_tcp_both_spin`: both ends poll, as flint's asker and its event
+//!   loops (`rpc.io.busyPoll`) do: the like-for-like floor;
 //! - `one_way/flint`: one-way sends of 128-byte messages to a counting endpoint, in
 //!   batches closed by an ask (so every message arrived);
 //! - `local_ask/flint`: an ask to an endpoint of the same environment (no socket).
@@ -66,14 +68,30 @@ fn frame_len(route: &Route) -> usize {
         .unwrap()
 }
 
-/// A raw ping-pong over std::net with frames of the ask's and the reply's sizes: the
-/// server thread blocks in read, as flint's loop blocks in epoll. With `client_spins`
-/// the client polls a non-blocking socket, yielding, as flint's asker spins for its
-/// reply; without, it blocks in read.
+/// Reads exactly `buf.len()` bytes from a socket, blocking or non-blocking (then
+/// polling, yielding between reads).
+fn read_all(socket: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match socket.read(&mut buf[got..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A raw ping-pong over std::net with frames of the ask's and the reply's sizes. With
+/// `client_spins` the client polls a non-blocking socket, yielding, as flint's asker
+/// spins for its reply; with `server_spins` the server does, as flint's event loop
+/// busy-polls; each blocks in read otherwise.
 fn raw_ping_pong(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     name: &str,
     client_spins: bool,
+    server_spins: bool,
 ) {
     let request = frame_len(&Route::Ask {
         request_id: 1,
@@ -85,9 +103,10 @@ fn raw_ping_pong(
     let server = std::thread::spawn(move || {
         let (mut socket, _) = listener.accept().unwrap();
         socket.set_nodelay(true).unwrap();
+        socket.set_nonblocking(server_spins).unwrap();
         let mut inbound = vec![0u8; request];
         let outbound = vec![0x24u8; reply];
-        while socket.read_exact(&mut inbound).is_ok() {
+        while read_all(&mut socket, &mut inbound).is_ok() {
             if socket.write_all(&outbound).is_err() {
                 break;
             }
@@ -101,17 +120,7 @@ fn raw_ping_pong(
     group.bench_function(name, |b| {
         b.iter(|| {
             socket.write_all(&outbound).unwrap();
-            let mut got = 0;
-            while got < reply {
-                match socket.read(&mut inbound[got..]) {
-                    Ok(0) => panic!("the raw server went away"),
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::yield_now()
-                    }
-                    Err(e) => panic!("{e}"),
-                }
-            }
+            read_all(&mut socket, &mut inbound).expect("the raw server answers");
             black_box(inbound[0])
         })
     });
@@ -140,8 +149,9 @@ fn rpc(c: &mut Criterion) {
     group.bench_function("flint", |b| {
         b.iter(|| black_box(echo.ask(&request).unwrap()))
     });
-    raw_ping_pong(&mut group, "raw_tcp", false);
-    raw_ping_pong(&mut group, "raw_tcp_client_spins", true);
+    raw_ping_pong(&mut group, "raw_tcp", false, false);
+    raw_ping_pong(&mut group, "raw_tcp_client_spins", true, false);
+    raw_ping_pong(&mut group, "raw_tcp_both_spin", true, true);
     group.finish();
 
     let mut group = c.benchmark_group("one_way");

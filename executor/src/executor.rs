@@ -34,8 +34,8 @@
 //! Waking a sleeping thread costs tens of microseconds on a virtual machine; without
 //! launch pipelining every task pays it, and with it every batch. Measured on two cores
 //! shared by a driver and two one-core executors, together with the event loops' own
-//! `rpc.io.busyPoll`: a one-task job 4x faster, tasks without pipelining 1.6x, with
-//! pipelining about 1.15x (see PERFORMANCE.md). Pure spinning without yielding measured
+//! `rpc.io.busyPoll`: a one-task job 3.4x faster, tasks without pipelining 1.9x, with
+//! pipelining 1.1-1.2x (see PERFORMANCE.md). Pure spinning without yielding measured
 //! worse: it keeps the event loops off the core they need.
 
 use std::collections::VecDeque;
