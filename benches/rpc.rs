@@ -16,7 +16,7 @@
 //! `cargo bench --bench rpc`
 
 use std::hint::black_box;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use flint::bench::{read_all, Waiting};
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError};
 use flint_wire::{ArchivedMessage, Encoder, Message, Route};
 
@@ -68,19 +69,13 @@ fn frame_len(route: &Route) -> usize {
         .unwrap()
 }
 
-/// Reads exactly `buf.len()` bytes from a socket, blocking or non-blocking (then
-/// polling, yielding between reads).
-fn read_all(socket: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        match socket.read(&mut buf[got..]) {
-            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
-            Err(e) => return Err(e),
-        }
+/// How a raw ping-pong end waits for its bytes.
+fn waiting(spins: bool) -> Waiting {
+    if spins {
+        Waiting::BusyPolling
+    } else {
+        Waiting::Blocking
     }
-    Ok(())
 }
 
 /// A raw ping-pong over std::net with frames of the ask's and the reply's sizes. With
@@ -106,7 +101,7 @@ fn raw_ping_pong(
         socket.set_nonblocking(server_spins).unwrap();
         let mut inbound = vec![0u8; request];
         let outbound = vec![0x24u8; reply];
-        while read_all(&mut socket, &mut inbound).is_ok() {
+        while read_all(&mut socket, &mut inbound, waiting(server_spins)).is_ok() {
             if socket.write_all(&outbound).is_err() {
                 break;
             }
@@ -120,7 +115,8 @@ fn raw_ping_pong(
     group.bench_function(name, |b| {
         b.iter(|| {
             socket.write_all(&outbound).unwrap();
-            read_all(&mut socket, &mut inbound).expect("the raw server answers");
+            read_all(&mut socket, &mut inbound, waiting(client_spins))
+                .expect("the raw server answers");
             black_box(inbound[0])
         })
     });

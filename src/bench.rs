@@ -107,8 +107,9 @@ pub struct RawPingPong {
     server: Option<JoinHandle<()>>,
 }
 
-/// Reads exactly `buf.len()` bytes, waiting as `waiting` says.
-fn read_all(socket: &mut TcpStream, buf: &mut [u8], waiting: Waiting) -> std::io::Result<()> {
+/// Reads exactly `buf.len()` bytes, waiting as `waiting` says (a busy-polling socket
+/// must be non-blocking).
+pub fn read_all(socket: &mut TcpStream, buf: &mut [u8], waiting: Waiting) -> std::io::Result<()> {
     if waiting == Waiting::Blocking {
         return socket.read_exact(buf);
     }

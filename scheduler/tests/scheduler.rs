@@ -489,25 +489,31 @@ fn a_task_failing_max_failures_times_aborts_its_task_set_with_spark_s_message() 
     assert!(s.resource_offers(at(base, 9), &offer)[0].is_empty());
 }
 
-#[test]
-fn speculation_copies_a_straggler_and_the_first_success_wins() {
+/// A speculating scheduler with `tasks` tasks launched on executor "1" of host-a at
+/// `base`, of which indexes 0 to 2 finished at one second; returns the task id of each
+/// index.
+fn with_a_straggler(tasks: u32) -> (Instant, TaskScheduler, Vec<u64>) {
     let base = Instant::now();
     let mut s = TaskScheduler::new(SchedulerConfig {
         speculation: Some(SpeculationConfig::default()),
         ..config()
     });
-    s.submit_tasks(base, TaskSet::new(0, 0, 4, payload()))
+    s.submit_tasks(base, TaskSet::new(0, 0, tasks, payload()))
         .unwrap();
-    let launched = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", 4)]);
-    let by_index = |i: u32| launched[0].iter().find(|t| t.index == i).unwrap().task_id;
-    for i in 0..3 {
-        s.status_update(
-            at(base, 1000),
-            by_index(i),
-            TaskState::Finished,
-            ok(b"fast"),
-        );
+    let launched = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", tasks)]);
+    let mut ids: Vec<(u32, u64)> = launched[0].iter().map(|t| (t.index, t.task_id)).collect();
+    ids.sort_unstable();
+    let ids: Vec<u64> = ids.into_iter().map(|(_, id)| id).collect();
+    for &task_id in &ids[..3] {
+        s.status_update(at(base, 1000), task_id, TaskState::Finished, ok(b"fast"));
     }
+    (base, s, ids)
+}
+
+#[test]
+fn speculation_copies_a_straggler_and_the_first_success_wins() {
+    let (base, mut s, ids) = with_a_straggler(4);
+    let by_index = |i: u32| ids[i as usize];
     drain(&mut s);
     // Median 1s, multiplier 1.5: at 1.4s task 3 is not yet slow, at 1.6s it is.
     assert_eq!(s.poll_timeout(), Some(at(base, 100)));
@@ -584,23 +590,8 @@ fn speculation_copies_a_straggler_and_the_first_success_wins() {
 
 #[test]
 fn a_killed_copy_of_a_task_that_already_succeeded_revives_no_offers() {
-    let base = Instant::now();
-    let mut s = TaskScheduler::new(SchedulerConfig {
-        speculation: Some(SpeculationConfig::default()),
-        ..config()
-    });
-    s.submit_tasks(base, TaskSet::new(0, 0, 5, payload()))
-        .unwrap();
-    let launched = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", 5)]);
-    let by_index = |i: u32| launched[0].iter().find(|t| t.index == i).unwrap().task_id;
-    for i in 0..3 {
-        s.status_update(
-            at(base, 1000),
-            by_index(i),
-            TaskState::Finished,
-            ok(b"fast"),
-        );
-    }
+    let (base, mut s, ids) = with_a_straggler(5);
+    let by_index = |i: u32| ids[i as usize];
     s.handle_timeout(at(base, 1600));
     drain(&mut s);
     let copy = s.resource_offers(at(base, 1600), &[WorkerOffer::new("2", "host-b", 1)]);
