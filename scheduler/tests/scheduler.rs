@@ -137,21 +137,25 @@ fn offers_honour_task_cpus_and_the_registries_follow_launches() {
     assert_eq!(s.default_parallelism(), 10);
 }
 
+/// Where `s` places 8 tasks on 8 executors of one core, each on its own host: the task
+/// index each offer gets.
+fn placement(mut s: TaskScheduler) -> Vec<u32> {
+    let base = Instant::now();
+    s.submit_tasks(base, TaskSet::new(0, 0, 8, payload()))
+        .unwrap();
+    let offers: Vec<WorkerOffer> = (0..8)
+        .map(|e| WorkerOffer::new(e.to_string(), format!("h{e}"), 1))
+        .collect();
+    s.resource_offers(base, &offers)
+        .iter()
+        .map(|tasks| tasks[0].index)
+        .collect()
+}
+
 #[test]
 fn the_offer_shuffle_is_decided_by_the_seed() {
-    let assignment = |seed: u64| {
-        let base = Instant::now();
-        let mut s = TaskScheduler::new(SchedulerConfig { seed, ..config() });
-        s.submit_tasks(base, TaskSet::new(0, 0, 8, payload()))
-            .unwrap();
-        let offers: Vec<WorkerOffer> = (0..8)
-            .map(|e| WorkerOffer::new(e.to_string(), format!("h{e}"), 1))
-            .collect();
-        s.resource_offers(base, &offers)
-            .iter()
-            .map(|tasks| tasks[0].index)
-            .collect::<Vec<u32>>()
-    };
+    let assignment =
+        |seed: u64| placement(TaskScheduler::new(SchedulerConfig { seed, ..config() }));
     assert_eq!(assignment(1), assignment(1));
     assert!((2..20).any(|seed| assignment(seed) != assignment(1)));
 }
@@ -847,18 +851,6 @@ fn drivers_shuffle_offers_with_their_own_seed_unless_one_is_configured() {
     }
 
     // A configured seed replays the placement of a scheduler given that seed directly.
-    let placement = |mut s: TaskScheduler| {
-        let base = Instant::now();
-        s.submit_tasks(base, TaskSet::new(0, 0, 8, payload()))
-            .unwrap();
-        let offers: Vec<WorkerOffer> = (0..8)
-            .map(|e| WorkerOffer::new(e.to_string(), format!("h{e}"), 1))
-            .collect();
-        s.resource_offers(base, &offers)
-            .iter()
-            .map(|tasks| tasks[0].index)
-            .collect::<Vec<u32>>()
-    };
     let conf = Conf::from_pairs(["spark.scheduler.offerShuffleSeed=12345"]).unwrap();
     let configured = TaskScheduler::from_conf(&conf).unwrap();
     assert_eq!(configured.config().seed, 12345);
