@@ -38,6 +38,7 @@
 //! pipelining 1.1-1.2x (see PERFORMANCE.md). Pure spinning without yielding measured
 //! worse: it keeps the event loops off the core they need.
 
+use flint_rpc::timer::deadline_after;
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -713,7 +714,7 @@ impl Executor {
         };
         inner.work.notify_all();
         drop(dropped);
-        let deadline = Instant::now() + grace;
+        let deadline = deadline_after(Instant::now(), grace);
         let mut state = lock(&inner.state);
         while state.live > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -1381,6 +1382,10 @@ mod tests {
         ));
         release.store(true, Ordering::SeqCst);
         wait_until("the stuck runner to exit", || executor.stop());
+        assert!(
+            executor.stop_within(Duration::MAX),
+            "an unbounded grace is a wait, not an overflow"
+        );
         assert!(rx.try_recv().is_err(), "no status update after stop");
     }
 

@@ -20,6 +20,7 @@
 //! # Ok::<(), flint_scheduler::cluster_manager::ClusterManagerError>(())
 //! ```
 
+use flint_rpc::timer::deadline_after;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -351,7 +352,7 @@ impl ClusterManager for LocalClusterManager {
     }
 
     fn stop(&mut self, grace: Duration) {
-        let deadline = Instant::now() + grace;
+        let deadline = deadline_after(Instant::now(), grace);
         while !self.children.is_empty() && Instant::now() < deadline {
             self.reap();
             if !self.children.is_empty() {

@@ -2,6 +2,7 @@
 //! the executors the cluster manager provides (the seeds' `CoarseGrainedSchedulerBackend`
 //! and what a driver program calls on it).
 
+use flint_rpc::timer::deadline_after;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -345,7 +346,7 @@ impl Driver {
     /// Waits at most `timeout` for `count` executors to be registered. Fails at once if
     /// executors kept failing ([`DriverError::ExecutorsFailed`]).
     pub fn wait_for_executors(&self, count: usize, timeout: Duration) -> Result<(), DriverError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(Instant::now(), timeout);
         loop {
             let (registered, failure) = {
                 let core = self.core();

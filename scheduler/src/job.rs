@@ -1,6 +1,7 @@
 //! Awaiting a submitted task set: its results by task index, its progress, and the
 //! latency of its tasks from launch to result at the driver.
 
+use flint_rpc::timer::deadline_after;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -197,7 +198,7 @@ impl TaskSetHandle {
 
     /// Waits at most `timeout` for it to end; its results if every task succeeded.
     pub fn wait(&self, timeout: Duration) -> Result<TaskSetOutcome, TaskSetError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(Instant::now(), timeout);
         let mut progress = self.shared.lock();
         while progress.end.is_none() {
             let now = Instant::now();
@@ -308,5 +309,10 @@ mod tests {
             err.to_string(),
             "task set 1.0 failed: Task 0 in stage 1.0 failed 4 times"
         );
+        // A wait with no bound (Duration::MAX) is a wait, not an overflow.
+        assert!(matches!(
+            h.wait(Duration::MAX),
+            Err(TaskSetError::Failed { .. })
+        ));
     }
 }
