@@ -1240,41 +1240,9 @@ mod tests {
 
     /// The INFO lines logged while `f` runs on this thread.
     fn info_lines(f: impl FnOnce()) -> Vec<String> {
-        use tracing::field::{Field, Visit};
-        use tracing::span::{Attributes, Id, Record};
-        use tracing::{Event, Level, Metadata, Subscriber};
-
-        #[derive(Clone, Default)]
-        struct Capture(Arc<Mutex<Vec<String>>>);
-        struct Text(String);
-        impl Visit for Text {
-            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" {
-                    self.0 = format!("{value:?}");
-                }
-            }
-        }
-        impl Subscriber for Capture {
-            fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-                *metadata.level() == Level::INFO
-            }
-            fn new_span(&self, _: &Attributes<'_>) -> Id {
-                Id::from_u64(1)
-            }
-            fn record(&self, _: &Id, _: &Record<'_>) {}
-            fn record_follows_from(&self, _: &Id, _: &Id) {}
-            fn event(&self, event: &Event<'_>) {
-                let mut text = Text(String::new());
-                event.record(&mut text);
-                self.0.lock().unwrap().push(text.0);
-            }
-            fn enter(&self, _: &Id) {}
-            fn exit(&self, _: &Id) {}
-        }
-        let capture = Capture::default();
-        tracing::subscriber::with_default(capture.clone(), f);
-        let lines = capture.0.lock().unwrap().clone();
-        lines
+        let capture = crate::log_capture::LogCapture::default();
+        capture.run(f);
+        capture.lines(tracing::Level::INFO)
     }
 
     fn registration(env: &RpcEnv, id: &str) -> Registration {

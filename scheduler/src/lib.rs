@@ -74,6 +74,8 @@ pub mod heartbeat;
 mod id_window;
 pub mod job;
 pub mod locality;
+#[cfg(test)]
+mod log_capture;
 mod pending;
 pub mod pool;
 mod registry;

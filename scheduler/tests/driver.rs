@@ -5,7 +5,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -27,12 +27,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// Every log line of this test binary: the driver logs on its event loop thread.
 fn logs() -> &'static LogCapture {
-    static LOGS: OnceLock<LogCapture> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let capture = LogCapture::default();
-        tracing::subscriber::set_global_default(capture.clone()).unwrap();
-        capture
-    })
+    LogCapture::everywhere()
 }
 
 fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
