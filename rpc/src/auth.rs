@@ -8,8 +8,9 @@
 //!    `HMAC(secret, "flint-auth-client" ‖ Ns ‖ Nc)`, and may send messages right behind it.
 //! 4. The accepting side checks that proof.
 //!
-//! Each side delivers nothing from its peer before the peer's proof checked out; the
-//! secret itself never travels, and fresh nonces on both sides defeat replay. This is a
+//! Each side delivers nothing from its peer before the peer's proof checked out, and takes
+//! no frame above [`HANDSHAKE_MAX_PAYLOAD`] from it until then; the secret itself never
+//! travels, and fresh nonces on both sides defeat replay. This is a
 //! pure state machine: the connection feeds it messages and sends what it returns.
 
 use std::sync::Arc;
@@ -17,6 +18,14 @@ use std::sync::Arc;
 use flint_wire::{ArchivedMessage, Message, MessageKind};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
+
+/// The largest payload a peer may send while it has not authenticated. The handshake's
+/// messages take about a hundred bytes; without this bound a stranger could make a
+/// connection buffer frames of up to `rpc.message.maxSize` before proving anything.
+pub const HANDSHAKE_MAX_PAYLOAD: usize = 512;
+
+/// How size errors name [`HANDSHAKE_MAX_PAYLOAD`].
+pub const HANDSHAKE_LIMIT_NAME: &str = "the limit on frames before authentication";
 
 const SERVER_LABEL: &[u8] = b"flint-auth-server";
 const CLIENT_LABEL: &[u8] = b"flint-auth-client";
@@ -197,7 +206,9 @@ mod tests {
         Encoder::new(1 << 16)
             .encode(&Route::Reply { request_id: 0 }, message, &mut out)
             .unwrap();
+        // Every handshake message fits the limit a connection sets while it authenticates.
         let mut decoder = FrameDecoder::new(1 << 16);
+        decoder.set_max_payload(HANDSHAKE_MAX_PAYLOAD, HANDSHAKE_LIMIT_NAME);
         decoder.feed(&out).unwrap();
         let frame = decoder.next_frame().unwrap().unwrap();
         check(&frame.envelope().unwrap().message);

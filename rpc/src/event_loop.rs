@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use flint_wire::{
     ArchivedEnvelope, ArchivedRoute, Encoder, Frame, FrameDecoder, Message, Route, SharedStr,
+    MAX_SIZE_KEY,
 };
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -18,7 +19,10 @@ use rustc_hash::FxHashMap;
 use tracing::{debug, error, info, warn};
 
 use crate::ask::PendingAsk;
-use crate::auth::{is_handshake, random_nonce, AuthError, Handshake, Step};
+use crate::auth::{
+    is_handshake, random_nonce, AuthError, Handshake, Step, HANDSHAKE_LIMIT_NAME,
+    HANDSHAKE_MAX_PAYLOAD,
+};
 use crate::endpoint::{Endpoint, EndpointContext, Incoming, Reply};
 use crate::env::{AskCompletion, Command, RpcEnvHandle, Shared, LOCAL_KEY};
 use crate::error::RpcError;
@@ -74,6 +78,23 @@ impl Connection {
             handshake_deadline: None,
             announced: false,
         }
+    }
+
+    /// Starts authenticating the peer, to be done by `deadline`: until then only frames of
+    /// handshake size are taken from it.
+    fn start_handshake(&mut self, handshake: Handshake, deadline: Instant) {
+        self.decoder
+            .set_max_payload(HANDSHAKE_MAX_PAYLOAD, HANDSHAKE_LIMIT_NAME);
+        self.handshake = Some(handshake);
+        self.handshake_deadline = Some(deadline);
+    }
+
+    /// The peer proved it knows the secret: frames of up to `max_payload` bytes
+    /// (`rpc.message.maxSize`) from now on.
+    fn end_handshake(&mut self, max_payload: usize) {
+        self.handshake = None;
+        self.handshake_deadline = None;
+        self.decoder.set_max_payload(max_payload, MAX_SIZE_KEY);
     }
 
     /// When the connection must have got further by: connected, or authenticated.
@@ -543,19 +564,15 @@ impl EventLoop {
                     self.shared.accepted.fetch_add(1, Ordering::Relaxed);
                     let authenticated = handshake.is_none();
                     let max_payload = self.shared.settings.max_payload;
-                    let conn = Connection::new(stream, outbox, peer, ConnState::Open, max_payload);
-                    // An unauthenticated connection is not held past authenticate.timeout.
-                    let handshake_deadline = handshake
-                        .as_ref()
-                        .map(|_| deadline_after(Instant::now(), self.shared.settings.auth_timeout));
-                    self.connections.insert(
-                        key,
-                        Connection {
-                            handshake,
-                            handshake_deadline,
-                            ..conn
-                        },
-                    );
+                    let mut conn =
+                        Connection::new(stream, outbox, peer, ConnState::Open, max_payload);
+                    if let Some(handshake) = handshake {
+                        // An unauthenticated connection is not held past authenticate.timeout.
+                        let deadline =
+                            deadline_after(Instant::now(), self.shared.settings.auth_timeout);
+                        conn.start_handshake(handshake, deadline);
+                    }
+                    self.connections.insert(key, conn);
                     if authenticated {
                         self.announce(key);
                     }
@@ -633,11 +650,10 @@ impl EventLoop {
             Some(secret) => match random_nonce() {
                 Ok(nonce) => {
                     let (handshake, challenge) = Handshake::connecting(secret.clone(), nonce);
-                    conn.handshake = Some(handshake);
-                    conn.handshake_deadline = Some(deadline_after(
-                        Instant::now(),
-                        self.shared.settings.auth_timeout,
-                    ));
+                    conn.start_handshake(
+                        handshake,
+                        deadline_after(Instant::now(), self.shared.settings.auth_timeout),
+                    );
                     if let Err(e) = send_control(&mut self.control, conn, &challenge) {
                         self.close(key, CloseReason::Wire(e));
                         return false;
@@ -723,8 +739,7 @@ impl EventLoop {
                     send_control(&mut self.control, conn, &reply).map_err(CloseReason::Wire)?;
                 }
                 if done {
-                    conn.handshake = None;
-                    conn.handshake_deadline = None;
+                    conn.end_handshake(self.shared.settings.max_payload);
                     debug!(peer = %conn.peer, "authenticated");
                     self.announce(key);
                 } else {

@@ -18,7 +18,8 @@
 //! - an ask ends exactly once: by its reply, its timeout (a loop timer), or the loss of
 //!   its connection ([`ask`], model-checked with loom);
 //! - with `authenticate=true`, a connection delivers nothing before the peer proved it
-//!   knows `authenticate.secret` ([`auth`]);
+//!   knows `authenticate.secret`, nor takes a frame larger than a handshake step from it
+//!   ([`auth`]);
 //! - the configuration is [`Conf`].
 //!
 //! [mio]: https://docs.rs/mio

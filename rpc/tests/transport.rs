@@ -493,6 +493,52 @@ fn a_peer_that_never_authenticates_is_cut_off_at_the_handshake_timeout() {
 }
 
 #[test]
+fn before_authenticating_a_peer_may_send_only_handshake_sized_frames() {
+    let secret = [
+        "authenticate=true",
+        "authenticate.secret=correct horse",
+        "authenticate.timeout=60s",
+        "rpc.askTimeout=10s",
+    ];
+    let (server, probe) = server_with_probe(&secret);
+
+    // A stranger announces a 64 KiB challenge: far below rpc.message.maxSize, but far above
+    // any handshake step. It is cut off from the header alone, not at authenticate.timeout,
+    // and nothing of the frame is waited for.
+    let mut header = frame(
+        &Route::Reply { request_id: 0 },
+        &Message::AuthChallenge { nonce: [1; 32] },
+    );
+    header.truncate(HEADER_LEN);
+    header[12..16].copy_from_slice(&(64u32 << 10).to_le_bytes());
+    let mut raw = TcpStream::connect(server.address()).unwrap();
+    raw.write_all(&header).unwrap();
+    assert_closed_by_server(&mut raw);
+
+    // Once authenticated, frames may be as large as rpc.message.maxSize allows, both ways.
+    let friend = env(&secret);
+    let remote = friend.handle().endpoint_ref(server.address(), "probe");
+    let large = Message::Custom {
+        tag: 5,
+        body: Bytes::from(vec![5u8; 1 << 20]),
+    };
+    let reply = remote.ask(&large).unwrap();
+    assert_eq!(tag_of(&reply), 5);
+    let ArchivedMessage::Custom { body, .. } = reply.message() else {
+        unreachable!()
+    };
+    assert_eq!(body.len(), 1 << 20);
+    assert_eq!(
+        probe
+            .seen()
+            .iter()
+            .filter(|s| matches!(s, Seen::Connected(_)))
+            .count(),
+        1
+    );
+}
+
+#[test]
 fn authentication_passes_with_the_secret_and_fails_without() {
     let secret = [
         "authenticate=true",

@@ -5,7 +5,7 @@ use std::io::{self, Read};
 use bytes::{Bytes, BytesMut};
 use rkyv::rancor;
 
-use crate::error::WireError;
+use crate::error::{WireError, MAX_SIZE_KEY};
 use crate::header::{frame_crc, padded_frame_len, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN};
 use crate::kind::MessageKind;
 use crate::message::ArchivedEnvelope;
@@ -133,6 +133,8 @@ pub struct DecoderStats {
 pub struct FrameDecoder {
     buf: BytesMut,
     max_payload: usize,
+    /// What sets `max_payload`, for errors.
+    limit_name: &'static str,
     pending: Option<FrameHeader>,
     failure: Option<WireError>,
     read_size: usize,
@@ -145,6 +147,7 @@ impl FrameDecoder {
         FrameDecoder {
             buf: BytesMut::new(),
             max_payload,
+            limit_name: MAX_SIZE_KEY,
             pending: None,
             failure: None,
             read_size: MIN_READ,
@@ -155,6 +158,33 @@ impl FrameDecoder {
     /// The payload limit in bytes.
     pub fn max_payload(&self) -> usize {
         self.max_payload
+    }
+
+    /// Sets the payload limit for the headers not checked yet (one already pending keeps
+    /// the limit it passed), and the name size errors give it.
+    ///
+    /// A transport can hold a peer it does not trust yet to small frames: flint-rpc allows
+    /// only handshake-sized frames until the peer has authenticated, so that a stranger
+    /// cannot make it buffer frames of up to `rpc.message.maxSize`.
+    ///
+    /// ```
+    /// use flint_wire::{FrameDecoder, WireError};
+    ///
+    /// let mut decoder = FrameDecoder::new(128 << 20);
+    /// decoder.set_max_payload(256, "the handshake frame limit");
+    /// let mut header = [0u8; 16];
+    /// header[..4].copy_from_slice(b"FLNT");
+    /// header[8] = flint_wire::PROTOCOL_VERSION;
+    /// header[9] = flint_wire::MessageKind::AuthChallenge as u8;
+    /// header[12..].copy_from_slice(&1024u32.to_le_bytes());
+    /// decoder.feed(&header).unwrap();
+    /// let error = decoder.next_frame().unwrap_err();
+    /// assert!(matches!(error, WireError::FrameTooLarge { limit: 256, .. }));
+    /// assert!(error.to_string().contains("exceeds the handshake frame limit (256 bytes)"));
+    /// ```
+    pub fn set_max_payload(&mut self, max_payload: usize, limit_name: &'static str) {
+        self.max_payload = max_payload;
+        self.limit_name = limit_name;
     }
 
     /// Counters of the work done so far.
@@ -365,6 +395,16 @@ impl FrameDecoder {
         };
         let header = match FrameHeader::parse(prefix, self.max_payload) {
             Ok(header) => header,
+            Err(WireError::FrameTooLarge {
+                announced, limit, ..
+            }) => {
+                let limit_name = self.limit_name;
+                return Err(self.fail(WireError::FrameTooLarge {
+                    announced,
+                    limit,
+                    limit_name,
+                }));
+            }
             Err(error) => return Err(self.fail(error)),
         };
         // Room for the frame, up to a cap: beyond it the buffer grows with what actually

@@ -39,14 +39,17 @@ pub enum WireError {
     UnknownFlags(u16),
     /// A frame header announced a payload above the configured limit.
     #[error(
-        "frame announces a payload of {announced} bytes, which exceeds {key} ({limit} bytes)",
-        key = MAX_SIZE_KEY
+        "frame announces a payload of {announced} bytes, which exceeds {limit_name} ({limit} \
+         bytes)"
     )]
     FrameTooLarge {
         /// Payload size the header announced.
         announced: usize,
-        /// The configured limit in bytes.
+        /// The limit in bytes.
         limit: usize,
+        /// What sets the limit: [`MAX_SIZE_KEY`], unless the decoder was given a tighter
+        /// one ([`crate::FrameDecoder::set_max_payload`]).
+        limit_name: &'static str,
     },
     /// An encoded message is larger than the configured limit; nothing was queued.
     #[error(

@@ -2,7 +2,7 @@
 //!
 //! See the crate documentation for the byte-by-byte layout.
 
-use crate::error::WireError;
+use crate::error::{WireError, MAX_SIZE_KEY};
 use crate::kind::MessageKind;
 
 /// The four bytes every frame starts with: `FLNT`.
@@ -83,6 +83,7 @@ impl FrameHeader {
             return Err(WireError::FrameTooLarge {
                 announced: payload_len as usize,
                 limit: max_payload,
+                limit_name: MAX_SIZE_KEY,
             });
         }
         let crc = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);

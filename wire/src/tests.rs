@@ -235,7 +235,10 @@ fn oversized_frame_is_refused_from_its_header_alone() {
     let mut decoder = FrameDecoder::new(1024);
     decoder.feed(&out[..HEADER_LEN]).unwrap();
     let error = decoder.next_frame().unwrap_err();
-    let WireError::FrameTooLarge { announced, limit } = error else {
+    let WireError::FrameTooLarge {
+        announced, limit, ..
+    } = error
+    else {
         panic!("expected FrameTooLarge, got {error:?}");
     };
     assert_eq!(limit, 1024);
@@ -584,7 +587,8 @@ fn read_from_checks_a_buffered_header_before_reading() {
         wire,
         &WireError::FrameTooLarge {
             announced: 4096,
-            limit: 1024
+            limit: 1024,
+            limit_name: crate::MAX_SIZE_KEY,
         }
     );
     assert_eq!(decoder.failure(), Some(wire));
