@@ -34,6 +34,11 @@ pub(crate) const WAKER: Token = Token(0);
 const LISTENER: Token = Token(1);
 /// Most buffers handed to one `writev`.
 const MAX_IOVECS: usize = 64;
+/// Bytes one connection may have read and handled per wake-up of the loop. A peer whose
+/// socket never runs dry (it writes faster than the loop takes its frames in) would
+/// otherwise keep the loop reading it forever, and every other peer, timer and ask with
+/// it. What is left is read at the next wake-up, after the other ready connections.
+const READ_BUDGET: usize = 256 << 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ConnState {
@@ -303,6 +308,11 @@ pub(crate) struct EventLoop {
     control: Encoder,
     commands: Vec<Command>,
     ended_asks: Vec<PendingAsk<AskCompletion, ConnKey>>,
+    /// Connections that used up their [`READ_BUDGET`] with bytes still to read: read
+    /// again at the next wake-up, which comes at once.
+    unfinished_reads: Vec<ConnKey>,
+    /// The previous wake-up's `unfinished_reads`, being read (kept to reuse its memory).
+    resumed_reads: Vec<ConnKey>,
     stopping: bool,
     /// The time of the current wake-up, read once when `poll` returns: every message of a
     /// batch is handled as of it, so that the hot path reads no clock per message.
@@ -338,6 +348,8 @@ impl EventLoop {
             control: Encoder::new(max_payload),
             commands: Vec::new(),
             ended_asks: Vec::new(),
+            unfinished_reads: Vec::new(),
+            resumed_reads: Vec::new(),
             stopping: false,
             now: Instant::now(),
         })
@@ -347,7 +359,10 @@ impl EventLoop {
         let _ = self.shared.loop_thread.set(std::thread::current().id());
         let mut events = Events::with_capacity(1024);
         loop {
-            let timeout = self.next_timeout();
+            let mut timeout = self.next_timeout();
+            if !self.unfinished_reads.is_empty() {
+                timeout = Some(Duration::ZERO);
+            }
             if let Err(e) = self.wait(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -360,6 +375,7 @@ impl EventLoop {
             for event in events.iter() {
                 self.handle_event(event);
             }
+            self.resume_reads();
             self.fire_timers(now);
             self.expire(now);
             self.process_commands();
@@ -681,8 +697,33 @@ impl EventLoop {
         self.flush(key);
     }
 
+    /// Reads on from the connections that used up their budget at the last wake-up.
+    fn resume_reads(&mut self) {
+        if self.unfinished_reads.is_empty() {
+            return;
+        }
+        std::mem::swap(&mut self.unfinished_reads, &mut self.resumed_reads);
+        let mut resumed = std::mem::take(&mut self.resumed_reads);
+        for key in resumed.drain(..) {
+            if self.connections.contains_key(&key) {
+                self.read(key);
+                self.flush(key);
+            }
+        }
+        self.resumed_reads = resumed;
+    }
+
+    /// Reads and handles what the connection's socket holds, until it would block or this
+    /// wake-up's [`READ_BUDGET`] for it is spent.
     fn read(&mut self, key: ConnKey) {
+        let mut taken = 0usize;
         loop {
+            if taken >= READ_BUDGET {
+                if !self.unfinished_reads.contains(&key) {
+                    self.unfinished_reads.push(key);
+                }
+                return;
+            }
             let Some(conn) = self.connections.get_mut(&key) else {
                 return;
             };
@@ -691,7 +732,10 @@ impl EventLoop {
             let mut socket = socket2::SockRef::from(&conn.stream);
             let reason = match conn.decoder.read_uninit_from(&mut socket) {
                 Ok(0) => Some(CloseReason::EndOfStream),
-                Ok(_) => None,
+                Ok(read) => {
+                    taken += read;
+                    None
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => Some(CloseReason::Io(e)),
@@ -938,6 +982,7 @@ impl EventLoop {
             for event in events.iter() {
                 self.handle_event(event);
             }
+            self.resume_reads();
             self.process_commands();
         }
         let keys: Vec<ConnKey> = self.connections.keys().copied().collect();

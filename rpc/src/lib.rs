@@ -14,7 +14,9 @@
 //!   ([`outbox`]) and, if the loop was not already told, hands it a wake-up through a
 //!   queue and a mio `Waker` ([`handoff`], model-checked with loom);
 //! - the loop writes each outbox with vectored writes, reads each socket until it would
-//!   block, and hands every whole frame to its endpoint or to the ask it answers;
+//!   block (or, for a peer that sends faster than the loop takes in, 256 KiB per wake-up,
+//!   so that it cannot starve the others), and hands every whole frame to its endpoint or
+//!   to the ask it answers;
 //! - an ask ends exactly once: by its reply, its timeout (a loop timer), or the loss of
 //!   its connection ([`ask`], model-checked with loom);
 //! - with `authenticate=true`, a connection delivers nothing before the peer proved it

@@ -657,6 +657,56 @@ fn a_million_one_way_messages_arrive_all_once_in_order() {
 }
 
 #[test]
+fn a_peer_that_floods_the_loop_does_not_starve_the_others() {
+    let (server, probe) = server_with_probe(&["rpc.askTimeout=2s"]);
+    // A raw peer writes one-way frames as fast as loopback takes them, for 3 s: far more
+    // than the loop can take in, so its socket never runs dry.
+    let mut batch = BytesMut::new();
+    for _ in 0..4096 {
+        batch.extend_from_slice(&frame(
+            &Route::OneWay {
+                endpoint: "probe".into(),
+            },
+            &Message::Custom {
+                tag: 999,
+                body: Bytes::new(),
+            },
+        ));
+    }
+    let mut flood = TcpStream::connect(server.address()).unwrap();
+    let flooder = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(3);
+        let mut written = 0usize;
+        while Instant::now() < until {
+            match flood.write_all(&batch) {
+                Ok(()) => written += batch.len(),
+                Err(e) => panic!("the flooding peer was cut off: {e}"),
+            }
+        }
+        written
+    });
+
+    // Meanwhile another peer's asks are answered well within their 2 s timeout.
+    let client = env(&["rpc.askTimeout=2s"]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    let mut slowest = Duration::ZERO;
+    for tag in 1..=20 {
+        let started = Instant::now();
+        assert_eq!(tag_of(&remote.ask(&custom(tag)).unwrap()), tag);
+        slowest = slowest.max(started.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let written = flooder.join().unwrap();
+    let flooded = probe
+        .seen()
+        .iter()
+        .filter(|s| **s == Seen::Message(999))
+        .count();
+    assert!(flooded > 0, "the flood was served too");
+    eprintln!("slowest ask {slowest:?}; {written} bytes flooded, {flooded} frames taken");
+}
+
+#[test]
 fn a_full_outbox_is_reported_to_the_sender() {
     // A peer that accepts and never reads: the kernel buffers fill, then the outbox.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
