@@ -116,6 +116,12 @@ pub trait StatusSender: Send + Sync + 'static {
     /// Sends what [`StatusSender::send_status_deferred`] queued. By default nothing to
     /// do.
     fn flush(&self) {}
+
+    /// Like [`StatusSender::flush`], for a runner with more tasks at hand: the sending may
+    /// be left to another thread. By default [`StatusSender::flush`].
+    fn flush_in_background(&self) {
+        self.flush()
+    }
 }
 
 impl StatusSender for EndpointRef {
@@ -129,6 +135,10 @@ impl StatusSender for EndpointRef {
 
     fn flush(&self) {
         EndpointRef::flush(self)
+    }
+
+    fn flush_in_background(&self) {
+        EndpointRef::flush_in_background(self)
     }
 }
 
@@ -834,7 +844,13 @@ fn runner(inner: Arc<Inner>) {
             // flushes.
             let defer = quick && same_function && unflushed < FLUSH_EVERY;
             if !defer && unflushed > 0 {
-                inner.status.flush();
+                // With tasks still at hand the event loop writes the updates while they
+                // run; when none is left they are written at once, from here.
+                if batch.is_empty() && inner.queued.load(Ordering::Acquire) == 0 {
+                    inner.status.flush();
+                } else {
+                    inner.status.flush_in_background();
+                }
                 unflushed = 0;
             }
         }

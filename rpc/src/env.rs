@@ -336,8 +336,15 @@ impl RpcEnvHandle {
         outbox.push(route, message)
     }
 
-    fn flush(&self, outbox: &Arc<Outbox>) {
+    /// Sends what the outbox holds: from this thread straight to the socket when it can
+    /// ([`Outbox::write_through`]), else by the loop. Returns whether the loop was told.
+    /// The loop's own sends are left to the end of its batch, which writes them together.
+    fn flush(&self, outbox: &Arc<Outbox>) -> bool {
+        if !self.shared.on_loop_thread() && outbox.write_through() {
+            return false;
+        }
         self.shared.command(Command::Flush(outbox.clone()));
+        true
     }
 }
 
@@ -449,10 +456,21 @@ impl EndpointRef {
         Ok(())
     }
 
-    /// Hands what [`EndpointRef::send_deferred`] queued to the event loop.
+    /// Sends what [`EndpointRef::send_deferred`] queued: written from this thread when the
+    /// loop has none of the connection's bytes in flight (one hand-off between threads
+    /// fewer), else by the loop.
     pub fn flush(&self) {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
             self.env.flush(&self.outbox());
+        }
+    }
+
+    /// Hands what [`EndpointRef::send_deferred`] queued to the event loop, which writes it
+    /// while this thread goes on: for a thread with more work at hand, to which the system
+    /// call of [`EndpointRef::flush`] would be a delay.
+    pub fn flush_in_background(&self) {
+        if self.owes_flush.swap(false, Ordering::AcqRel) {
+            self.env.shared.command(Command::Flush(self.outbox()));
         }
     }
 
@@ -558,9 +576,8 @@ impl EndpointRef {
                 wake_loop,
                 sent: flush,
             } => {
-                if flush {
-                    self.env.flush(&outbox);
-                } else if wake_loop && !shared.on_loop_thread() {
+                let told = flush && self.env.flush(&outbox);
+                if !told && wake_loop && !shared.on_loop_thread() {
                     // Nothing else may wake the loop (the outbox waits for a deferred
                     // flush, say), and it sleeps past this ask's deadline.
                     shared.handoff.wake();

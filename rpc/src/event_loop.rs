@@ -690,6 +690,12 @@ impl EventLoop {
             return;
         };
         conn.announced = true;
+        // Senders on other threads may write to the socket themselves from now on. Without
+        // a duplicate descriptor (out of them) they leave every write to the loop.
+        match socket2::SockRef::from(&conn.stream).try_clone() {
+            Ok(socket) => conn.outbox.attach_socket(socket.into()),
+            Err(e) => debug!(peer = %conn.peer, "no write-through for this connection: {e}"),
+        }
         let peer = conn.peer;
         self.endpoints.each(Instant::now(), |endpoint, ctx| {
             endpoint.on_connected(ctx, peer)

@@ -1,11 +1,14 @@
 //! A connection's outbox: frames encoded by any thread, waiting for the loop to write
-//! them. Bounded by `rpc.outbox.maxBytes`: a frame that does not fit is refused.
+//! them, or written by the sending thread itself when the loop has none of them in flight
+//! ([`Outbox::write_through`]). Bounded by `rpc.outbox.maxBytes`: a frame that does not fit
+//! is refused.
 
-use std::net::SocketAddr;
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use flint_wire::{Encoder, Message, Route};
 
 use crate::error::RpcError;
@@ -30,6 +33,9 @@ struct OutboxState {
     encoder: Encoder,
     /// Why the connection closed, once it has.
     closed: Option<Box<str>>,
+    /// The connection's socket (a duplicate descriptor), once it is open and its peer
+    /// authenticated: threads other than the loop's may then write to it themselves.
+    socket: Option<TcpStream>,
 }
 
 /// Frames waiting to be written to one connection.
@@ -71,6 +77,7 @@ impl Outbox {
                 buf: BytesMut::new(),
                 encoder: Encoder::new(max_payload),
                 closed: None,
+                socket: None,
             }),
             queued: AtomicUsize::new(0),
             flush_requested: AtomicBool::new(false),
@@ -155,12 +162,59 @@ impl Outbox {
         self.queued.load(Ordering::Acquire)
     }
 
+    /// Lets [`Outbox::write_through`] write to `socket`: the loop's connection is open,
+    /// and its peer authenticated (until then only the loop writes, handshake frames).
+    pub(crate) fn attach_socket(&self, socket: TcpStream) {
+        let mut state = self.lock();
+        if state.closed.is_none() {
+            state.socket = Some(socket);
+        }
+    }
+
+    /// Writes what is queued to the socket from the calling thread, if the loop has none
+    /// of this outbox's bytes in flight (taken and not yet written) so that the order of
+    /// frames is kept. Returns `true` if nothing is left for the loop: the sender need not
+    /// wake it, which saves a hand-off between threads on every send from another thread.
+    /// A write that would block or fails leaves the rest to the loop, which waits for the
+    /// socket or reports the failure.
+    pub fn write_through(&self) -> bool {
+        let mut state = self.lock();
+        let OutboxState { buf, socket, .. } = &mut *state;
+        let Some(socket) = socket.as_ref() else {
+            return false;
+        };
+        // Under the lock only pushes add to `queued`, and `take` empties `buf`: equal,
+        // they say that every byte not yet written is here.
+        if buf.is_empty() || self.queued.load(Ordering::Acquire) != buf.len() {
+            return false;
+        }
+        let mut written = 0;
+        while written < buf.len() {
+            // std's write passes MSG_NOSIGNAL: a peer gone away is an error, not SIGPIPE.
+            match (&*socket).write(&buf[written..]) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        buf.advance(written);
+        self.queued.fetch_sub(written, Ordering::AcqRel);
+        if !buf.is_empty() {
+            return false;
+        }
+        // Nothing waits for the loop: the next push must tell it (or write through).
+        self.flush_requested.store(false, Ordering::Release);
+        true
+    }
+
     /// Refuses further frames and drops what is queued (the connection is gone, for
     /// `reason`, which later sends are told).
     pub fn close(&self, reason: &str) {
         let mut state = self.lock();
         state.closed = Some(reason.into());
         state.buf = BytesMut::new();
+        state.socket = None;
         self.queued.store(0, Ordering::Release);
     }
 
@@ -255,6 +309,129 @@ mod tests {
         ));
         let taken = outbox.take().unwrap();
         assert_eq!(taken.len(), both, "nothing of the refused frames is left");
+    }
+
+    /// A connected pair of sockets on loopback: the outbox's end, and the peer's.
+    fn socket_pair() -> (TcpStream, TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (theirs, _) = listener.accept().unwrap();
+        (ours, theirs)
+    }
+
+    fn read_exactly(peer: &mut TcpStream, n: usize) -> Vec<u8> {
+        use std::io::Read;
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut bytes = vec![0u8; n];
+        peer.read_exact(&mut bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn write_through_writes_from_the_caller_only_with_nothing_in_flight() {
+        let outbox = outbox(1 << 20);
+        let (ours, mut theirs) = socket_pair();
+        let loops_socket = ours.try_clone().unwrap();
+        let route = Route::Reply { request_id: 1 };
+        let frame = |tag| {
+            let mut out = BytesMut::new();
+            let message = Message::Custom {
+                tag,
+                body: bytes::Bytes::from(vec![tag as u8; 100]),
+            };
+            Encoder::new(1 << 20)
+                .encode(&route, &message, &mut out)
+                .unwrap();
+            (message, out)
+        };
+        let (first, first_bytes) = frame(1);
+        let (second, second_bytes) = frame(2);
+
+        // No socket yet (not connected, or not authenticated): the loop writes.
+        assert!(outbox.push(&route, &first).unwrap());
+        assert!(!outbox.write_through());
+        outbox.attach_socket(ours);
+
+        // The loop took the first frame and has not written it: the second must not
+        // overtake it, so it is left to the loop too.
+        let taken = outbox.take().unwrap();
+        assert_eq!(taken, first_bytes);
+        assert!(outbox.push(&route, &second).unwrap());
+        assert!(!outbox.write_through());
+        assert_eq!(outbox.queued(), first_bytes.len() + second_bytes.len());
+
+        // Once the loop has written its bytes, the caller writes the rest itself.
+        (&loops_socket).write_all(&taken).unwrap();
+        outbox.written(taken.len());
+        assert!(outbox.write_through());
+        assert_eq!(outbox.queued(), 0);
+        let arrived = read_exactly(&mut theirs, first_bytes.len() + second_bytes.len());
+        assert_eq!(arrived, [&first_bytes[..], &second_bytes[..]].concat());
+
+        // Nothing waits for the loop: the next push must tell it (or write through).
+        assert!(outbox.push(&route, &first).unwrap());
+        assert!(outbox.write_through());
+        assert_eq!(read_exactly(&mut theirs, first_bytes.len()), first_bytes);
+    }
+
+    #[test]
+    fn write_through_leaves_what_the_socket_does_not_take_to_the_loop() {
+        let outbox = Outbox::new(
+            3,
+            OutboxKind::Incoming,
+            "127.0.0.1:1".parse().unwrap(),
+            64 << 20,
+            64 << 20,
+        );
+        let (ours, mut theirs) = socket_pair();
+        ours.set_nonblocking(true).unwrap();
+        outbox.attach_socket(ours);
+        let route = Route::Reply { request_id: 1 };
+        // More than the socket buffers hold while the peer reads nothing.
+        let big = Message::Custom {
+            tag: 9,
+            body: bytes::Bytes::from(vec![9u8; 16 << 20]),
+        };
+        assert!(outbox.push(&route, &big).unwrap());
+        let total = outbox.queued();
+        assert!(
+            !outbox.write_through(),
+            "the socket cannot take 16 MiB at once"
+        );
+        let left = outbox.queued();
+        assert!(left > 0 && left < total, "{left} of {total} left");
+        // The loop takes exactly the rest, after what went out.
+        let rest = outbox.take().unwrap();
+        assert_eq!(rest.len(), left);
+        let sent = read_exactly(&mut theirs, total - left);
+        let mut frame = BytesMut::new();
+        Encoder::new(64 << 20)
+            .encode(&route, &big, &mut frame)
+            .unwrap();
+        assert_eq!(&sent[..], &frame[..total - left]);
+        assert_eq!(&rest[..], &frame[total - left..]);
+    }
+
+    #[test]
+    fn a_closed_outbox_lets_go_of_its_socket() {
+        let outbox = outbox(1 << 20);
+        let (ours, theirs) = socket_pair();
+        outbox.attach_socket(ours);
+        outbox.close("gone");
+        // Its descriptor was the only one: the peer sees the end of the stream.
+        assert!(read_to_end(theirs).is_empty());
+        outbox.attach_socket(socket_pair().0);
+        assert!(!outbox.write_through(), "a closed outbox takes no socket");
+    }
+
+    fn read_to_end(mut peer: TcpStream) -> Vec<u8> {
+        use std::io::Read;
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut bytes = Vec::new();
+        peer.read_to_end(&mut bytes).unwrap();
+        bytes
     }
 
     #[test]

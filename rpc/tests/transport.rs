@@ -707,6 +707,98 @@ fn a_peer_that_floods_the_loop_does_not_starve_the_others() {
 }
 
 #[test]
+fn frames_sent_from_many_threads_at_once_keep_each_thread_s_order() {
+    // Senders on other threads write to the socket themselves whenever the loop has
+    // nothing of the connection in flight, and hand over to the loop otherwise: each
+    // thread's frames must still arrive all, once, in its order.
+    struct PerSender {
+        next: Arc<Mutex<Vec<u32>>>,
+        out_of_order: Arc<AtomicUsize>,
+    }
+    impl Endpoint for PerSender {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+            if let ArchivedMessage::Custom { tag, .. } = message.message() {
+                let tag = tag.to_native();
+                let (sender, seq) = ((tag >> 24) as usize, tag & 0xff_ffff);
+                let mut next = self.next.lock().unwrap();
+                if next[sender] != seq {
+                    self.out_of_order.fetch_add(1, Ordering::Relaxed);
+                }
+                next[sender] = seq + 1;
+            }
+            if message.is_ask() {
+                let total: u32 = self.next.lock().unwrap().iter().sum();
+                message
+                    .reply(&Message::Custom {
+                        tag: total,
+                        body: Bytes::new(),
+                    })
+                    .unwrap();
+            }
+        }
+    }
+    const SENDERS: u32 = 4;
+    const EACH: u32 = 50_000;
+    let next = Arc::new(Mutex::new(vec![0u32; SENDERS as usize]));
+    let out_of_order = Arc::new(AtomicUsize::new(0));
+    let server = env(&[]);
+    server
+        .handle()
+        .register(
+            "per-sender",
+            PerSender {
+                next: next.clone(),
+                out_of_order: out_of_order.clone(),
+            },
+        )
+        .unwrap();
+    let client = env(&["rpc.outbox.maxBytes=256k"]);
+    let remote = client.handle().endpoint_ref(server.address(), "per-sender");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|sender| {
+            let remote = remote.clone();
+            std::thread::spawn(move || {
+                for seq in 0..EACH {
+                    let message = Message::Custom {
+                        tag: sender << 24 | seq,
+                        body: Bytes::from_static(&[7; 32]),
+                    };
+                    // Every 100th goes deferred, flushed 10 frames later.
+                    let deferred = seq % 100 == 0;
+                    loop {
+                        let sent = if deferred {
+                            remote.send_deferred(&message)
+                        } else {
+                            remote.send(&message)
+                        };
+                        match sent {
+                            Ok(()) => break,
+                            Err(RpcError::OutboxFull { .. }) => {
+                                remote.flush();
+                                assert!(Instant::now() < deadline, "stuck at {sender}/{seq}");
+                                std::thread::yield_now();
+                            }
+                            Err(e) => panic!("send {sender}/{seq} failed: {e}"),
+                        }
+                    }
+                    if seq % 100 == 10 {
+                        remote.flush();
+                    }
+                }
+                remote.flush();
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.join().unwrap();
+    }
+    let reply = remote.ask(&Message::ReviveOffers).unwrap();
+    assert_eq!(tag_of(&reply), SENDERS * EACH, "every frame arrived");
+    assert_eq!(out_of_order.load(Ordering::Relaxed), 0);
+}
+
+#[test]
 fn a_full_outbox_is_reported_to_the_sender() {
     // A peer that accepts and never reads: the kernel buffers fill, then the outbox.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
