@@ -4,6 +4,9 @@
 //!   same 128-byte payload;
 //! - `ask_round_trip/raw_tcp`: a blocking std::net ping-pong of byte counts equal to the
 //!   ask's and the reply's frames, with TCP_NODELAY (the floor the issue names);
+//! - `ask_round_trip/raw_tcp_one_cpu`: the same with both threads pinned to one CPU
+//!   (a switch between threads instead of waking another CPU, often several times
+//!   faster on a virtual machine): the floor is the faster of the two;
 //! - `ask_round_trip/raw_tcp_client_spins`: the same, but the client polls for the reply
 //!   as flint's asker does (spinning keeps a virtual CPU from halting, which on some
 //!   machines costs more than the whole round trip);
@@ -24,7 +27,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use flint::bench::{read_all, Waiting};
+use flint::bench::{read_all, RawPingPong, Waiting};
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError};
 use flint_wire::{ArchivedMessage, Encoder, Message, Route};
 
@@ -124,6 +127,45 @@ fn raw_ping_pong(
     server.join().unwrap();
 }
 
+/// The blocking raw ping-pong with both threads pinned to one CPU, where the reader's
+/// wake-up is a switch between threads rather than a wake-up of another, idle CPU: on a
+/// virtual machine often the faster placement by several times (see
+/// `flint::bench::BlockingFloor`). Timed in a pinned thread of its own, so that the
+/// bench's own thread stays free to move.
+fn raw_ping_pong_one_cpu(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+) {
+    let request = frame_len(&Route::Ask {
+        request_id: 1,
+        endpoint: "echo".into(),
+    });
+    let reply = frame_len(&Route::Reply { request_id: 1 });
+    let Some(core) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().next()) else {
+        eprintln!("{name}: threads cannot be pinned here; skipped");
+        return;
+    };
+    group.bench_function(name, |b| {
+        b.iter_custom(|iterations| {
+            std::thread::spawn(move || {
+                assert!(core_affinity::set_for_current(core), "pinned to {core:?}");
+                // The answering thread inherits the CPU.
+                let mut raw = RawPingPong::start(request, reply).expect("a loopback socket");
+                for _ in 0..100 {
+                    raw.round_trip().expect("the raw server answers");
+                }
+                let start = Instant::now();
+                for _ in 0..iterations {
+                    raw.round_trip().expect("the raw server answers");
+                }
+                start.elapsed()
+            })
+            .join()
+            .expect("the pinned ping-pong")
+        })
+    });
+}
+
 fn rpc(c: &mut Criterion) {
     let conf = Conf::new();
     let server = RpcEnv::new(&conf).unwrap();
@@ -146,6 +188,7 @@ fn rpc(c: &mut Criterion) {
         b.iter(|| black_box(echo.ask(&request).unwrap()))
     });
     raw_ping_pong(&mut group, "raw_tcp", false, false);
+    raw_ping_pong_one_cpu(&mut group, "raw_tcp_one_cpu");
     raw_ping_pong(&mut group, "raw_tcp_client_spins", true, false);
     raw_ping_pong(&mut group, "raw_tcp_both_spin", true, true);
     group.finish();

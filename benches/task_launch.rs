@@ -3,7 +3,10 @@
 //! loopback.
 //!
 //! - `latency/raw_tcp_round_trip`: a blocking std::net ping-pong of a LaunchTask-sized
-//!   frame out and a StatusUpdate-sized frame back (TCP_NODELAY): the floor.
+//!   frame out and a StatusUpdate-sized frame back (TCP_NODELAY), its two threads placed
+//!   by the kernel. The floor in the ratios below is the faster of this and the same
+//!   ping-pong with both threads pinned to one CPU (`flint::bench::BlockingFloor`: on a
+//!   virtual machine a wake-up across CPUs can cost several times the round trip).
 //! - `latency/raw_tcp_round_trip_busy_poll`: the same with both ends busy-polling
 //!   (non-blocking reads, yielding between them): no thread sleeps, so no wake-up is in
 //!   it. flint's threads busy-poll briefly before they sleep (`rpc.io.busyPoll`,
@@ -69,8 +72,8 @@ fn task_launch(c: &mut Criterion) {
         })
     });
     // The ratio, from medians taken now, one after the other.
-    let (floor_ns, _) = floor_round_trip(frames, 5_000).expect("a loopback socket");
-    let floor_ns = floor_ns as f64;
+    let blocking = floor_round_trip(frames, 5_000).expect("a loopback socket");
+    let floor_ns = blocking.best().0 as f64;
     let (busy_ns, _) = round_trip(frames, 5_000, Waiting::BusyPolling).expect("a loopback socket");
     let busy_ns = busy_ns as f64;
     let job_ns = median_job_latency(&mut one, 2_000);
@@ -102,8 +105,13 @@ fn task_launch(c: &mut Criterion) {
     let busy_tps = 2.0 / (busy_ns / 1e9);
     println!();
     println!(
-        "floor round trip (raw TCP, median):   {:>10.1} us",
-        floor_ns / 1e3
+        "floor round trip (raw TCP, median):   {:>10.1} us  (threads free {:.1} us, on one CPU {})",
+        floor_ns / 1e3,
+        blocking.free.0 as f64 / 1e3,
+        blocking.one_cpu.map_or("-".to_owned(), |(p50, _)| format!(
+            "{:.1} us",
+            p50 as f64 / 1e3
+        ))
     );
     println!(
         "busy-polling raw TCP round trip:      {:>10.1} us",

@@ -2,7 +2,9 @@
 //! `task_launch` criterion bench measures them:
 //!
 //! - the floor round trip: a blocking std::net TCP ping-pong on 127.0.0.1 of a
-//!   LaunchTask-sized frame one way and a StatusUpdate-sized frame back (TCP_NODELAY);
+//!   LaunchTask-sized frame one way and a StatusUpdate-sized frame back (TCP_NODELAY),
+//!   measured twice, with both threads free to run anywhere and with both pinned to one
+//!   CPU; the floor is the faster of the two ([`BlockingFloor`]);
 //! - beside it the same ping-pong with both ends busy-polling (non-blocking reads,
 //!   yielding the CPU between them): the fastest round trip this machine gives two
 //!   threads, with no wake-up in it. flint's threads busy-poll briefly before they sleep
@@ -266,10 +268,15 @@ pub struct BenchOptions {
 pub struct BenchReport {
     /// Bytes of the floor's request and reply.
     pub frames: FrameSizes,
-    /// Floor round trip, median, in microseconds.
+    /// Floor round trip, median, in microseconds: the faster placement's.
     pub floor_rtt_us: f64,
     /// Floor round trip, 99th percentile.
     pub floor_rtt_p99_us: f64,
+    /// The blocking round trip with both threads free to move, median.
+    pub floor_rtt_free_us: f64,
+    /// The blocking round trip with both threads on one CPU, median (if they could be
+    /// pinned).
+    pub floor_rtt_one_cpu_us: Option<f64>,
     /// The round trip with both ends busy-polling, median, in microseconds.
     pub busy_rtt_us: f64,
     /// The round trip with both ends busy-polling, 99th percentile.
@@ -318,9 +325,12 @@ impl BenchReport {
     /// One JSON object.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"version\":{}}}",
+            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"version\":{}}}",
             self.floor_rtt_us,
             self.floor_rtt_p99_us,
+            self.floor_rtt_free_us,
+            self.floor_rtt_one_cpu_us
+                .map_or("null".to_owned(), |us| format!("{us:.2}")),
             self.busy_rtt_us,
             self.busy_rtt_p99_us,
             self.frames.launch,
@@ -349,8 +359,12 @@ impl BenchReport {
                 "floor round trip (raw TCP, p50)".to_owned(),
                 format!("{:.1} us", self.floor_rtt_us),
                 format!(
-                    "{} B out, {} B back",
-                    self.frames.launch, self.frames.status
+                    "{} B out, {} B back; threads free {:.1} us, on one CPU {}",
+                    self.frames.launch,
+                    self.frames.status,
+                    self.floor_rtt_free_us,
+                    self.floor_rtt_one_cpu_us
+                        .map_or("-".to_owned(), |us| format!("{us:.1} us"))
                 ),
             ),
             (
@@ -407,9 +421,49 @@ fn micros(ns: u64) -> f64 {
     ns as f64 / 1_000.0
 }
 
-/// The floor round trip: median and 99th percentile over `samples`, in nanoseconds.
-pub fn floor_round_trip(frames: FrameSizes, samples: usize) -> std::io::Result<(u64, u64)> {
-    round_trip(frames, samples, Waiting::Blocking)
+/// The blocking raw round trip in both placements the kernel may give its two threads.
+///
+/// Whether the reader's wake-up crosses CPUs decides a blocking round trip on a virtual
+/// machine: waking a thread on another, idle CPU costs tens of microseconds there, while
+/// on the same CPU it is a plain switch between threads. Which placement the kernel
+/// picks changes from run to run (on the 2-CPU machines flint is developed on: 65 to
+/// 85 us against 13 to 16 us), so the floor is the faster of the two: the least this
+/// machine lets a blocking ping-pong take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockingFloor {
+    /// Median and 99th percentile, in nanoseconds, with both threads free to move.
+    pub free: (u64, u64),
+    /// The same with both threads pinned to one CPU; `None` where threads cannot be
+    /// pinned.
+    pub one_cpu: Option<(u64, u64)>,
+}
+
+impl BlockingFloor {
+    /// The floor: median and 99th percentile of the faster placement.
+    pub fn best(&self) -> (u64, u64) {
+        match self.one_cpu {
+            Some(one_cpu) if one_cpu.0 < self.free.0 => one_cpu,
+            _ => self.free,
+        }
+    }
+}
+
+/// The floor round trip over `samples`, in both placements (see [`BlockingFloor`]).
+pub fn floor_round_trip(frames: FrameSizes, samples: usize) -> std::io::Result<BlockingFloor> {
+    let free = round_trip(frames, samples, Waiting::Blocking)?;
+    // Pinned in a thread of its own, which the answering thread it starts inherits the
+    // CPU from; the caller's own placement is left alone.
+    let one_cpu = std::thread::spawn(move || {
+        let core = core_affinity::get_core_ids()?.into_iter().next()?;
+        if !core_affinity::set_for_current(core) {
+            return None;
+        }
+        Some(round_trip(frames, samples, Waiting::Blocking))
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the pinned round trip panicked"))?
+    .transpose()?;
+    Ok(BlockingFloor { free, one_cpu })
 }
 
 /// The raw round trip with both ends waiting as `waiting` says: median and 99th
@@ -442,7 +496,8 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
             e,
         )))
     };
-    let (floor, floor_p99) = floor_round_trip(frames, options.samples).map_err(io_error)?;
+    let blocking = floor_round_trip(frames, options.samples).map_err(io_error)?;
+    let (floor, floor_p99) = blocking.best();
     let (busy, busy_p99) =
         round_trip(frames, options.samples, Waiting::BusyPolling).map_err(io_error)?;
 
@@ -478,6 +533,8 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
         frames,
         floor_rtt_us: micros(floor),
         floor_rtt_p99_us: micros(floor_p99),
+        floor_rtt_free_us: micros(blocking.free.0),
+        floor_rtt_one_cpu_us: blocking.one_cpu.map(|(p50, _)| micros(p50)),
         busy_rtt_us: micros(busy),
         busy_rtt_p99_us: micros(busy_p99),
         job_latency_p50_us: micros(latency.value_at_quantile(0.5)),
@@ -505,8 +562,12 @@ mod tests {
         for _ in 0..10 {
             raw.round_trip().unwrap();
         }
-        let (p50, p99) = floor_round_trip(frames, 50).unwrap();
+        let floor = floor_round_trip(frames, 50).unwrap();
+        let (p50, p99) = floor.free;
         assert!(p50 > 0 && p99 >= p50);
+        let (p50, p99) = floor.one_cpu.expect("threads can be pinned on Linux");
+        assert!(p50 > 0 && p99 >= p50);
+        assert_eq!(floor.best().0, floor.free.0.min(p50));
         let mut busy =
             RawPingPong::start_waiting(frames.launch, frames.status, Waiting::BusyPolling).unwrap();
         for _ in 0..10 {
@@ -522,6 +583,14 @@ mod tests {
     }
 
     #[test]
+    fn the_floor_is_the_faster_placement() {
+        let floor = |free, one_cpu| BlockingFloor { free, one_cpu };
+        assert_eq!(floor((70, 90), Some((14, 20))).best(), (14, 20));
+        assert_eq!(floor((12, 30), Some((14, 20))).best(), (12, 30));
+        assert_eq!(floor((70, 90), None).best(), (70, 90));
+    }
+
+    #[test]
     fn the_report_prints_as_json_and_as_a_table() {
         let report = BenchReport {
             frames: FrameSizes {
@@ -530,6 +599,8 @@ mod tests {
             },
             floor_rtt_us: 20.0,
             floor_rtt_p99_us: 40.0,
+            floor_rtt_free_us: 70.0,
+            floor_rtt_one_cpu_us: Some(20.0),
             busy_rtt_us: 8.0,
             busy_rtt_p99_us: 10.0,
             job_latency_p50_us: 28.0,
@@ -545,6 +616,8 @@ mod tests {
         let json = report.to_json();
         for field in [
             "\"floor_rtt_us\":20.00",
+            "\"floor_rtt_free_us\":70.00",
+            "\"floor_rtt_one_cpu_us\":20.00",
             "\"job_latency_us\":{\"p50\":28.00,\"p99\":60.00}",
             "\"free_core_floor_tps\":100000",
             "\"strict_tps\":85000",
@@ -560,6 +633,10 @@ mod tests {
         }
         let table = report.to_table();
         assert!(table.contains("1.40 x floor"), "{table}");
+        assert!(
+            table.contains("threads free 70.0 us, on one CPU 20.0 us"),
+            "{table}"
+        );
         assert!(table.contains("85% of the free-core floor"), "{table}");
         assert!(table.contains("3.50 x busy-polling"), "{table}");
         assert!(table.contains("34% of busy-polling"), "{table}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use flint_wire::{ArchivedMessage, Frame, Message, Route, SharedStr};
 use rkyv::rancor;
 
-use crate::env::{EndpointRef, RpcEnvHandle};
+use crate::env::{EndpointRef, RpcEnvHandle, Writer};
 use crate::error::RpcError;
 use crate::outbox::Outbox;
 use crate::timer::{TimerId, TimerQueue};
@@ -133,7 +133,8 @@ impl ReplyHandle {
         let route = Route::Reply {
             request_id: self.request_id,
         };
-        self.env.push(&self.connection, &route, message)
+        self.env
+            .push(&self.connection, &route, message, Writer::Caller)
     }
 
     /// Sends an error reply with this text.
@@ -142,7 +143,8 @@ impl ReplyHandle {
             request_id: self.request_id,
             error: error.into(),
         };
-        self.env.push(&self.connection, &route, &Message::Empty)
+        self.env
+            .push(&self.connection, &route, &Message::Empty, Writer::Caller)
     }
 }
 

@@ -316,9 +316,10 @@ impl RpcEnvHandle {
         outbox: &Arc<Outbox>,
         route: &Route,
         message: &Message,
+        writer: Writer,
     ) -> Result<(), RpcError> {
         if self.push_deferred(outbox, route, message)? {
-            self.flush(outbox);
+            self.flush(outbox, writer);
         }
         Ok(())
     }
@@ -336,16 +337,29 @@ impl RpcEnvHandle {
         outbox.push(route, message)
     }
 
-    /// Sends what the outbox holds: from this thread straight to the socket when it can
-    /// ([`Outbox::write_through`]), else by the loop. Returns whether the loop was told.
-    /// The loop's own sends are left to the end of its batch, which writes them together.
-    fn flush(&self, outbox: &Arc<Outbox>) -> bool {
-        if !self.shared.on_loop_thread() && outbox.write_through() {
+    /// Sends what the outbox holds: for [`Writer::Caller`] from this thread straight to
+    /// the socket when it can ([`Outbox::write_through`]), else by the loop. Returns
+    /// whether the loop was told. The loop's own sends are left to the end of its batch,
+    /// which writes them together.
+    fn flush(&self, outbox: &Arc<Outbox>, writer: Writer) -> bool {
+        if writer == Writer::Caller && !self.shared.on_loop_thread() && outbox.write_through() {
             return false;
         }
         self.shared.command(Command::Flush(outbox.clone()));
         true
     }
+}
+
+/// Who writes the frames a thread other than the loop's queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Writer {
+    /// The sending thread itself, when the loop has none of the connection's bytes in
+    /// flight: for frames someone waits on (an ask, a reply, an explicit flush), which
+    /// then leave without a hand-off to the loop.
+    Caller,
+    /// The loop, which writes everything queued in one system call: for streams of
+    /// one-way sends, where a system call per frame in the sender would cost far more.
+    Loop,
 }
 
 #[derive(Clone, Debug)]
@@ -420,11 +434,16 @@ impl EndpointRef {
 
     /// Sends a one-way message. Fails at once if the connection's outbox is full
     /// ([`RpcError::OutboxFull`]), the connection is gone, or the message is too large.
+    ///
+    /// The event loop writes it, together with whatever else is queued for the connection
+    /// by then: streams of sends leave many frames per system call. For one message that
+    /// should leave at once from this thread, [`EndpointRef::send_deferred`] it and
+    /// [`EndpointRef::flush`].
     pub fn send(&self, message: &Message) -> Result<(), RpcError> {
         let route = Route::OneWay {
             endpoint: self.name.clone(),
         };
-        self.with_outbox(|outbox| self.env.push(outbox, &route, message))
+        self.with_outbox(|outbox| self.env.push(outbox, &route, message, Writer::Loop))
     }
 
     /// Queues a one-way message without telling the event loop: it leaves with the next
@@ -442,7 +461,7 @@ impl EndpointRef {
     /// for _ in 0..3 {
     ///     driver.send_deferred(&Message::ReviveOffers)?;
     /// }
-    /// driver.flush(); // the loop takes all three at once
+    /// driver.flush(); // all three leave at once
     /// # Ok::<(), flint_rpc::RpcError>(())
     /// ```
     pub fn send_deferred(&self, message: &Message) -> Result<(), RpcError> {
@@ -461,7 +480,7 @@ impl EndpointRef {
     /// fewer), else by the loop.
     pub fn flush(&self) {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
-            self.env.flush(&self.outbox());
+            self.env.flush(&self.outbox(), Writer::Caller);
         }
     }
 
@@ -470,7 +489,7 @@ impl EndpointRef {
     /// call of [`EndpointRef::flush`] would be a delay.
     pub fn flush_in_background(&self) {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
-            self.env.shared.command(Command::Flush(self.outbox()));
+            self.env.flush(&self.outbox(), Writer::Loop);
         }
     }
 
@@ -576,7 +595,7 @@ impl EndpointRef {
                 wake_loop,
                 sent: flush,
             } => {
-                let told = flush && self.env.flush(&outbox);
+                let told = flush && self.env.flush(&outbox, Writer::Caller);
                 if !told && wake_loop && !shared.on_loop_thread() {
                     // Nothing else may wake the loop (the outbox waits for a deferred
                     // flush, say), and it sleeps past this ask's deadline.

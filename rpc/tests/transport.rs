@@ -708,9 +708,9 @@ fn a_peer_that_floods_the_loop_does_not_starve_the_others() {
 
 #[test]
 fn frames_sent_from_many_threads_at_once_keep_each_thread_s_order() {
-    // Senders on other threads write to the socket themselves whenever the loop has
-    // nothing of the connection in flight, and hand over to the loop otherwise: each
-    // thread's frames must still arrive all, once, in its order.
+    // Senders on other threads write flushed frames to the socket themselves whenever the
+    // loop has nothing of the connection in flight, and leave them to the loop otherwise:
+    // each thread's frames must still arrive all, once, in its order.
     struct PerSender {
         next: Arc<Mutex<Vec<u32>>>,
         out_of_order: Arc<AtomicUsize>,
@@ -764,8 +764,10 @@ fn frames_sent_from_many_threads_at_once_keep_each_thread_s_order() {
                         tag: sender << 24 | seq,
                         body: Bytes::from_static(&[7; 32]),
                     };
-                    // Every 100th goes deferred, flushed 10 frames later.
-                    let deferred = seq % 100 == 0;
+                    // Three frames in four are flushed at once, written from this thread
+                    // when the loop has nothing in flight; the fourth the loop writes.
+                    // Every 100th waits for a flush 10 frames later.
+                    let deferred = seq % 4 != 0 || seq % 100 == 0;
                     loop {
                         let sent = if deferred {
                             remote.send_deferred(&message)
@@ -782,7 +784,7 @@ fn frames_sent_from_many_threads_at_once_keep_each_thread_s_order() {
                             Err(e) => panic!("send {sender}/{seq} failed: {e}"),
                         }
                     }
-                    if seq % 100 == 10 {
+                    if seq % 100 == 10 || (seq % 4 != 0 && seq % 100 != 0) {
                         remote.flush();
                     }
                 }
