@@ -78,7 +78,7 @@ pub const STOP_REASON: &str = "Executor is stopping";
 /// for, before it gives the update up.
 const STATUS_RETRY_LIMIT: Duration = Duration::from_secs(30);
 
-/// The most status updates a runner leaves queued before it hands them to the event loop.
+/// The most status updates a runner leaves queued before it sends them on.
 const FLUSH_EVERY: usize = 32;
 
 /// A task that ran less than this may leave its status update queued while the runner

@@ -343,6 +343,10 @@ impl RpcEnvHandle {
     /// which writes them together.
     fn flush(&self, outbox: &Arc<Outbox>, writer: Writer) -> bool {
         if writer == Writer::Caller && !self.shared.on_loop_thread() && outbox.write_through() {
+            if self.shared.stopped.load(Ordering::Acquire) {
+                // A stopping loop waits for queued bytes to leave; these left without it.
+                self.shared.handoff.wake();
+            }
             return false;
         }
         self.shared.command(Command::Flush(outbox.clone()));
@@ -437,7 +441,7 @@ impl EndpointRef {
     ///
     /// The event loop writes it, together with whatever else is queued for the connection
     /// by then: streams of sends leave many frames per system call. For one message that
-    /// should leave at once from this thread, [`EndpointRef::send_deferred`] it and
+    /// should leave without a hand-off to the loop, [`EndpointRef::send_deferred`] it and
     /// [`EndpointRef::flush`].
     pub fn send(&self, message: &Message) -> Result<(), RpcError> {
         let route = Route::OneWay {
@@ -475,9 +479,11 @@ impl EndpointRef {
         Ok(())
     }
 
-    /// Sends what [`EndpointRef::send_deferred`] queued: written from this thread when the
-    /// loop has none of the connection's bytes in flight (one hand-off between threads
-    /// fewer), else by the loop.
+    /// Sends what [`EndpointRef::send_deferred`] queued. On a connection this environment
+    /// opened, this thread writes it to the socket itself when the loop has none of the
+    /// connection's bytes in flight (one hand-off between threads fewer); else the loop
+    /// does. (Frames another sender queued first, and has yet to flush, wait for that
+    /// sender's flush.)
     pub fn flush(&self) {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
             self.env.flush(&self.outbox(), Writer::Caller);

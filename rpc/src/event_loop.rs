@@ -34,10 +34,11 @@ pub(crate) const WAKER: Token = Token(0);
 const LISTENER: Token = Token(1);
 /// Most buffers handed to one `writev`.
 const MAX_IOVECS: usize = 64;
-/// Bytes one connection may have read and handled per wake-up of the loop. A peer whose
-/// socket never runs dry (it writes faster than the loop takes its frames in) would
-/// otherwise keep the loop reading it forever, and every other peer, timer and ask with
-/// it. What is left is read at the next wake-up, after the other ready connections.
+/// Bytes one connection may have read and handled per wake-up of the loop (give or take
+/// the last read). A peer whose socket never runs dry (it writes faster than the loop
+/// takes its frames in) would otherwise keep the loop reading it forever, and every other
+/// peer, timer and ask with it. What is left is read at the next wake-up, which comes at
+/// once.
 const READ_BUDGET: usize = 256 << 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +62,10 @@ struct Connection {
     handshake_deadline: Option<Instant>,
     /// Whether endpoints were told of this connection (and so must hear of its end).
     announced: bool,
+    /// The loop's wake-up in which this connection was last read, and the bytes read in
+    /// it: at most [`READ_BUDGET`] per wake-up.
+    read_round: u64,
+    read_in_round: usize,
 }
 
 impl Connection {
@@ -82,6 +87,8 @@ impl Connection {
             handshake: None,
             handshake_deadline: None,
             announced: false,
+            read_round: 0,
+            read_in_round: 0,
         }
     }
 
@@ -313,6 +320,8 @@ pub(crate) struct EventLoop {
     unfinished_reads: Vec<ConnKey>,
     /// The previous wake-up's `unfinished_reads`, being read (kept to reuse its memory).
     resumed_reads: Vec<ConnKey>,
+    /// Counts the loop's wake-ups, for the read budget.
+    round: u64,
     stopping: bool,
     /// The time of the current wake-up, read once when `poll` returns: every message of a
     /// batch is handled as of it, so that the hot path reads no clock per message.
@@ -350,6 +359,7 @@ impl EventLoop {
             ended_asks: Vec::new(),
             unfinished_reads: Vec::new(),
             resumed_reads: Vec::new(),
+            round: 0,
             stopping: false,
             now: Instant::now(),
         })
@@ -372,10 +382,13 @@ impl EventLoop {
             }
             self.now = Instant::now();
             let now = self.now;
+            self.round += 1;
+            // Who was left over comes first; a connection read in this wake-up already
+            // waits for the next one.
+            self.resume_reads();
             for event in events.iter() {
                 self.handle_event(event);
             }
-            self.resume_reads();
             self.fire_timers(now);
             self.expire(now);
             self.process_commands();
@@ -690,11 +703,16 @@ impl EventLoop {
             return;
         };
         conn.announced = true;
-        // Senders on other threads may write to the socket themselves from now on. Without
-        // a duplicate descriptor (out of them) they leave every write to the loop.
-        match socket2::SockRef::from(&conn.stream).try_clone() {
-            Ok(socket) => conn.outbox.attach_socket(socket.into()),
-            Err(e) => debug!(peer = %conn.peer, "no write-through for this connection: {e}"),
+        // Senders on other threads may write to the socket themselves from now on, on a
+        // duplicate descriptor. Only on connections this environment opened: a server
+        // accepting thousands of peers would otherwise need twice the descriptors, and
+        // its own sends come from its loop. Without one (out of descriptors) the loop
+        // writes everything.
+        if matches!(conn.outbox.kind(), OutboxKind::Outgoing(_)) {
+            match socket2::SockRef::from(&conn.stream).try_clone() {
+                Ok(socket) => conn.outbox.attach_socket(socket.into()),
+                Err(e) => debug!(peer = %conn.peer, "no write-through for this connection: {e}"),
+            }
         }
         let peer = conn.peer;
         self.endpoints.each(Instant::now(), |endpoint, ctx| {
@@ -722,24 +740,27 @@ impl EventLoop {
     /// Reads and handles what the connection's socket holds, until it would block or this
     /// wake-up's [`READ_BUDGET`] for it is spent.
     fn read(&mut self, key: ConnKey) {
-        let mut taken = 0usize;
         loop {
-            if taken >= READ_BUDGET {
+            let Some(conn) = self.connections.get_mut(&key) else {
+                return;
+            };
+            if conn.read_round != self.round {
+                conn.read_round = self.round;
+                conn.read_in_round = 0;
+            }
+            if conn.read_in_round >= READ_BUDGET {
                 if !self.unfinished_reads.contains(&key) {
                     self.unfinished_reads.push(key);
                 }
                 return;
             }
-            let Some(conn) = self.connections.get_mut(&key) else {
-                return;
-            };
             // recv(2) straight into the receive buffer's spare room, which is not zeroed
             // first (see flint_wire::ReadUninit).
             let mut socket = socket2::SockRef::from(&conn.stream);
             let reason = match conn.decoder.read_uninit_from(&mut socket) {
                 Ok(0) => Some(CloseReason::EndOfStream),
                 Ok(read) => {
-                    taken += read;
+                    conn.read_in_round += read;
                     None
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -982,13 +1003,19 @@ impl EventLoop {
             if !self.has_pending_output() || now >= deadline {
                 break;
             }
-            if self.poll.poll(&mut events, Some(deadline - now)).is_err() {
+            let wait = if self.unfinished_reads.is_empty() {
+                deadline - now
+            } else {
+                Duration::ZERO
+            };
+            if self.poll.poll(&mut events, Some(wait)).is_err() {
                 break;
             }
+            self.round += 1;
+            self.resume_reads();
             for event in events.iter() {
                 self.handle_event(event);
             }
-            self.resume_reads();
             self.process_commands();
         }
         let keys: Vec<ConnKey> = self.connections.keys().copied().collect();

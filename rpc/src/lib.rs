@@ -11,12 +11,12 @@
 //! How it is put together:
 //!
 //! - any thread encodes a message straight into the connection's bounded outbox
-//!   ([`outbox`]). For an ask, a reply or an explicit flush, a thread other than the
-//!   loop's then writes it to the socket itself if the loop has none of the connection's
-//!   bytes in flight (one hand-off between threads fewer); otherwise, and for plain
-//!   one-way sends (which the loop writes many to a system call), it hands the loop a
-//!   wake-up through a queue and a mio `Waker` if the loop was not already told
-//!   ([`handoff`], model-checked with loom);
+//!   ([`outbox`]). For an ask, a reply or an explicit flush on a connection this
+//!   environment opened, a thread other than the loop's then writes what is queued to
+//!   the socket itself if the loop has none of the connection's bytes in flight (one
+//!   hand-off between threads fewer); otherwise, and for plain one-way sends (which the
+//!   loop writes many to a system call), it hands the loop a wake-up through a queue and
+//!   a mio `Waker` if nobody did yet ([`handoff`], model-checked with loom);
 //! - the loop writes each outbox with vectored writes, reads each socket until it would
 //!   block (or, for a peer that sends faster than the loop takes in, 256 KiB per wake-up,
 //!   so that it cannot starve the others), and hands every whole frame to its endpoint or

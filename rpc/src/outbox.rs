@@ -55,7 +55,9 @@ pub struct Outbox {
     state: Mutex<OutboxState>,
     /// Bytes queued and not yet written: in `state.buf` or taken by the loop.
     queued: AtomicUsize,
-    /// Whether the loop has been told that this outbox has something to write.
+    /// Whether a sender has taken it upon itself to get what is queued written: by
+    /// telling the loop, or by writing it through. Cleared when the loop takes the outbox
+    /// and when a write-through empties it.
     flush_requested: AtomicBool,
 }
 
@@ -104,7 +106,8 @@ impl Outbox {
     }
 
     /// Encodes a frame into the outbox, if it fits (see [`Outbox`]). Returns whether the
-    /// caller must tell the loop (the first frame since the loop last took the outbox).
+    /// caller must see it written, by the loop or by [`Outbox::write_through`]: the first
+    /// frame since the loop last took the outbox or a write-through emptied it.
     pub fn push(&self, route: &Route, message: &Message) -> Result<bool, RpcError> {
         let mut state = self.lock();
         if let Some(reason) = &state.closed {
@@ -386,6 +389,13 @@ mod tests {
         );
         let (ours, mut theirs) = socket_pair();
         ours.set_nonblocking(true).unwrap();
+        // Small kernel buffers (set, they are no longer tuned up): 16 MiB cannot fit.
+        socket2::SockRef::from(&ours)
+            .set_send_buffer_size(64 << 10)
+            .unwrap();
+        socket2::SockRef::from(&theirs)
+            .set_recv_buffer_size(64 << 10)
+            .unwrap();
         outbox.attach_socket(ours);
         let route = Route::Reply { request_id: 1 };
         // More than the socket buffers hold while the peer reads nothing.

@@ -330,10 +330,13 @@ impl FrameDecoder {
     }
 
     /// The most bytes [`FrameDecoder::read_from`] lets the receive buffer hold: one frame
-    /// with a payload at the limit, plus one read of at most 256 KiB. ([`FrameDecoder::feed`]
-    /// takes whatever it is given.)
+    /// with a payload at the limit (or the pending frame, if a lowered limit left it
+    /// larger), plus one read of at most 256 KiB. ([`FrameDecoder::feed`] takes whatever
+    /// it is given.)
     pub fn buffer_bound(&self) -> usize {
-        padded_frame_len(self.max_payload.min(u32::MAX as usize)).saturating_add(MAX_READ)
+        let frame = padded_frame_len(self.max_payload.min(u32::MAX as usize));
+        let pending = self.pending.map_or(0, |header| header.frame_len());
+        frame.max(pending).saturating_add(MAX_READ)
     }
 
     /// Signals the end of the stream: an error if it ended inside a frame.

@@ -674,3 +674,54 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_lowered_limit_spares_the_pending_frame_and_holds_the_next() {
+    let route = Route::Reply { request_id: 1 };
+    let big = Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![1u8; 1 << 20]),
+    };
+    let mut stream = BytesMut::new();
+    Encoder::new(2 << 20)
+        .encode(&route, &big, &mut stream)
+        .unwrap();
+    let first = stream.len();
+    Encoder::new(2 << 20)
+        .encode(&route, &big, &mut stream)
+        .unwrap();
+
+    let mut decoder = FrameDecoder::new(2 << 20);
+    let mut reader = ScriptedReader::new(&stream, vec![HEADER_LEN, usize::MAX]);
+    decoder.read_from(&mut reader).unwrap();
+    assert!(
+        decoder.next_frame().unwrap().is_none(),
+        "the header is pending"
+    );
+    decoder.set_max_payload(256, "the lowered limit");
+    // The pending 1 MiB frame keeps the limit it passed: read whole, although the lowered
+    // limit alone would bound the buffer to a quarter of it.
+    let frame = loop {
+        if let Some(frame) = decoder.next_frame().unwrap() {
+            break frame;
+        }
+        decoder.read_from(&mut reader).unwrap();
+    };
+    assert_eq!(frame.header().frame_len(), first);
+    // The next header meets the lowered one.
+    let error = loop {
+        match decoder.next_frame() {
+            Ok(None) => {
+                decoder.read_from(&mut reader).unwrap();
+            }
+            Ok(Some(_)) => panic!("a frame above the lowered limit was yielded"),
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        error
+            .to_string()
+            .contains("exceeds the lowered limit (256 bytes)"),
+        "{error}"
+    );
+}
