@@ -708,6 +708,7 @@ impl EventLoop {
         // accepting thousands of peers would otherwise need twice the descriptors, and
         // its own sends come from its loop. Without one (out of descriptors) the loop
         // writes everything.
+        #[cfg(not(loom))]
         if matches!(conn.outbox.kind(), OutboxKind::Outgoing(_)) {
             match socket2::SockRef::from(&conn.stream).try_clone() {
                 Ok(socket) => conn.outbox.attach_socket(socket.into()),

@@ -14,7 +14,7 @@
 //!   ([`outbox`]). For an ask, a reply or an explicit flush on a connection this
 //!   environment opened, a thread other than the loop's then writes what is queued to
 //!   the socket itself if the loop has none of the connection's bytes in flight (one
-//!   hand-off between threads fewer); otherwise, and for plain one-way sends (which the
+//!   hand-off between threads fewer; model-checked with loom); otherwise, and for plain one-way sends (which the
 //!   loop writes many to a system call), it hands the loop a wake-up through a queue and
 //!   a mio `Waker` if nobody did yet ([`handoff`], model-checked with loom);
 //! - the loop writes each outbox with vectored writes, reads each socket until it would

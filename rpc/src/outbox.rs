@@ -4,14 +4,21 @@
 //! is refused.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::net::SocketAddr;
+
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
 
 use bytes::{Buf, Bytes, BytesMut};
 use flint_wire::{Encoder, Message, Route};
 
 use crate::error::RpcError;
+
+/// The socket a write-through writes to: the connection's own (a duplicate descriptor),
+/// or under loom a model of one.
+#[cfg(not(loom))]
+pub(crate) type Socket = std::net::TcpStream;
+#[cfg(loom)]
+pub(crate) type Socket = loom_socket::Socket;
 
 /// Identifies a connection (and its outbox) for the life of an RPC environment.
 pub type ConnKey = u64;
@@ -35,7 +42,7 @@ struct OutboxState {
     closed: Option<Box<str>>,
     /// The connection's socket (a duplicate descriptor), once it is open and its peer
     /// authenticated: threads other than the loop's may then write to it themselves.
-    socket: Option<TcpStream>,
+    socket: Option<Socket>,
 }
 
 /// Frames waiting to be written to one connection.
@@ -101,7 +108,7 @@ impl Outbox {
         self.peer
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, OutboxState> {
+    fn lock(&self) -> crate::sync::MutexGuard<'_, OutboxState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -142,7 +149,8 @@ impl Outbox {
 
     /// The loop takes everything queued so far (frames stay counted until `written`).
     pub fn take(&self) -> Option<Bytes> {
-        self.flush_requested.store(false, Ordering::Release);
+        // A swap for loom's sake, as in `write_through`.
+        self.flush_requested.swap(false, Ordering::AcqRel);
         let mut state = self.lock();
         if state.buf.is_empty() {
             return None;
@@ -167,7 +175,9 @@ impl Outbox {
 
     /// Lets [`Outbox::write_through`] write to `socket`: the loop's connection is open,
     /// and its peer authenticated (until then only the loop writes, handshake frames).
-    pub(crate) fn attach_socket(&self, socket: TcpStream) {
+    // Under loom the event loop attaches nothing; only the model does.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn attach_socket(&self, socket: Socket) {
         let mut state = self.lock();
         if state.closed.is_none() {
             state.socket = Some(socket);
@@ -206,8 +216,10 @@ impl Outbox {
         if !buf.is_empty() {
             return false;
         }
-        // Nothing waits for the loop: the next push must tell it (or write through).
-        self.flush_requested.store(false, Ordering::Release);
+        // Nothing waits for the loop: the next push must tell it (or write through). A swap,
+        // not a store: loom lets a plain store slip into the middle of a concurrent push's
+        // swap (tokio-rs/loom#254), which real hardware never does.
+        self.flush_requested.swap(false, Ordering::AcqRel);
         true
     }
 
@@ -230,6 +242,7 @@ impl Outbox {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use std::net::TcpStream;
 
     fn outbox(limit: usize) -> Outbox {
         Outbox::new(
@@ -459,5 +472,136 @@ mod tests {
             error.to_string(),
             "connection to 127.0.0.1:1 closed: connection reset by peer"
         );
+    }
+}
+
+/// A model of a non-blocking socket for the loom model: it takes at most a few bytes per
+/// write (so that write-throughs are partial), and keeps everything written, in order.
+#[cfg(loom)]
+mod loom_socket {
+    use loom::sync::{Arc, Mutex};
+
+    /// The bytes "on the wire", shared by every handle.
+    #[derive(Clone, Debug, Default)]
+    pub(crate) struct Socket {
+        pub(crate) wire: Arc<Mutex<Vec<u8>>>,
+    }
+
+    /// The most bytes one write takes.
+    pub(crate) const WRITE_LIMIT: usize = 96;
+
+    impl std::io::Write for &Socket {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(WRITE_LIMIT);
+            self.wire.lock().unwrap().extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use flint_wire::{ArchivedMessage, FrameDecoder};
+    use loom::sync::Arc;
+
+    /// The tags of the `Custom` frames on the wire, in order.
+    fn tags_on(wire: &[u8]) -> Vec<u32> {
+        let mut decoder = FrameDecoder::new(1 << 20);
+        decoder.feed(wire).unwrap();
+        let mut tags = Vec::new();
+        while let Some(frame) = decoder.next_frame().unwrap() {
+            if let ArchivedMessage::Custom { tag, .. } = &frame.envelope().unwrap().message {
+                tags.push(tag.to_native());
+            }
+        }
+        assert_eq!(decoder.buffered(), 0, "a frame was cut short on the wire");
+        tags
+    }
+
+    /// What the loop does when told: takes what is queued, writes all of it, accounts
+    /// for it.
+    fn loop_flush(outbox: &Outbox, socket: &Socket) {
+        if let Some(bytes) = outbox.take() {
+            let mut rest = &bytes[..];
+            while !rest.is_empty() {
+                let n = (&*socket).write(rest).unwrap();
+                outbox.written(n);
+                rest = &rest[n..];
+            }
+        }
+    }
+
+    /// Two senders each push two frames and flush as an ask does (write-through, else
+    /// tell the loop), while the loop flushes once whenever it likes; after the senders
+    /// are done the loop flushes for every time it was told. Every frame must reach the
+    /// wire once, each sender's in its order, and nothing may be left queued: a frame is
+    /// never written ahead of bytes the loop has in flight, nor stranded with nobody
+    /// responsible for it.
+    #[test]
+    fn loom_write_through_keeps_order_and_strands_nothing() {
+        // Three preemptions: a sender overtaking bytes the loop has taken but not yet
+        // written needs the loop stopped between its take and its write.
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
+            let socket = Socket::default();
+            let outbox = Arc::new(Outbox::new(
+                1,
+                OutboxKind::Outgoing("127.0.0.1:1".parse().unwrap()),
+                "127.0.0.1:1".parse().unwrap(),
+                1 << 20,
+                1 << 20,
+            ));
+            outbox.attach_socket(socket.clone());
+            let told = Arc::new(AtomicUsize::new(0));
+            let senders: Vec<_> = (0..2u32)
+                .map(|sender| {
+                    let (outbox, told) = (outbox.clone(), told.clone());
+                    loom::thread::spawn(move || {
+                        for seq in 0..2u32 {
+                            let message = Message::Custom {
+                                tag: sender * 10 + seq,
+                                body: bytes::Bytes::from_static(&[7; 40]),
+                            };
+                            let route = Route::Reply { request_id: 1 };
+                            if outbox.push(&route, &message).unwrap() && !outbox.write_through() {
+                                told.fetch_add(1, Ordering::AcqRel);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            // The loop, woken by anything, flushes while the senders work.
+            loop_flush(&outbox, &socket);
+            for sender in senders {
+                sender.join().unwrap();
+            }
+            for _ in 0..told.load(Ordering::Acquire) {
+                loop_flush(&outbox, &socket);
+            }
+            let (left_len, left_tags) = {
+                let state = outbox.lock();
+                (state.buf.len(), tags_on(&state.buf))
+            };
+            assert_eq!(
+                outbox.queued(),
+                0,
+                "a frame was stranded: {} bytes in the buffer {:?}, flush requested: {}, told {}",
+                left_len,
+                left_tags,
+                outbox.flush_requested.load(Ordering::Acquire),
+                told.load(Ordering::Acquire)
+            );
+            let tags = tags_on(&socket.wire.lock().unwrap());
+            let of = |sender: u32| -> Vec<u32> {
+                tags.iter().copied().filter(|t| t / 10 == sender).collect()
+            };
+            assert_eq!(of(0), [0, 1], "{tags:?}");
+            assert_eq!(of(1), [10, 11], "{tags:?}");
+        });
     }
 }
