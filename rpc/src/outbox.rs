@@ -6,12 +6,11 @@
 use std::io::Write;
 use std::net::SocketAddr;
 
-use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
-
 use bytes::{Buf, Bytes, BytesMut};
 use flint_wire::{Encoder, Message, Route};
 
 use crate::error::RpcError;
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
 
 /// The socket a write-through writes to: the connection's own (a duplicate descriptor),
 /// or under loom a model of one.
