@@ -596,72 +596,111 @@ fn authentication_passes_with_the_secret_and_fails_without() {
     );
 }
 
-#[test]
-fn a_million_one_way_messages_arrive_all_once_in_order() {
-    struct InOrder {
-        next: Arc<AtomicU64>,
-        out_of_order: Arc<AtomicUsize>,
+/// Counts the `Custom` messages of each sender (a tag's top 8 bits) and checks that each
+/// sender's sequence numbers (its low 24 bits) come in order, from 0; answers an ask with
+/// the count of all of them.
+#[derive(Clone, Default)]
+struct InOrder {
+    next: Arc<Mutex<Vec<u32>>>,
+    out_of_order: Arc<AtomicUsize>,
+}
+
+impl InOrder {
+    /// The tag of message `seq` of `sender`.
+    fn tag(sender: u32, seq: u32) -> u32 {
+        sender << 24 | seq
     }
-    impl Endpoint for InOrder {
-        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
-            if let ArchivedMessage::Custom { tag, .. } = message.message() {
-                let expected = self.next.load(Ordering::Relaxed);
-                if u64::from(tag.to_native()) != expected {
-                    self.out_of_order.fetch_add(1, Ordering::Relaxed);
-                }
-                self.next.store(expected + 1, Ordering::Relaxed);
+
+    /// An environment with an `InOrder` endpoint named "in-order".
+    fn serve() -> (RpcEnv, InOrder) {
+        let server = env(&[]);
+        let in_order = InOrder::default();
+        server
+            .handle()
+            .register("in-order", in_order.clone())
+            .unwrap();
+        (server, in_order)
+    }
+
+    fn out_of_order(&self) -> usize {
+        self.out_of_order.load(Ordering::Relaxed)
+    }
+}
+
+impl Endpoint for InOrder {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        if let ArchivedMessage::Custom { tag, .. } = message.message() {
+            let tag = tag.to_native();
+            let (sender, seq) = ((tag >> 24) as usize, tag & 0xff_ffff);
+            let mut next = self.next.lock().unwrap();
+            if next.len() <= sender {
+                next.resize(sender + 1, 0);
             }
-            if message.is_ask() {
-                let count = self.next.load(Ordering::Relaxed);
-                message
-                    .reply(&Message::Custom {
-                        tag: count as u32,
-                        body: Bytes::new(),
-                    })
-                    .unwrap();
+            if next[sender] != seq {
+                self.out_of_order.fetch_add(1, Ordering::Relaxed);
             }
+            next[sender] = seq + 1;
+        }
+        if message.is_ask() {
+            let total: u32 = self.next.lock().unwrap().iter().sum();
+            message
+                .reply(&Message::Custom {
+                    tag: total,
+                    body: Bytes::new(),
+                })
+                .unwrap();
         }
     }
+}
+
+/// Calls `send` until the outbox has room for its message, calling `on_full` each time
+/// it had none; fails the test with `what` after `deadline`. Returns the times it was
+/// full.
+fn send_when_room(
+    deadline: Instant,
+    what: impl Fn() -> String,
+    mut send: impl FnMut() -> Result<(), RpcError>,
+    mut on_full: impl FnMut(),
+) -> u64 {
+    let mut full = 0;
+    loop {
+        match send() {
+            Ok(()) => return full,
+            Err(RpcError::OutboxFull { .. }) => {
+                full += 1;
+                on_full();
+                assert!(Instant::now() < deadline, "stuck at {}", what());
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("send {} failed: {e}", what()),
+        }
+    }
+}
+
+#[test]
+fn a_million_one_way_messages_arrive_all_once_in_order() {
     const COUNT: u32 = 1_000_000;
-    let next = Arc::new(AtomicU64::new(0));
-    let out_of_order = Arc::new(AtomicUsize::new(0));
-    let server = env(&[]);
-    server
-        .handle()
-        .register(
-            "in-order",
-            InOrder {
-                next: next.clone(),
-                out_of_order: out_of_order.clone(),
-            },
-        )
-        .unwrap();
+    let (server, in_order) = InOrder::serve();
     let client = env(&["rpc.outbox.maxBytes=4m"]);
     let remote = client.handle().endpoint_ref(server.address(), "in-order");
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut full = 0u64;
     for i in 0..COUNT {
         let message = Message::Custom {
-            tag: i,
+            tag: InOrder::tag(0, i),
             body: Bytes::new(),
         };
-        loop {
-            match remote.send(&message) {
-                Ok(()) => break,
-                Err(RpcError::OutboxFull { .. }) => {
-                    full += 1;
-                    assert!(Instant::now() < deadline, "stuck at message {i}");
-                    std::thread::yield_now();
-                }
-                Err(e) => panic!("send {i} failed: {e}"),
-            }
-        }
+        full += send_when_room(
+            deadline,
+            || format!("message {i}"),
+            || remote.send(&message),
+            || {},
+        );
     }
     // The ask travels behind every message on the same connection.
     let reply = remote.ask(&Message::ReviveOffers).unwrap();
     assert_eq!(tag_of(&reply), COUNT);
-    assert_eq!(out_of_order.load(Ordering::Relaxed), 0);
-    assert_eq!(next.load(Ordering::Relaxed), u64::from(COUNT));
+    assert_eq!(in_order.out_of_order(), 0);
     eprintln!("the outbox was full {full} times");
 }
 
@@ -716,49 +755,11 @@ fn frames_sent_from_many_threads_at_once_keep_each_thread_s_order() {
     // Senders on other threads write flushed frames to the socket themselves whenever the
     // loop has nothing of the connection in flight, and leave them to the loop otherwise:
     // each thread's frames must still arrive all, once, in its order.
-    struct PerSender {
-        next: Arc<Mutex<Vec<u32>>>,
-        out_of_order: Arc<AtomicUsize>,
-    }
-    impl Endpoint for PerSender {
-        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
-            if let ArchivedMessage::Custom { tag, .. } = message.message() {
-                let tag = tag.to_native();
-                let (sender, seq) = ((tag >> 24) as usize, tag & 0xff_ffff);
-                let mut next = self.next.lock().unwrap();
-                if next[sender] != seq {
-                    self.out_of_order.fetch_add(1, Ordering::Relaxed);
-                }
-                next[sender] = seq + 1;
-            }
-            if message.is_ask() {
-                let total: u32 = self.next.lock().unwrap().iter().sum();
-                message
-                    .reply(&Message::Custom {
-                        tag: total,
-                        body: Bytes::new(),
-                    })
-                    .unwrap();
-            }
-        }
-    }
     const SENDERS: u32 = 4;
     const EACH: u32 = 50_000;
-    let next = Arc::new(Mutex::new(vec![0u32; SENDERS as usize]));
-    let out_of_order = Arc::new(AtomicUsize::new(0));
-    let server = env(&[]);
-    server
-        .handle()
-        .register(
-            "per-sender",
-            PerSender {
-                next: next.clone(),
-                out_of_order: out_of_order.clone(),
-            },
-        )
-        .unwrap();
+    let (server, in_order) = InOrder::serve();
     let client = env(&["rpc.outbox.maxBytes=256k"]);
-    let remote = client.handle().endpoint_ref(server.address(), "per-sender");
+    let remote = client.handle().endpoint_ref(server.address(), "in-order");
     let deadline = Instant::now() + Duration::from_secs(120);
     let senders: Vec<_> = (0..SENDERS)
         .map(|sender| {
@@ -766,29 +767,25 @@ fn frames_sent_from_many_threads_at_once_keep_each_thread_s_order() {
             std::thread::spawn(move || {
                 for seq in 0..EACH {
                     let message = Message::Custom {
-                        tag: sender << 24 | seq,
+                        tag: InOrder::tag(sender, seq),
                         body: Bytes::from_static(&[7; 32]),
                     };
                     // Three frames in four are flushed at once, written from this thread
                     // when the loop has nothing in flight; the fourth the loop writes.
                     // Every 100th waits for a flush 10 frames later.
                     let deferred = seq % 4 != 0 || seq % 100 == 0;
-                    loop {
-                        let sent = if deferred {
-                            remote.send_deferred(&message)
-                        } else {
-                            remote.send(&message)
-                        };
-                        match sent {
-                            Ok(()) => break,
-                            Err(RpcError::OutboxFull { .. }) => {
-                                remote.flush();
-                                assert!(Instant::now() < deadline, "stuck at {sender}/{seq}");
-                                std::thread::yield_now();
+                    send_when_room(
+                        deadline,
+                        || format!("{sender}/{seq}"),
+                        || {
+                            if deferred {
+                                remote.send_deferred(&message)
+                            } else {
+                                remote.send(&message)
                             }
-                            Err(e) => panic!("send {sender}/{seq} failed: {e}"),
-                        }
-                    }
+                        },
+                        || remote.flush(),
+                    );
                     if seq % 100 == 10 || (seq % 4 != 0 && seq % 100 != 0) {
                         remote.flush();
                     }
@@ -802,7 +799,7 @@ fn frames_sent_from_many_threads_at_once_keep_each_thread_s_order() {
     }
     let reply = remote.ask(&Message::ReviveOffers).unwrap();
     assert_eq!(tag_of(&reply), SENDERS * EACH, "every frame arrived");
-    assert_eq!(out_of_order.load(Ordering::Relaxed), 0);
+    assert_eq!(in_order.out_of_order(), 0);
 }
 
 #[test]
