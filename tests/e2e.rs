@@ -7,16 +7,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{spawn_executor, task, wait_until, Processes, Recorder, FLINT};
 use flint::job::{local_cluster, run_job, JobError, JobHooks, JobSpec};
 use flint::rpc::Conf;
 use flint::scheduler::cluster_manager::ClusterManagerError;
 use flint::scheduler::{
     ClusterManager, Driver, DriverError, ExitedExecutor, LocalClusterManager, SchedulerEvent,
-    SchedulerListener, TaskSet, TaskSetError, DISASSOCIATED,
+    TaskSet, TaskSetError, DISASSOCIATED,
 };
-use flint::wire::{TaskPayload, TaskState};
+use flint::wire::TaskState;
 
-const FLINT: &str = env!("CARGO_BIN_EXE_flint");
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -81,76 +83,6 @@ impl ClusterManager for Capped {
     }
 }
 
-/// Records the events that are not about single tasks, and every task end's state.
-#[derive(Clone, Default)]
-struct Recorder {
-    events: Arc<Mutex<Vec<SchedulerEvent>>>,
-    task_ends: Arc<Mutex<Vec<(u64, String, TaskState)>>>,
-    task_starts: Arc<Mutex<Vec<(u64, String)>>>,
-}
-
-impl SchedulerListener for Recorder {
-    fn on_event(&mut self, event: &SchedulerEvent) {
-        match event {
-            SchedulerEvent::TaskStart {
-                task_id,
-                executor_id,
-                ..
-            } => self
-                .task_starts
-                .lock()
-                .unwrap()
-                .push((*task_id, executor_id.to_string())),
-            SchedulerEvent::TaskEnd {
-                task_id,
-                executor_id,
-                state,
-                ..
-            } => self
-                .task_ends
-                .lock()
-                .unwrap()
-                .push((*task_id, executor_id.to_string(), *state)),
-            other => self.events.lock().unwrap().push(other.clone()),
-        }
-    }
-}
-
-impl Recorder {
-    fn removed(&self) -> Vec<(String, String)> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|e| match e {
-                SchedulerEvent::ExecutorRemoved {
-                    executor_id,
-                    reason,
-                } => Some((executor_id.to_string(), reason.clone())),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn added(&self) -> usize {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|e| matches!(e, SchedulerEvent::ExecutorAdded { .. }))
-            .count()
-    }
-}
-
-/// Polls `check` until it holds, at most `timeout`.
-fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 fn conf(pairs: &[&str]) -> Conf {
     Conf::from_pairs(pairs.iter().copied()).unwrap()
 }
@@ -166,33 +98,6 @@ fn cluster(conf: &Conf, executors: usize, cores: u32) -> (Driver, SharedCluster,
         .wait_for_executors(executors, REGISTER_TIMEOUT)
         .unwrap();
     (driver, shared, recorder)
-}
-
-fn task(function: &str, input: &str) -> bytes::Bytes {
-    TaskPayload::encode(function, input.as_bytes()).unwrap()
-}
-
-/// Executor processes started by the test itself, killed when it ends.
-struct Processes(Vec<Child>);
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn spawn_executor(driver: SocketAddr, executor_id: &str) -> Child {
-    Command::new(FLINT)
-        .args(["executor", "--driver", &driver.to_string(), "--cores", "1"])
-        .args(["--executor-id", executor_id])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
 }
 
 fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
@@ -366,9 +271,16 @@ fn a_stopped_executor_is_expired_after_the_network_timeout_and_its_tasks_resched
 #[test]
 fn a_second_executor_with_the_same_id_is_refused_with_the_seeds_text() {
     let driver = Driver::standalone(&conf(&[])).unwrap();
-    let mut processes = Processes(vec![spawn_executor(driver.address(), "7")]);
+    let mut processes = Processes(vec![spawn_executor(
+        driver.address(),
+        "7",
+        &[],
+        Stdio::piped(),
+    )]);
     driver.wait_for_executors(1, REGISTER_TIMEOUT).unwrap();
-    processes.0.push(spawn_executor(driver.address(), "7"));
+    processes
+        .0
+        .push(spawn_executor(driver.address(), "7", &[], Stdio::piped()));
     let status = wait_exit(&mut processes.0[1], REGISTER_TIMEOUT);
     assert!(!status.success());
     let mut stderr = String::new();
@@ -475,7 +387,7 @@ fn stop_executors_makes_every_executor_process_exit_0() {
     let driver = Driver::standalone(&conf(&[])).unwrap();
     let mut processes = Processes(
         (1..=3)
-            .map(|i| spawn_executor(driver.address(), &i.to_string()))
+            .map(|i| spawn_executor(driver.address(), &i.to_string(), &[], Stdio::piped()))
             .collect(),
     );
     driver.wait_for_executors(3, REGISTER_TIMEOUT).unwrap();

@@ -8,21 +8,23 @@
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{spawn_executor, task, wait_until, Processes, Recorder};
 use flint::rpc::Conf;
-use flint::scheduler::{Driver, SchedulerEvent, SchedulerListener, TaskSet};
-use flint::wire::{TaskPayload, TaskState};
+use flint::scheduler::{Driver, TaskSet};
+use flint::wire::TaskState;
 
 #[path = "../scheduler/src/log_capture.rs"]
 mod log_capture;
 use log_capture::LogCapture;
 
-const FLINT: &str = env!("CARGO_BIN_EXE_flint");
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 const JOB_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -189,83 +191,6 @@ fn relay(
     [reader, writer]
 }
 
-/// Executor processes started by the test, killed when it ends.
-struct Processes(Vec<Child>);
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn spawn_executor(driver: SocketAddr, executor_id: &str, conf: &[&str]) -> Child {
-    let mut command = Command::new(FLINT);
-    command
-        .args(["executor", "--driver", &driver.to_string(), "--cores", "1"])
-        .args(["--executor-id", executor_id]);
-    for pair in conf {
-        command.args(["--conf", pair]);
-    }
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// Executor removals, registrations and every task end, as they happen.
-#[derive(Clone, Default)]
-struct Recorder {
-    removed: Arc<Mutex<Vec<(String, String)>>>,
-    added: Arc<Mutex<Vec<String>>>,
-    task_ends: Arc<Mutex<Vec<(u64, String, TaskState)>>>,
-}
-
-impl SchedulerListener for Recorder {
-    fn on_event(&mut self, event: &SchedulerEvent) {
-        match event {
-            SchedulerEvent::ExecutorRemoved {
-                executor_id,
-                reason,
-            } => self
-                .removed
-                .lock()
-                .unwrap()
-                .push((executor_id.to_string(), reason.clone())),
-            SchedulerEvent::ExecutorAdded { executor_id, .. } => {
-                self.added.lock().unwrap().push(executor_id.to_string())
-            }
-            SchedulerEvent::TaskEnd {
-                task_id,
-                executor_id,
-                state,
-                ..
-            } => self
-                .task_ends
-                .lock()
-                .unwrap()
-                .push((*task_id, executor_id.to_string(), *state)),
-            _ => {}
-        }
-    }
-}
-
-fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn task(function: &str, input: &str) -> bytes::Bytes {
-    TaskPayload::encode(function, input.as_bytes()).unwrap()
-}
-
 /// A driver and one executor process per link, each executor reaching the driver through a
 /// link of its own with `delay` each way; `conf` for all of them.
 struct SlowCluster {
@@ -284,7 +209,9 @@ fn slow_cluster(conf: &[&str], delay: Duration, executors: usize) -> SlowCluster
     for index in 0..executors {
         let link = SlowLink::new(driver.address(), delay);
         let id = format!("slow-{index}");
-        processes.0.push(spawn_executor(link.address, &id, conf));
+        processes
+            .0
+            .push(spawn_executor(link.address, &id, conf, Stdio::null()));
         links.push(link);
     }
     driver
@@ -328,7 +255,7 @@ fn over_a_slow_link_jobs_complete_and_launch_pipelining_hides_the_round_trip() {
         outcome.latency
     );
     // Heartbeats every 100 ms kept both executors alive through the delay.
-    assert_eq!(*strict.recorder.removed.lock().unwrap(), []);
+    assert_eq!(strict.recorder.removed(), []);
     strict.driver.stop().unwrap();
     drop(strict);
 
@@ -355,7 +282,7 @@ fn over_a_slow_link_jobs_complete_and_launch_pipelining_hides_the_round_trip() {
         "pipelined: {:?}, while strict launching needs at least {strict_bound:?}",
         outcome.elapsed
     );
-    assert_eq!(*pipelined.recorder.removed.lock().unwrap(), []);
+    assert_eq!(pipelined.recorder.removed(), []);
     pipelined.driver.stop().unwrap();
 }
 
@@ -384,9 +311,9 @@ fn a_partitioned_executor_is_expired_its_tasks_run_elsewhere_and_its_late_result
     cluster.links[0].cut();
     let cut_at = Instant::now();
     wait_until("the partitioned executor expired", JOB_TIMEOUT, || {
-        !cluster.recorder.removed.lock().unwrap().is_empty()
+        !cluster.recorder.removed().is_empty()
     });
-    let removed = cluster.recorder.removed.lock().unwrap().clone();
+    let removed = cluster.recorder.removed();
     assert_eq!(removed.len(), 1, "{removed:?}");
     assert_eq!(removed[0].0, "slow-0");
     assert!(

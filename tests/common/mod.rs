@@ -1,0 +1,125 @@
+//! Helpers shared by the end-to-end tests: executor processes, a recording listener,
+//! bounded waits.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flint::scheduler::{SchedulerEvent, SchedulerListener};
+use flint::wire::{TaskPayload, TaskState};
+
+/// The `flint` binary of this build.
+pub const FLINT: &str = env!("CARGO_BIN_EXE_flint");
+
+/// Records the events that are not about single tasks, and every task end's state.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    pub events: Arc<Mutex<Vec<SchedulerEvent>>>,
+    pub task_ends: Arc<Mutex<Vec<(u64, String, TaskState)>>>,
+    pub task_starts: Arc<Mutex<Vec<(u64, String)>>>,
+}
+
+impl SchedulerListener for Recorder {
+    fn on_event(&mut self, event: &SchedulerEvent) {
+        match event {
+            SchedulerEvent::TaskStart {
+                task_id,
+                executor_id,
+                ..
+            } => self
+                .task_starts
+                .lock()
+                .unwrap()
+                .push((*task_id, executor_id.to_string())),
+            SchedulerEvent::TaskEnd {
+                task_id,
+                executor_id,
+                state,
+                ..
+            } => self
+                .task_ends
+                .lock()
+                .unwrap()
+                .push((*task_id, executor_id.to_string(), *state)),
+            other => self.events.lock().unwrap().push(other.clone()),
+        }
+    }
+}
+
+impl Recorder {
+    pub fn removed(&self) -> Vec<(String, String)> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                SchedulerEvent::ExecutorRemoved {
+                    executor_id,
+                    reason,
+                } => Some((executor_id.to_string(), reason.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn added(&self) -> usize {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e, SchedulerEvent::ExecutorAdded { .. }))
+            .count()
+    }
+}
+
+/// Polls `check` until it holds, at most `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A serialized task: the built-in `function` with `input`.
+pub fn task(function: &str, input: &str) -> bytes::Bytes {
+    TaskPayload::encode(function, input.as_bytes()).unwrap()
+}
+
+/// Executor processes started by the test itself, killed when it ends.
+pub struct Processes(pub Vec<Child>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A `flint executor` of one core with `conf`, registering with the driver at `driver`
+/// as `executor_id`; its stderr goes to `stderr`.
+pub fn spawn_executor(
+    driver: SocketAddr,
+    executor_id: &str,
+    conf: &[&str],
+    stderr: Stdio,
+) -> Child {
+    let mut command = Command::new(FLINT);
+    command
+        .args(["executor", "--driver", &driver.to_string(), "--cores", "1"])
+        .args(["--executor-id", executor_id]);
+    for pair in conf {
+        command.args(["--conf", pair]);
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
