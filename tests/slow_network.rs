@@ -18,7 +18,7 @@ mod common;
 
 use common::{spawn_executor, task, wait_until, Processes, Recorder};
 use flint::rpc::Conf;
-use flint::scheduler::{Driver, TaskSet};
+use flint::scheduler::{Driver, TaskSet, TaskSetOutcome};
 use flint::wire::TaskState;
 
 #[path = "../scheduler/src/log_capture.rs"]
@@ -225,6 +225,19 @@ fn slow_cluster(conf: &[&str], delay: Duration, executors: usize) -> SlowCluster
     }
 }
 
+/// Runs stage `stage` of `tasks` echo tasks and checks that every result came back.
+fn echo_job(driver: &Driver, stage: u32, tasks: u32) -> TaskSetOutcome {
+    let input = format!("stage {stage}");
+    let outcome = driver
+        .submit(TaskSet::new(stage, 0, tasks, task("echo", &input)))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert_eq!(outcome.results.len(), tasks as usize);
+    assert!(outcome.results.iter().all(|r| r[..] == *input.as_bytes()));
+    outcome
+}
+
 const DELAY: Duration = Duration::from_millis(20);
 /// The least a round trip over a link can take.
 const RTT: Duration = Duration::from_millis(40);
@@ -236,14 +249,7 @@ fn over_a_slow_link_jobs_complete_and_launch_pipelining_hides_the_round_trip() {
     let heartbeats = "executor.heartbeatInterval=100ms";
     let strict = slow_cluster(&["network.timeout=2s", heartbeats], DELAY, 2);
     let tasks = 40;
-    let outcome = strict
-        .driver
-        .submit(TaskSet::new(0, 0, tasks, task("echo", "s")))
-        .unwrap()
-        .wait(JOB_TIMEOUT)
-        .unwrap();
-    assert_eq!(outcome.results.len(), tasks as usize);
-    assert!(outcome.results.iter().all(|r| &r[..] == b"s"));
+    let outcome = echo_job(&strict.driver, 0, tasks);
     assert!(
         outcome.elapsed >= RTT * (tasks / 2),
         "each launch waits a round trip: {:?}",
@@ -267,14 +273,7 @@ fn over_a_slow_link_jobs_complete_and_launch_pipelining_hides_the_round_trip() {
         2,
     );
     let tasks = 800;
-    let outcome = pipelined
-        .driver
-        .submit(TaskSet::new(1, 0, tasks, task("echo", "p")))
-        .unwrap()
-        .wait(JOB_TIMEOUT)
-        .unwrap();
-    assert_eq!(outcome.results.len(), tasks as usize);
-    assert!(outcome.results.iter().all(|r| &r[..] == b"p"));
+    let outcome = echo_job(&pipelined.driver, 1, tasks);
     assert_eq!(outcome.duplicate_results, 0);
     let strict_bound = RTT * (tasks / 2);
     assert!(
