@@ -31,6 +31,12 @@
 //!
 //! A runner that runs out of work looks for more for `executor.busyPoll` (50us by
 //! default), yielding the CPU between looks, and then sleeps on a condition variable.
+//! From the first look until it sleeps it is lent to the RPC environment's event loop
+//! ([`StatusSender::lend_transport`]): each look turns the loop, so that the next
+//! launch is read off the socket, handed over and taken up by the runner itself, with
+//! no hand-off from the loop thread, which meanwhile parks. Measured against handing
+//! over from the loop thread (`flint bench`, three alternating runs): a one-task job
+//! 19.4 against 23.4 us, tasks without pipelining +10 %.
 //! Waking a sleeping thread costs tens of microseconds on a virtual machine; without
 //! launch pipelining every task pays it, and with it every batch. Measured on two cores
 //! shared by a driver and two one-core executors, together with the event loops' own
@@ -48,7 +54,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use flint_rpc::{EndpointRef, RpcError};
+use flint_rpc::{EndpointRef, LoopLease, RpcError};
 use flint_wire::{
     ArchivedDependency, ArchivedTaskDescription, BlockId, Dependency, Frame, Message, Property,
     SharedStr, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskFailureKind, TaskMetrics,
@@ -122,6 +128,14 @@ pub trait StatusSender: Send + Sync + 'static {
     fn flush_in_background(&self) {
         self.flush()
     }
+
+    /// Lends the calling runner's thread to the transport that brings its tasks, while it
+    /// runs and looks for tasks: it then takes its launches off the socket itself
+    /// ([`LoopLease::turn`]) instead of being handed them by the event loop's thread. By
+    /// default there is no transport to lend to.
+    fn lend_transport(&self) -> Option<LoopLease> {
+        None
+    }
 }
 
 impl StatusSender for EndpointRef {
@@ -139,6 +153,10 @@ impl StatusSender for EndpointRef {
 
     fn flush_in_background(&self) {
         EndpointRef::flush_in_background(self)
+    }
+
+    fn lend_transport(&self) -> Option<LoopLease> {
+        Some(self.env().lend())
     }
 }
 
@@ -807,7 +825,9 @@ fn runner(inner: Arc<Inner>) {
     let mut ended: Vec<(u64, Arc<TaskHandle>)> = Vec::with_capacity(INITIAL_CAPACITY);
     // Status updates sent deferred and not flushed yet; zero whenever the runner waits.
     let mut unflushed = 0usize;
-    while inner.next_batch(&mut ended, &mut batch, take_all) {
+    // Held from when the runner first looks for work until it sleeps.
+    let mut lease: Option<LoopLease> = None;
+    while inner.next_batch(&mut ended, &mut batch, take_all, &mut lease) {
         // When a task of the batch ends, the next one starts: one clock read serves both.
         let mut clock = Instant::now();
         while let Some(Job { launch, handle }) = batch.pop_front() {
@@ -902,6 +922,7 @@ impl Inner {
         ended: &mut Vec<(u64, Arc<TaskHandle>)>,
         batch: &mut VecDeque<Job>,
         take_all: bool,
+        lease: &mut Option<LoopLease>,
     ) -> bool {
         debug_assert!(batch.is_empty());
         let mut state = lock(&self.state);
@@ -929,16 +950,24 @@ impl Inner {
                 // runner going to sleep and being woken.
                 polled = true;
                 drop(state);
+                if lease.is_none() {
+                    *lease = self.status.lend_transport();
+                }
                 let until = Instant::now() + self.busy_poll;
                 while self.queued.load(Ordering::Acquire) == 0
                     && !self.stopped.load(Ordering::Acquire)
                     && Instant::now() < until
                 {
-                    std::thread::yield_now();
+                    // Turning the transport's loop may bring the next task right here.
+                    if !lease.as_ref().is_some_and(LoopLease::turn) {
+                        std::thread::yield_now();
+                    }
                 }
                 state = lock(&self.state);
                 continue;
             }
+            // A sleeping runner leaves the sockets to the event loop's thread.
+            *lease = None;
             self.sleeping.fetch_add(1, Ordering::AcqRel);
             state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
             self.sleeping.fetch_sub(1, Ordering::AcqRel);

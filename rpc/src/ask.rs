@@ -18,7 +18,7 @@ use crate::sync::{AtomicBool, Condvar, Mutex, Ordering};
 /// A one-shot cell: completed once, taken once by the thread waiting on it.
 #[derive(Debug)]
 pub struct ReplySlot<T> {
-    state: Mutex<SlotState<T>>,
+    state: Mutex<Guarded<T>>,
     ready: Condvar,
     /// Set once the slot is completed: lets a waiter spin without taking the lock.
     done: AtomicBool,
@@ -27,8 +27,16 @@ pub struct ReplySlot<T> {
 /// How long a waiter spins (yielding) for its value before it sleeps. A reply on a fast
 /// path comes back within tens of microseconds; waking a sleeping thread costs about as
 /// much again, which is what spinning saves.
-#[cfg(not(loom))]
-const SPIN: Duration = Duration::from_micros(250);
+pub(crate) const SPIN: Duration = Duration::from_micros(250);
+
+#[derive(Debug)]
+struct Guarded<T> {
+    state: SlotState<T>,
+    /// Waiters asleep on the condition variable. Only when there are any does completing
+    /// the slot notify: a notification is a system call even with nobody waiting, and a
+    /// waiter that spins for its reply (the fast path) needs none.
+    sleepers: u32,
+}
 
 #[derive(Debug)]
 enum SlotState<T> {
@@ -47,7 +55,10 @@ impl<T> ReplySlot<T> {
     /// An empty slot.
     pub fn new() -> Self {
         ReplySlot {
-            state: Mutex::new(SlotState::Waiting),
+            state: Mutex::new(Guarded {
+                state: SlotState::Waiting,
+                sleepers: 0,
+            }),
             ready: Condvar::new(),
             done: AtomicBool::new(false),
         }
@@ -55,56 +66,93 @@ impl<T> ReplySlot<T> {
 
     /// Stores `value` if the slot is still empty; returns whether it did.
     pub fn complete(&self, value: T) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !matches!(*state, SlotState::Waiting) {
+        let mut guarded = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(guarded.state, SlotState::Waiting) {
             return false;
         }
-        *state = SlotState::Done(value);
+        guarded.state = SlotState::Done(value);
         self.done.store(true, Ordering::Release);
-        drop(state);
-        self.ready.notify_all();
+        let sleeping = guarded.sleepers > 0;
+        drop(guarded);
+        if sleeping {
+            self.ready.notify_all();
+        }
         true
     }
 
     /// Blocks until the slot is completed, then takes the value. Returns `None` if it
     /// was already taken.
     pub fn wait(&self) -> Option<T> {
-        self.wait_inner(None)
+        self.wait_inner(None, true)
     }
 
     /// As [`ReplySlot::wait`], but gives up at `deadline`: `None` then, or if the value
     /// was already taken.
     pub fn wait_until(&self, deadline: Instant) -> Option<T> {
-        self.wait_inner(Some(deadline))
+        self.wait_inner(Some(deadline), true)
     }
 
-    fn wait_inner(&self, deadline: Option<Instant>) -> Option<T> {
+    /// Whether the slot has been completed.
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Looks whether the slot is completed until `until`, calling `step` between looks
+    /// (to yield the CPU, or to do the work that completes it); returns whether it was.
+    /// Then [`ReplySlot::sleep_until`] takes the value.
+    pub fn spin_until(&self, until: Instant, mut step: impl FnMut()) -> bool {
+        while !self.is_done() {
+            if Instant::now() >= until {
+                return false;
+            }
+            step();
+        }
+        true
+    }
+
+    /// As [`ReplySlot::wait_until`], without spinning first: for a waiter that spun
+    /// already ([`ReplySlot::spin_until`]).
+    pub fn sleep_until(&self, deadline: Instant) -> Option<T> {
+        self.wait_inner(Some(deadline), false)
+    }
+
+    fn wait_inner(&self, deadline: Option<Instant>, spin: bool) -> Option<T> {
         #[cfg(not(loom))]
-        {
+        if spin {
             let start = Instant::now();
             let spin_until = deadline.map_or(SPIN, |d| d.saturating_duration_since(start));
-            while !self.done.load(Ordering::Acquire) && start.elapsed() < spin_until.min(SPIN) {
-                std::thread::yield_now();
-            }
+            self.spin_until(start + spin_until.min(SPIN), std::thread::yield_now);
         }
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        #[cfg(loom)]
+        let _ = spin;
+        let mut guarded = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            match std::mem::replace(&mut *state, SlotState::Taken) {
+            match std::mem::replace(&mut guarded.state, SlotState::Taken) {
                 SlotState::Waiting => {
-                    *state = SlotState::Waiting;
-                    state = match deadline {
-                        None => self.ready.wait(state).unwrap_or_else(|e| e.into_inner()),
+                    guarded.state = SlotState::Waiting;
+                    let timeout = match deadline {
+                        None => None,
                         Some(deadline) => {
                             let now = Instant::now();
                             if now >= deadline {
                                 return None;
                             }
+                            Some(deadline - now)
+                        }
+                    };
+                    // Counted under the lock that `complete` takes, so that it either
+                    // sees the sleeper or completes before the waiter looks again.
+                    guarded.sleepers += 1;
+                    guarded = match timeout {
+                        None => self.ready.wait(guarded).unwrap_or_else(|e| e.into_inner()),
+                        Some(timeout) => {
                             self.ready
-                                .wait_timeout(state, deadline - now)
+                                .wait_timeout(guarded, timeout)
                                 .unwrap_or_else(|e| e.into_inner())
                                 .0
                         }
                     };
+                    guarded.sleepers -= 1;
                 }
                 SlotState::Done(value) => return Some(value),
                 SlotState::Taken => return None,

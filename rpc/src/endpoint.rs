@@ -17,8 +17,10 @@ use crate::timer::{TimerId, TimerQueue};
 ///
 /// As the seeds' `ThreadSafeRpcEndpoint`: an endpoint handles one message at a time,
 /// `on_start` runs before its first message and `on_stop` when it is unregistered or the
-/// environment stops. Every call runs on the event loop thread, so a handler must not
-/// block: hand long work to other threads and reply later through a [`ReplyHandle`].
+/// environment stops. Every call runs in a turn of the event loop, on the loop thread or
+/// on a thread lent to the loop ([`RpcEnvHandle::lend`](crate::RpcEnvHandle::lend)), one
+/// at a time, so a handler must not block: hand long work to other threads and reply
+/// later through a [`ReplyHandle`].
 pub trait Endpoint: Send + 'static {
     /// Called once, before the first message.
     fn on_start(&mut self, _ctx: &mut EndpointContext<'_>) {}

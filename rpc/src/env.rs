@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::{JoinHandle, ThreadId};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use flint_wire::{Message, Route, SharedStr};
@@ -21,6 +21,7 @@ use crate::handoff::{Handoff, Notify};
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
 use crate::socket::SocketOptions;
 use crate::timer::deadline_after;
+use crate::turns::{LoopCell, LoopLease, Sleeper};
 
 /// Key of the local outbox (messages between endpoints of one environment).
 pub(crate) const LOCAL_KEY: ConnKey = 2;
@@ -91,7 +92,7 @@ impl Settings {
 pub(crate) enum AskWaiter {
     /// A thread blocked in [`EndpointRef::ask`].
     Blocking(Arc<ReplySlot<Result<Reply, RpcError>>>),
-    /// A callback run on the loop thread.
+    /// A callback run in a turn of the loop.
     Callback(Box<dyn FnOnce(Result<Reply, RpcError>) + Send>),
 }
 
@@ -112,7 +113,7 @@ impl AskCompletion {
         }
     }
 
-    /// Hands the ending to the asker. A callback runs on the loop thread: one that panics
+    /// Hands the ending to the asker. A callback runs in a turn of the loop: one that panics
     /// is logged and the loop goes on, as for a panicking endpoint.
     pub(crate) fn complete(self, result: Result<Reply, RpcError>) {
         match self.waiter {
@@ -161,7 +162,8 @@ pub(crate) struct Shared {
     outgoing: Mutex<FxHashMap<SocketAddr, Arc<Outbox>>>,
     pub(crate) local: Arc<Outbox>,
     next_key: AtomicU64,
-    pub(crate) loop_thread: OnceLock<ThreadId>,
+    /// The loop, and who turns it.
+    pub(crate) cell: LoopCell,
     pub(crate) address: SocketAddr,
     pub(crate) stopped: AtomicBool,
     pub(crate) accepted: AtomicU64,
@@ -182,14 +184,17 @@ impl Shared {
         self.next_key.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub(crate) fn on_loop_thread(&self) -> bool {
-        self.loop_thread.get() == Some(&std::thread::current().id())
+    /// Whether this thread is turning the loop right now (the loop thread, or a thread
+    /// lent to it): what it sends is written at the end of the turn, and it must not
+    /// wait for the loop.
+    pub(crate) fn in_loop_turn(&self) -> bool {
+        crate::turns::in_turn(self)
     }
 
-    /// Hands a command to the loop; from the loop thread itself no wake-up is needed,
-    /// because the loop drains its queue before it next sleeps.
+    /// Hands a command to the loop; from a turn of the loop no wake-up is needed, because
+    /// the turn drains the queue before it ends.
     pub(crate) fn command(&self, command: Command) {
-        if self.on_loop_thread() {
+        if self.in_loop_turn() {
             self.handoff.push_quiet(command);
         } else {
             self.handoff.push(command);
@@ -287,9 +292,9 @@ impl RpcEnvHandle {
         }
     }
 
-    /// Registers `endpoint` under `name` and waits until its `on_start` has run. From the
-    /// loop thread (inside a handler) it does not wait: the endpoint starts right after
-    /// the current call.
+    /// Registers `endpoint` under `name` and waits until its `on_start` has run. From a
+    /// turn of the loop (inside a handler) it does not wait: the endpoint starts right
+    /// after the current call.
     pub fn register(&self, name: &str, endpoint: impl Endpoint) -> Result<EndpointRef, RpcError> {
         if self.shared.stopped.load(Ordering::Acquire) {
             return Err(RpcError::Stopped);
@@ -300,10 +305,23 @@ impl RpcEnvHandle {
             Box::new(endpoint),
             done.clone(),
         ));
-        if !self.shared.on_loop_thread() {
+        if !self.shared.in_loop_turn() {
             done.wait().unwrap_or(Err(RpcError::Stopped))?;
         }
         Ok(self.local_ref(name))
+    }
+
+    /// Lends this thread to the event loop while it waits for something the loop will
+    /// bring: through the lease it turns the loop itself whenever no other thread does
+    /// ([`LoopLease::turn`]), so that what it waits for reaches it without a hand-off
+    /// from the loop thread. Meanwhile the loop thread leaves the polling to lent
+    /// threads, and takes it up again when the last lease is dropped or lent threads
+    /// stop turning for a moment (half a millisecond).
+    ///
+    /// For a thread that would otherwise poll for its work (a task runner between
+    /// tasks): it then polls the sockets instead, and the loop thread does not.
+    pub fn lend(&self) -> LoopLease {
+        LoopLease::new(self.shared.clone())
     }
 
     /// Stops the endpoint `name` (its `on_stop` runs on the loop).
@@ -342,7 +360,7 @@ impl RpcEnvHandle {
     /// whether the loop was told. The loop's own sends are left to the end of its batch,
     /// which writes them together.
     fn flush(&self, outbox: &Arc<Outbox>, writer: Writer) -> bool {
-        if writer == Writer::Caller && !self.shared.on_loop_thread() && outbox.write_through() {
+        if writer == Writer::Caller && !self.shared.in_loop_turn() && outbox.write_through() {
             if self.shared.stopped.load(Ordering::Acquire) {
                 // A stopping loop waits for queued bytes to leave; these left without it.
                 self.shared.handoff.wake();
@@ -398,6 +416,11 @@ impl EndpointRef {
             target: RefTarget::Connection(connection),
             owes_flush: Arc::default(),
         }
+    }
+
+    /// The environment this reference sends through.
+    pub fn env(&self) -> &RpcEnvHandle {
+        &self.env
     }
 
     /// The endpoint's name.
@@ -504,21 +527,36 @@ impl EndpointRef {
         self.ask_timeout(message, self.env.shared.settings.ask_timeout)
     }
 
-    /// Asks and waits for the reply, at most `timeout`. Not for the loop thread, which
-    /// would wait on itself: handlers use [`EndpointRef::ask_then`].
+    /// Asks and waits for the reply, at most `timeout`. Not from a turn of the loop
+    /// (a handler), which would wait on itself: handlers use [`EndpointRef::ask_then`].
+    ///
+    /// While it waits for a reply that comes quickly, the asking thread reads it off the
+    /// socket itself ([`RpcEnvHandle::lend`]) when no other thread is turning the loop.
     ///
     /// A timeout error names what set the timeout: a `timeout` equal to the configured
     /// one (callers usually pass [`Settings::ask_timeout`] on) is put down to its key,
     /// any other to the caller.
     pub fn ask_timeout(&self, message: &Message, timeout: Duration) -> Result<Reply, RpcError> {
         assert!(
-            !self.env.shared.on_loop_thread(),
-            "a blocking ask on the event loop thread would wait forever; use ask_then"
+            !self.env.shared.in_loop_turn(),
+            "a blocking ask in a turn of the event loop would wait forever; use ask_then"
         );
         let slot = Arc::new(ReplySlot::new());
         let now = Instant::now();
         let id = self.start_ask(message, now, timeout, AskWaiter::Blocking(slot.clone()))?;
-        if let Some(result) = slot.wait_until(deadline_after(now, timeout)) {
+        let deadline = deadline_after(now, timeout);
+        {
+            // The reply is likely to come within microseconds: this thread reads it off
+            // the socket itself when the loop thread is not at it, rather than being
+            // handed it (and woken) by the loop thread.
+            let lease = self.env.lend();
+            slot.spin_until(deadline_after(now, ask::SPIN).min(deadline), || {
+                if !lease.turn() {
+                    std::thread::yield_now();
+                }
+            });
+        }
+        if let Some(result) = slot.sleep_until(deadline) {
             return result;
         }
         // The loop times asks out itself, at this same deadline; if it has not, it is busy,
@@ -538,7 +576,7 @@ impl EndpointRef {
         slot.wait().unwrap_or(Err(RpcError::Stopped))
     }
 
-    /// Asks, and calls `then` on the loop thread with the reply, the timeout or the loss
+    /// Asks, and calls `then` in a turn of the loop with the reply, the timeout or the loss
     /// of the connection, whichever comes first. A timeout error names what set the
     /// timeout, as for [`EndpointRef::ask_timeout`].
     pub fn ask_then(
@@ -602,7 +640,7 @@ impl EndpointRef {
                 sent: flush,
             } => {
                 let told = flush && self.env.flush(&outbox, Writer::Caller);
-                if !told && wake_loop && !shared.on_loop_thread() {
+                if !told && wake_loop && !shared.in_loop_turn() {
                     // Nothing else may wake the loop (the outbox waits for a deferred
                     // flush, say), and it sleeps past this ask's deadline.
                     shared.handoff.wake();
@@ -679,17 +717,27 @@ impl RpcEnv {
             outgoing: Mutex::new(FxHashMap::default()),
             local,
             next_key: AtomicU64::new(FIRST_CONNECTION_KEY),
-            loop_thread: OnceLock::new(),
+            cell: LoopCell::new(),
             address,
             stopped: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             connected: AtomicU64::new(0),
         });
         let event_loop = EventLoop::new(poll, listener, shared.clone())?;
+        let sleeper = Sleeper::watching(event_loop.poller_fd())?;
+        shared.cell.install(event_loop);
+        let loop_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("flint-rpc-{}", address.port()))
-            .spawn(move || event_loop.run())?;
-        let _ = shared.loop_thread.set(thread.thread().id());
+            .spawn(move || crate::turns::run_loop_thread(loop_shared, sleeper));
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(e) => {
+                // The loop holds the shared state: take it out so that both are freed.
+                drop(shared.cell.uninstall());
+                return Err(e.into());
+            }
+        };
         Ok(RpcEnv {
             handle: RpcEnvHandle { shared },
             thread: Mutex::new(Some(thread)),

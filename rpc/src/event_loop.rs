@@ -1,4 +1,5 @@
-//! The event loop thread: sockets, dispatch to endpoints, timers, ask expiry.
+//! The event loop: sockets, dispatch to endpoints, timers, ask expiry, in turns that
+//! whichever thread holds it takes (see `turns`).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
@@ -66,6 +67,9 @@ struct Connection {
     /// it: at most [`READ_BUDGET`] per wake-up.
     read_round: u64,
     read_in_round: usize,
+    /// The poller reported the peer's end of stream (or an error). No further event may
+    /// come, so reads go on until the socket says so instead of stopping at a short read.
+    peer_closed: bool,
 }
 
 impl Connection {
@@ -89,6 +93,7 @@ impl Connection {
             announced: false,
             read_round: 0,
             read_in_round: 0,
+            peer_closed: false,
         }
     }
 
@@ -326,6 +331,22 @@ pub(crate) struct EventLoop {
     /// The time of the current wake-up, read once when `poll` returns: every message of a
     /// batch is handled as of it, so that the hot path reads no clock per message.
     now: Instant,
+    /// The poller's events, kept for every turn, whichever thread turns.
+    events: Events,
+    /// When the loop must next turn even without an event, as of its last turn that
+    /// worked.
+    next_deadline: Option<Instant>,
+}
+
+/// What a turn of the loop did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Nothing was ready and nothing was due.
+    Idle,
+    /// It handled events, timers or commands.
+    Worked,
+    /// The environment is stopping: the loop thread shuts it down.
+    Stopping,
 }
 
 impl EventLoop {
@@ -362,71 +383,72 @@ impl EventLoop {
             round: 0,
             stopping: false,
             now: Instant::now(),
+            events: Events::with_capacity(1024),
+            next_deadline: None,
         })
     }
 
-    pub(crate) fn run(mut self) {
-        let _ = self.shared.loop_thread.set(std::thread::current().id());
-        let mut events = Events::with_capacity(1024);
-        loop {
-            let mut timeout = self.next_timeout();
-            if !self.unfinished_reads.is_empty() {
-                timeout = Some(Duration::ZERO);
-            }
-            if let Err(e) = self.wait(&mut events, timeout) {
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                error!("event loop poll failed: {e}");
-                break;
-            }
-            self.now = Instant::now();
-            let now = self.now;
-            self.round += 1;
-            // Who was left over comes first; a connection read in this wake-up already
-            // waits for the next one.
-            self.resume_reads();
-            for event in events.iter() {
-                self.handle_event(event);
-            }
-            self.fire_timers(now);
-            self.expire(now);
-            self.process_commands();
-            // What batch ends send (locally too) is carried out before the loop sleeps.
-            while self.endpoints.end_batch(now) {
-                self.process_commands();
-            }
-            if self.stopping {
-                break;
-            }
+    /// One turn of the loop, on whichever thread holds it: takes what the poller has
+    /// ready without waiting and, when there is any or a deadline is due, handles it:
+    /// reads and dispatches, fires timers, times asks out, runs commands and batch ends.
+    /// A turn with nothing ready costs one `epoll_wait` and a clock read.
+    pub(crate) fn turn(&mut self) -> Turn {
+        if self.stopping {
+            return Turn::Stopping;
         }
-        self.shutdown();
+        if let Err(e) = self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                error!("event loop poll failed: {e}");
+                self.stopping = true;
+                return Turn::Stopping;
+            }
+            self.events.clear();
+        }
+        let now = Instant::now();
+        let due = self.next_deadline.is_some_and(|deadline| deadline <= now)
+            || !self.unfinished_reads.is_empty();
+        if self.events.is_empty() && !due {
+            return Turn::Idle;
+        }
+        self.now = now;
+        self.round += 1;
+        // Who was left over comes first; a connection read in this turn already waits
+        // for the next one.
+        self.resume_reads();
+        let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
+        for event in events.iter() {
+            self.handle_event(event);
+        }
+        self.events = events;
+        self.fire_timers(now);
+        self.expire(now);
+        self.process_commands();
+        // What batch ends send (locally too) is carried out before the turn ends.
+        while self.endpoints.end_batch(now) {
+            self.process_commands();
+        }
+        if self.stopping {
+            return Turn::Stopping;
+        }
+        self.next_deadline = self.compute_next_deadline();
+        Turn::Worked
     }
 
-    /// Waits for events until `timeout`. For `rpc.io.busyPoll` it first polls without
-    /// blocking, yielding the CPU between polls: what a peer answers within that time is
-    /// taken up without the loop going to sleep and being woken, which on a virtual
-    /// machine costs tens of microseconds a time (a round trip pays it at both ends). A
-    /// loop with nothing to do sleeps after that long.
-    fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
-        let busy_poll = self.shared.settings.busy_poll;
-        if busy_poll.is_zero() || timeout == Some(Duration::ZERO) {
-            return self.poll.poll(events, timeout);
+    /// When the loop must turn even if nothing is ready: at its next deadline, or at once
+    /// while a connection has bytes left to read.
+    pub(crate) fn next_wake(&self) -> Option<Instant> {
+        if self.unfinished_reads.is_empty() {
+            self.next_deadline
+        } else {
+            Some(self.now)
         }
-        let start = Instant::now();
-        let until = start + timeout.map_or(busy_poll, |t| t.min(busy_poll));
-        loop {
-            self.poll.poll(events, Some(Duration::ZERO))?;
-            if !events.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() >= until {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        let timeout = timeout.map(|t| t.saturating_sub(start.elapsed()));
-        self.poll.poll(events, timeout)
+    }
+
+    /// The poller's file descriptor: readable while the poller has events ready, so that
+    /// the loop thread can sleep on it without holding the loop.
+    pub(crate) fn poller_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.poll.as_raw_fd()
     }
 
     fn handle_event(&mut self, event: &mio::event::Event) {
@@ -439,7 +461,13 @@ impl EventLoop {
             }
             Token(key) => {
                 let key = key as ConnKey;
-                let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                let closed = event.is_read_closed() || event.is_error();
+                if closed {
+                    if let Some(conn) = self.connections.get_mut(&key) {
+                        conn.peer_closed = true;
+                    }
+                }
+                let readable = event.is_readable() || closed;
                 if self.connection_ready(key, event.is_writable() || event.is_error()) && readable {
                     self.read(key);
                 }
@@ -456,7 +484,9 @@ impl EventLoop {
             .any(|c| matches!(c.state, ConnState::Connecting { .. }) || c.outbox.queued() > 0)
     }
 
-    fn next_timeout(&mut self) -> Option<Duration> {
+    /// The earliest deadline of the timers, the asks and the connections being set up;
+    /// tells the ask table that the loop turns by then without being woken.
+    fn compute_next_deadline(&mut self) -> Option<Instant> {
         let mut next = self.endpoints.timers.next_deadline();
         for deadline in self.connections.values().filter_map(Connection::deadline) {
             next = Some(next.map_or(deadline, |n| n.min(deadline)));
@@ -468,8 +498,7 @@ impl EventLoop {
         // Under the same lock: an ask registered from here on that is due before `next`
         // wakes the loop.
         asks.loop_sleeps_until(next);
-        drop(asks);
-        next.map(|deadline| deadline.saturating_duration_since(Instant::now()))
+        next
     }
 
     fn fire_timers(&mut self, now: Instant) {
@@ -758,10 +787,12 @@ impl EventLoop {
             // recv(2) straight into the receive buffer's spare room, which is not zeroed
             // first (see flint_wire::ReadUninit).
             let mut socket = socket2::SockRef::from(&conn.stream);
+            let mut drained = false;
             let reason = match conn.decoder.read_uninit_from(&mut socket) {
                 Ok(0) => Some(CloseReason::EndOfStream),
                 Ok(read) => {
                     conn.read_in_round += read;
+                    drained = conn.decoder.last_read_was_short() && !conn.peer_closed;
                     None
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -782,6 +813,13 @@ impl EventLoop {
                     }
                 }
                 self.close(key, reason);
+                return;
+            }
+            // A short read emptied the socket: what comes next raises a new edge-triggered
+            // event (an end of stream that came before this wake-up's event was reported
+            // with it, see `peer_closed`), so reading again now would only hear that it
+            // would block.
+            if drained {
                 return;
             }
         }
@@ -981,7 +1019,9 @@ impl EventLoop {
         }
     }
 
-    fn shutdown(&mut self) {
+    /// Stops every endpoint, gives queued frames a bounded time to leave, closes the
+    /// connections and fails what is still waiting. Only the loop thread calls it.
+    pub(crate) fn shutdown(&mut self) {
         // Sends are still accepted while the endpoints stop, so that what on_stop sends
         // (a last word to a peer) leaves with the rest; refused from then on.
         self.now = Instant::now();

@@ -2,7 +2,7 @@
 //! embedded on its own.
 //!
 //! An [`RpcEnv`] owns one [mio] event loop thread and a listener. Endpoints ([`Endpoint`])
-//! are registered by name and run on that thread, one message at a time; an
+//! are registered by name and run in turns of the loop, one message at a time; an
 //! [`EndpointRef`] (address and name) offers one-way [`EndpointRef::send`] and
 //! request/reply [`EndpointRef::ask`] with a timeout (`rpc.askTimeout`). Endpoints of the
 //! same environment are reached without a socket. Frames are [`flint_wire`]'s: messages
@@ -23,6 +23,12 @@
 //!   to the ask it answers;
 //! - an ask ends exactly once: by its reply, its timeout (a loop timer), or the loss of
 //!   its connection ([`ask`], model-checked with loom);
+//! - the loop's state sits behind a lock, and a turn of it never blocks: the loop thread
+//!   turns it, and so can a thread that waits for something the loop brings (a task
+//!   runner between tasks, an asker waiting for its reply), which lends itself to the
+//!   loop ([`RpcEnvHandle::lend`], [`LoopLease`]) and takes what it waits for straight
+//!   off the socket, without a hand-off from the loop thread. While lent threads turn
+//!   the loop, the loop thread parks (the hand-back is model-checked with loom);
 //! - with `authenticate=true`, a connection delivers nothing before the peer proved it
 //!   knows `authenticate.secret`, nor takes a frame larger than a handshake step from it
 //!   ([`auth`]);
@@ -73,6 +79,7 @@ pub mod outbox;
 mod socket;
 mod sync;
 pub mod timer;
+mod turns;
 
 pub use conf::Conf;
 pub use endpoint::{Endpoint, EndpointContext, Incoming, Reply, ReplyHandle};
@@ -80,3 +87,4 @@ pub use env::{EndpointRef, RpcEnv, RpcEnvHandle, RpcStats, Settings};
 pub use error::{RpcError, Target, TimeoutSource};
 pub use socket::SocketOptions;
 pub use timer::TimerId;
+pub use turns::LoopLease;

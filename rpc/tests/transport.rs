@@ -1352,3 +1352,147 @@ fn a_connect_that_gets_no_answer_fails_at_the_connect_timeout() {
     );
     drop(fillers);
 }
+
+/// Records the thread each message was handled on, and answers asks with their tag.
+#[derive(Clone, Default)]
+struct ThreadProbe {
+    handled: Arc<Mutex<Vec<(u32, std::thread::ThreadId)>>>,
+}
+
+impl ThreadProbe {
+    fn handled(&self) -> Vec<(u32, std::thread::ThreadId)> {
+        self.handled.lock().unwrap().clone()
+    }
+}
+
+impl Endpoint for ThreadProbe {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        if let ArchivedMessage::Custom { tag, .. } = message.message() {
+            let tag = tag.to_native();
+            self.handled
+                .lock()
+                .unwrap()
+                .push((tag, std::thread::current().id()));
+            if message.is_ask() {
+                message.reply(&custom(tag)).unwrap();
+            }
+        }
+    }
+}
+
+/// A server whose loop thread leaves the sockets to lent threads at once
+/// (`rpc.io.busyPoll=0`), with a [`ThreadProbe`] as "probe".
+fn server_with_thread_probe() -> (RpcEnv, ThreadProbe) {
+    let server = env(&["rpc.io.busyPoll=0"]);
+    let probe = ThreadProbe::default();
+    server.handle().register("probe", probe.clone()).unwrap();
+    (server, probe)
+}
+
+#[test]
+fn a_lent_thread_takes_messages_off_the_socket_and_runs_the_endpoint_itself() {
+    let (server, probe) = server_with_thread_probe();
+    let client = env(&[]);
+    let target = client.handle().endpoint_ref(server.address(), "probe");
+    const MESSAGES: u32 = 200;
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let lender = {
+        let (handle, probe) = (server.handle(), probe.clone());
+        std::thread::spawn(move || {
+            let lease = handle.lend();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut worked = 0u32;
+            let _ = lease.turn();
+            ready_tx.send(()).unwrap();
+            while probe.handled().len() < MESSAGES as usize && Instant::now() < deadline {
+                if lease.turn() {
+                    worked += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            (std::thread::current().id(), worked)
+        })
+    };
+    ready_rx.recv().unwrap();
+    for tag in 0..MESSAGES {
+        target.send(&custom(tag)).unwrap();
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let (lender_id, worked) = join_within(lender, Duration::from_secs(30), "the lent thread");
+    let handled = probe.handled();
+    let tags: Vec<u32> = handled.iter().map(|&(tag, _)| tag).collect();
+    assert_eq!(
+        tags,
+        (0..MESSAGES).collect::<Vec<_>>(),
+        "all, once, in order"
+    );
+    let on_lender = handled.iter().filter(|&&(_, id)| id == lender_id).count();
+    // While the lent thread keeps turning, the loop thread leaves the sockets to it; it
+    // takes over only should the lent thread be kept off the CPU for LEASE_CHECK.
+    assert!(
+        on_lender > 0 && worked > 0,
+        "{on_lender} of {MESSAGES} messages handled on the lent thread"
+    );
+    eprintln!("{on_lender} of {MESSAGES} messages handled on the lent thread");
+}
+
+#[test]
+fn a_lent_thread_that_stops_turning_does_not_hold_up_the_loop() {
+    let (server, probe) = server_with_thread_probe();
+    let lease = server.handle().lend();
+    let lender_turns_until = Instant::now() + Duration::from_millis(5);
+    while Instant::now() < lender_turns_until {
+        let _ = lease.turn();
+        std::thread::yield_now();
+    }
+    // The lease is held and never turned again: the loop thread takes the sockets back.
+    let client = env(&["rpc.askTimeout=10s"]);
+    let target = client.handle().endpoint_ref(server.address(), "probe");
+    for tag in 0..20 {
+        assert_eq!(tag_of(&target.ask(&custom(tag)).unwrap()), tag);
+    }
+    let me = std::thread::current().id();
+    assert!(probe.handled().iter().all(|&(_, id)| id != me));
+    drop(lease);
+    assert_eq!(tag_of(&target.ask(&custom(20)).unwrap()), 20);
+}
+
+#[test]
+fn an_env_stops_while_a_lent_thread_turns_it_and_the_lease_outlives_it() {
+    let (server, probe) = server_with_thread_probe();
+    let handle = server.handle();
+    let stop_turning = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lender = {
+        let (handle, stop_turning) = (handle.clone(), stop_turning.clone());
+        std::thread::spawn(move || {
+            let lease = handle.lend();
+            while !stop_turning.load(Ordering::Acquire) {
+                if !lease.turn() {
+                    std::thread::yield_now();
+                }
+            }
+            lease
+        })
+    };
+    let client = env(&["rpc.askTimeout=10s"]);
+    let target = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&target.ask(&custom(5)).unwrap()), 5);
+    // The stop command may be taken by the lent thread's turn: the loop thread, parked,
+    // must still be the one to shut down.
+    let stopper = std::thread::spawn(move || {
+        server.stop();
+        server
+    });
+    let server = join_within(stopper, Duration::from_secs(10), "stop");
+    stop_turning.store(true, Ordering::Release);
+    let lease = join_within(lender, Duration::from_secs(10), "the lent thread");
+    assert!(!lease.turn(), "a stopped loop has no turns");
+    drop(lease);
+    assert!(matches!(
+        handle.endpoint_ref(client.address(), "x").send(&custom(1)),
+        Err(RpcError::Stopped)
+    ));
+    assert_eq!(probe.handled().len(), 1);
+    drop(server);
+}

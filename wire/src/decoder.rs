@@ -138,6 +138,8 @@ pub struct FrameDecoder {
     pending: Option<FrameHeader>,
     failure: Option<WireError>,
     read_size: usize,
+    /// Whether the last read filled less than the room it offered.
+    last_read_short: bool,
     stats: DecoderStats,
 }
 
@@ -151,6 +153,7 @@ impl FrameDecoder {
             pending: None,
             failure: None,
             read_size: MIN_READ,
+            last_read_short: false,
             stats: DecoderStats::default(),
         }
     }
@@ -190,6 +193,29 @@ impl FrameDecoder {
     /// Counters of the work done so far.
     pub fn stats(&self) -> DecoderStats {
         self.stats
+    }
+
+    /// Whether the last read ([`FrameDecoder::read_from`] or
+    /// [`FrameDecoder::read_uninit_from`]) took fewer bytes than it offered room for; one
+    /// that failed took none.
+    ///
+    /// A stream socket's `recv` returns less than asked only when it held no more at that
+    /// moment, so a reader woken by edge-triggered readiness (mio's, on Linux) can wait for
+    /// the next event after a short read instead of reading once more only to be told that
+    /// the socket would block: data arriving after the read raises a new event. Netty and
+    /// Tokio stop reading on a short read for the same reason; it saves a system call per
+    /// wake-up on a connection that carries one small message at a time.
+    ///
+    /// ```
+    /// use flint_wire::FrameDecoder;
+    ///
+    /// let mut decoder = FrameDecoder::new(1024);
+    /// let mut socket: &[u8] = &[1, 2, 3];
+    /// assert_eq!(decoder.read_from(&mut socket).unwrap(), 3);
+    /// assert!(decoder.last_read_was_short());
+    /// ```
+    pub fn last_read_was_short(&self) -> bool {
+        self.last_read_short
     }
 
     /// Bytes received but not yet yielded as frames.
@@ -322,6 +348,7 @@ impl FrameDecoder {
     /// Counts a read of `got` bytes out of `want` asked, and adapts the read size.
     fn account_read(&mut self, want: usize, got: usize) {
         self.stats.bytes += got as u64;
+        self.last_read_short = got < want;
         self.read_size = if got == want {
             (want * 2).min(MAX_READ)
         } else {
