@@ -16,11 +16,17 @@
 //! - `throughput/strict`: a 100,000-task noop job on 2 executors of 1 core each, a task
 //!   launched only on a free core (`executor.taskPrefetch=0`, the seeds' semantics).
 //! - `throughput/pipelined`: the same with `executor.taskPrefetch=256`.
+//! - `throughput/raw_strict`: the strict schedule over raw TCP, with no scheduler in it
+//!   (`flint::bench::raw_strict`): a driver thread keeps one LaunchTask-sized frame out
+//!   at each of 2 executor threads and sends the next as soon as the StatusUpdate-sized
+//!   answer is in, all busy-polling. What loopback TCP allows that schedule on this
+//!   machine, beside the free-core floor's arithmetic.
 //!
 //! After criterion's figures it prints, from medians measured in the same run: the
 //! one-task job latency over the floor round trip, the free-core floor (executor cores
 //! divided by the floor round trip: the most a scheduler can launch when a task goes
-//! only to a free core), and each throughput against it.
+//! only to a free core), and each throughput against it and against the raw strict
+//! schedule.
 //!
 //! `cargo bench --bench task_launch` (about three minutes). `flint bench` prints the
 //! same figures as a table.
@@ -29,7 +35,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use flint::bench::{floor_round_trip, round_trip, BenchCluster, FrameSizes, RawPingPong, Waiting};
+use flint::bench::{
+    floor_round_trip, raw_strict, round_trip, BenchCluster, FrameSizes, RawPingPong, Waiting,
+};
 use flint::rpc::Conf;
 
 const FLINT: &str = env!("CARGO_BIN_EXE_flint");
@@ -99,6 +107,15 @@ fn task_launch(c: &mut Criterion) {
         rates.push((name, f64::from(TASKS) / elapsed.as_secs_f64()));
         cluster.stop().expect("the cluster stops");
     }
+    let raw_rate = |tasks: u64| raw_strict(frames, 2, tasks).expect("loopback sockets");
+    group.bench_function("raw_strict", |b| {
+        b.iter_custom(|iterations| {
+            (0..iterations)
+                .map(|_| Duration::from_secs_f64(f64::from(TASKS) / raw_rate(u64::from(TASKS))))
+                .sum()
+        })
+    });
+    let raw_strict_tps = raw_rate(u64::from(TASKS));
     group.finish();
 
     let floor_tps = 2.0 / (floor_ns / 1e9);
@@ -124,11 +141,16 @@ fn task_launch(c: &mut Criterion) {
         job_ns / busy_ns
     );
     println!("free-core floor (2 cores / round trip): {floor_tps:>8.0} tasks/s (busy-polling {busy_tps:.0})");
+    println!(
+        "the strict schedule over raw TCP:     {raw_strict_tps:>10.0} tasks/s = {:.0}% of the free-core floor",
+        100.0 * raw_strict_tps / floor_tps
+    );
     for (name, rate) in rates {
         println!(
-            "{name:<10} 100,000 noop tasks:      {rate:>10.0} tasks/s = {:.0}% of the free-core floor, {:.0}% of busy-polling",
+            "{name:<10} 100,000 noop tasks:      {rate:>10.0} tasks/s = {:.0}% of the free-core floor, {:.0}% of busy-polling, {:.0}% of the raw strict schedule",
             100.0 * rate / floor_tps,
-            100.0 * rate / busy_tps
+            100.0 * rate / busy_tps,
+            100.0 * rate / raw_strict_tps
         );
     }
 }

@@ -15,7 +15,14 @@
 //! - throughput: a 100,000-task noop job on 2 executor processes of 1 core, without
 //!   pipelining (`executor.taskPrefetch=0`, a task launched only on a free core) and
 //!   with it, beside the free-core floor: executor cores divided by the floor round
-//!   trip (the most a scheduler can launch when a task goes only to a free core).
+//!   trip (the most a scheduler can launch when a task goes only to a free core);
+//! - beside the free-core floor, the same schedule run over raw TCP ([`raw_strict`]): one
+//!   driver thread polling a socket per executor, which sends the next LaunchTask-sized
+//!   frame to an executor as soon as its StatusUpdate-sized answer is in, and executor
+//!   threads answering, all busy-polling as flint's threads do. It is what the kernel's
+//!   loopback allows that schedule here, with no scheduler in it: two executors on two
+//!   CPUs shared with the driver cannot run their round trips side by side as the
+//!   free-core floor assumes.
 //!
 //! Executors are real `flint executor` processes started by a local cluster manager.
 
@@ -295,6 +302,8 @@ pub struct BenchReport {
     pub free_core_busy_tps: f64,
     /// Throughput without pipelining.
     pub strict_tps: f64,
+    /// The same schedule over raw TCP, busy-polling ([`raw_strict`]).
+    pub raw_strict_tps: f64,
     /// Throughput with `executor.taskPrefetch = prefetch`.
     pub pipelined_tps: f64,
     /// The prefetch of the pipelined job.
@@ -322,10 +331,15 @@ impl BenchReport {
         self.strict_tps / self.free_core_busy_tps
     }
 
+    /// Strict throughput over the same schedule run over raw TCP.
+    pub fn raw_strict_ratio(&self) -> f64 {
+        self.strict_tps / self.raw_strict_tps
+    }
+
     /// One JSON object.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"version\":{}}}",
+            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"raw_strict_tps\":{:.0},\"raw_strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"version\":{}}}",
             self.floor_rtt_us,
             self.floor_rtt_p99_us,
             self.floor_rtt_free_us,
@@ -346,6 +360,8 @@ impl BenchReport {
             self.strict_tps,
             self.strict_ratio(),
             self.busy_strict_ratio(),
+            self.raw_strict_tps,
+            self.raw_strict_ratio(),
             self.pipelined_tps,
             self.prefetch,
             json_string(env!("CARGO_PKG_VERSION")),
@@ -394,6 +410,14 @@ impl BenchReport {
                     "{:.0}% of the free-core floor, {:.0}% of busy-polling",
                     100.0 * self.strict_ratio(),
                     100.0 * self.busy_strict_ratio()
+                ),
+            ),
+            (
+                "the same schedule over raw TCP".to_owned(),
+                format!("{:.0} tasks/s", self.raw_strict_tps),
+                format!(
+                    "busy-polling; flint reaches {:.0}% of it",
+                    100.0 * self.raw_strict_ratio()
                 ),
             ),
             (
@@ -486,6 +510,90 @@ pub fn round_trip(
     Ok((times.value_at_quantile(0.5), times.value_at_quantile(0.99)))
 }
 
+/// The strict schedule over raw TCP: `executors` threads, each answering a
+/// `frames.launch`-byte frame with a `frames.status`-byte one, and the calling thread as
+/// the driver, which keeps one frame out at each executor and sends it the next as soon
+/// as its answer is in, until `tasks` answers came. Every end busy-polls (non-blocking
+/// reads, yielding when there is nothing), as flint's event loops and runners do.
+/// Returns answers per second.
+pub fn raw_strict(frames: FrameSizes, executors: usize, tasks: u64) -> std::io::Result<f64> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let address = listener.local_addr()?;
+    let mut answering = Vec::new();
+    let mut sockets = Vec::new();
+    for index in 0..executors {
+        let answerer = std::thread::Builder::new()
+            .name(format!("raw-executor-{index}"))
+            .spawn(move || -> std::io::Result<()> {
+                let mut socket = TcpStream::connect(address)?;
+                socket.set_nodelay(true)?;
+                socket.set_nonblocking(true)?;
+                let mut launch = vec![0u8; frames.launch];
+                let status = vec![0x24u8; frames.status];
+                while read_all(&mut socket, &mut launch, Waiting::BusyPolling).is_ok() {
+                    write_all(&mut socket, &status)?;
+                }
+                Ok(())
+            })?;
+        answering.push(answerer);
+        let (socket, _) = listener.accept()?;
+        socket.set_nodelay(true)?;
+        socket.set_nonblocking(true)?;
+        sockets.push(socket);
+    }
+    let launch = vec![0x42u8; frames.launch];
+    let mut status = vec![0u8; frames.status];
+    let mut received = vec![0usize; executors];
+    let started = Instant::now();
+    let mut launched = 0u64;
+    for socket in &mut sockets {
+        if launched < tasks {
+            write_all(socket, &launch)?;
+            launched += 1;
+        }
+    }
+    let mut answered = 0u64;
+    while answered < tasks {
+        let mut idle = true;
+        for (socket, got) in sockets.iter_mut().zip(&mut received) {
+            match socket.read(&mut status[*got..]) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(read) => {
+                    idle = false;
+                    *got += read;
+                    if *got == frames.status {
+                        *got = 0;
+                        answered += 1;
+                        if launched < tasks {
+                            write_all(socket, &launch)?;
+                            launched += 1;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => idle = false,
+                Err(e) => return Err(e),
+            }
+        }
+        if idle {
+            std::thread::yield_now();
+        }
+    }
+    let elapsed = started.elapsed();
+    for socket in &sockets {
+        let _ = socket.shutdown(std::net::Shutdown::Both);
+    }
+    for answerer in answering {
+        match answerer.join() {
+            Ok(Ok(())) => {}
+            // The driver shut the socket while an answer was being written.
+            Ok(Err(_)) => {}
+            Err(_) => return Err(std::io::Error::other("a raw executor thread panicked")),
+        }
+    }
+    Ok(tasks as f64 / elapsed.as_secs_f64())
+}
+
 /// Measures everything `flint bench` prints.
 pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
     let pairs = options.conf.iter().map(|(k, v)| format!("{k}={v}"));
@@ -527,6 +635,8 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
         Ok(run_job(&conf, &spec, Box::new(cluster), JobHooks::default())?.tasks_per_sec)
     };
     let strict_tps = throughput(0)?;
+    let raw_strict_tps =
+        raw_strict(frames, options.executors, u64::from(options.tasks)).map_err(io_error)?;
     let pipelined_tps = throughput(options.prefetch)?;
     let cores = options.executors as u32;
     Ok(BenchReport {
@@ -544,6 +654,7 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
         free_core_floor_tps: f64::from(cores) / (micros(floor) / 1e6),
         free_core_busy_tps: f64::from(cores) / (micros(busy) / 1e6),
         strict_tps,
+        raw_strict_tps,
         pipelined_tps,
         prefetch: options.prefetch,
     })
@@ -583,6 +694,17 @@ mod tests {
     }
 
     #[test]
+    fn the_raw_strict_schedule_answers_every_task() {
+        let frames = FrameSizes::of_noop_task();
+        for executors in [1, 3] {
+            let rate = raw_strict(frames, executors, 2_000).unwrap();
+            assert!(rate.is_finite() && rate > 0.0, "{rate}");
+        }
+        // Fewer tasks than executors: the others get none, and it still ends.
+        assert!(raw_strict(frames, 3, 1).unwrap() > 0.0);
+    }
+
+    #[test]
     fn the_floor_is_the_faster_placement() {
         let floor = |free, one_cpu| BlockingFloor { free, one_cpu };
         assert_eq!(floor((70, 90), Some((14, 20))).best(), (14, 20));
@@ -610,6 +732,7 @@ mod tests {
             free_core_floor_tps: 100_000.0,
             free_core_busy_tps: 250_000.0,
             strict_tps: 85_000.0,
+            raw_strict_tps: 125_000.0,
             pipelined_tps: 1_200_000.0,
             prefetch: 64,
         };
@@ -628,6 +751,8 @@ mod tests {
             "\"busy_poll_latency_ratio\":3.500",
             "\"free_core_busy_poll_tps\":250000",
             "\"busy_poll_strict_ratio\":0.340",
+            "\"raw_strict_tps\":125000",
+            "\"raw_strict_ratio\":0.680",
         ] {
             assert!(json.contains(field), "{field} not in {json}");
         }
@@ -640,5 +765,6 @@ mod tests {
         assert!(table.contains("85% of the free-core floor"), "{table}");
         assert!(table.contains("3.50 x busy-polling"), "{table}");
         assert!(table.contains("34% of busy-polling"), "{table}");
+        assert!(table.contains("flint reaches 68% of it"), "{table}");
     }
 }
