@@ -181,7 +181,7 @@ impl Backend {
         heartbeater.as_mut().map(f)
     }
 
-    /// Asks the heartbeat receiver, from the loop thread; the outcome comes back to
+    /// Asks the heartbeat receiver, from a turn of the loop; the outcome comes back to
     /// [`Backend::on_heartbeat_result`].
     fn send_heartbeat(self: &Arc<Self>) {
         let message = Message::Heartbeat(Heartbeat {

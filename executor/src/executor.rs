@@ -34,9 +34,11 @@
 //! From the first look until it sleeps it is lent to the RPC environment's event loop
 //! ([`StatusSender::lend_transport`]): each look turns the loop, so that the next
 //! launch is read off the socket, handed over and taken up by the runner itself, with
-//! no hand-off from the loop thread, which meanwhile parks. Measured against handing
-//! over from the loop thread (`flint bench`, three alternating runs): a one-task job
-//! 19.4 against 23.4 us, tasks without pipelining +10 %.
+//! no hand-off from the loop thread, which leaves the sockets to the runner meanwhile.
+//! The executor's own endpoint handlers then run on the runner; none of them blocks.
+//! Measured against handing over from the loop thread (`flint bench`, four alternating
+//! runs): a one-task job 19.3-21.2 against 23.5-29.4 us, tasks without pipelining
+//! +17 %.
 //! Waking a sleeping thread costs tens of microseconds on a virtual machine; without
 //! launch pipelining every task pays it, and with it every batch. Measured on two cores
 //! shared by a driver and two one-core executors, together with the event loops' own

@@ -27,7 +27,8 @@ pub struct ReplySlot<T> {
 /// How long a waiter spins (yielding) for its value before it sleeps. A reply on a fast
 /// path comes back within tens of microseconds; waking a sleeping thread costs about as
 /// much again, which is what spinning saves.
-pub(crate) const SPIN: Duration = Duration::from_micros(250);
+#[cfg(not(loom))]
+const SPIN: Duration = Duration::from_micros(250);
 
 #[derive(Debug)]
 struct Guarded<T> {
@@ -83,48 +84,24 @@ impl<T> ReplySlot<T> {
     /// Blocks until the slot is completed, then takes the value. Returns `None` if it
     /// was already taken.
     pub fn wait(&self) -> Option<T> {
-        self.wait_inner(None, true)
+        self.wait_inner(None)
     }
 
     /// As [`ReplySlot::wait`], but gives up at `deadline`: `None` then, or if the value
     /// was already taken.
     pub fn wait_until(&self, deadline: Instant) -> Option<T> {
-        self.wait_inner(Some(deadline), true)
+        self.wait_inner(Some(deadline))
     }
 
-    /// Whether the slot has been completed.
-    pub fn is_done(&self) -> bool {
-        self.done.load(Ordering::Acquire)
-    }
-
-    /// Looks whether the slot is completed until `until`, calling `step` between looks
-    /// (to yield the CPU, or to do the work that completes it); returns whether it was.
-    /// Then [`ReplySlot::sleep_until`] takes the value.
-    pub fn spin_until(&self, until: Instant, mut step: impl FnMut()) -> bool {
-        while !self.is_done() {
-            if Instant::now() >= until {
-                return false;
-            }
-            step();
-        }
-        true
-    }
-
-    /// As [`ReplySlot::wait_until`], without spinning first: for a waiter that spun
-    /// already ([`ReplySlot::spin_until`]).
-    pub fn sleep_until(&self, deadline: Instant) -> Option<T> {
-        self.wait_inner(Some(deadline), false)
-    }
-
-    fn wait_inner(&self, deadline: Option<Instant>, spin: bool) -> Option<T> {
+    fn wait_inner(&self, deadline: Option<Instant>) -> Option<T> {
         #[cfg(not(loom))]
-        if spin {
+        {
             let start = Instant::now();
             let spin_until = deadline.map_or(SPIN, |d| d.saturating_duration_since(start));
-            self.spin_until(start + spin_until.min(SPIN), std::thread::yield_now);
+            while !self.done.load(Ordering::Acquire) && start.elapsed() < spin_until.min(SPIN) {
+                std::thread::yield_now();
+            }
         }
-        #[cfg(loom)]
-        let _ = spin;
         let mut guarded = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             match std::mem::replace(&mut guarded.state, SlotState::Taken) {
@@ -211,7 +188,9 @@ impl<C, K: PartialEq + Copy> PendingAsks<C, K> {
         }
     }
 
-    /// The loop, about to sleep, says until when (`None`: until woken). It says so under
+    /// The loop, at the end of a turn that worked (on whichever thread turned it), says
+    /// by when it turns again without being woken (`None`: only when woken). It says so
+    /// under
     /// the same lock as [`PendingAsks::register`], having read
     /// [`PendingAsks::next_deadline`]: an ask registered afterwards that is due earlier
     /// is told to wake the loop, so that no ask waits past its timeout for a loop that

@@ -209,8 +209,9 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         "rpc.io.busyPoll",
         Some("50us"),
         "flint's own: how long an event loop keeps polling its sockets (yielding the CPU \
-         between polls) after it has worked, before it sleeps in the poller; microseconds \
-         when bare; 0 sleeps at once; at most 1s.",
+         between polls) after it has worked, before it sleeps in the poller, and how long \
+         its thread keeps looking before it parks while threads lent to the loop poll \
+         them; microseconds when bare; 0 sleeps at once; at most 1s.",
     ),
     info(
         "rpc.io.receiveBufferSize",
@@ -1207,7 +1208,9 @@ impl Conf {
 
     /// `rpc.io.busyPoll` (flint's own): how long an event loop that has just worked keeps
     /// polling its sockets without blocking, yielding the CPU between polls, before it
-    /// sleeps in the poller. Default 50us; a bare number is microseconds; at most 1s.
+    /// sleeps in the poller; and how long the loop thread keeps looking, while threads
+    /// lent to the loop poll the sockets, before it parks. Default 50us; a bare number
+    /// is microseconds; at most 1s.
     pub fn rpc_busy_poll(&self) -> Result<Duration, ConfError> {
         self.busy_poll(RPC_IO_BUSY_POLL)
     }

@@ -129,7 +129,7 @@ impl AskCompletion {
     }
 }
 
-/// Work handed to the loop thread.
+/// Work handed to the loop.
 pub(crate) enum Command {
     /// An outbox has frames to write (a new outgoing one also needs its connection).
     Flush(Arc<Outbox>),
@@ -154,7 +154,7 @@ impl Notify for WakerNotify {
     }
 }
 
-/// State shared by the loop thread and every handle.
+/// State shared by the loop, its thread and every handle.
 pub(crate) struct Shared {
     pub(crate) settings: Settings,
     pub(crate) handoff: Handoff<Command, WakerNotify>,
@@ -312,14 +312,17 @@ impl RpcEnvHandle {
     }
 
     /// Lends this thread to the event loop while it waits for something the loop will
-    /// bring: through the lease it turns the loop itself whenever no other thread does
-    /// ([`LoopLease::turn`]), so that what it waits for reaches it without a hand-off
-    /// from the loop thread. Meanwhile the loop thread leaves the polling to lent
-    /// threads, and takes it up again when the last lease is dropped or lent threads
-    /// stop turning for a moment (half a millisecond).
+    /// bring: each [`LoopLease::turn`] turns the loop on this thread if no other thread
+    /// is turning it, so that what the thread waits for reaches it without a hand-off
+    /// from the loop thread. While lent threads keep turning, the loop thread leaves the
+    /// sockets to them; it takes them back when the last lease is dropped, or within
+    /// about a millisecond once lent threads stop turning.
     ///
     /// For a thread that would otherwise poll for its work (a task runner between
-    /// tasks): it then polls the sockets instead, and the loop thread does not.
+    /// tasks): it then polls the sockets instead, and the loop thread does not. Endpoint
+    /// handlers then run on this thread: lend only a thread that holds no lock a handler
+    /// takes, to an environment whose handlers do not block (a blocked handler holds up
+    /// the lent thread as it would the loop thread).
     pub fn lend(&self) -> LoopLease {
         LoopLease::new(self.shared.clone())
     }
@@ -530,9 +533,6 @@ impl EndpointRef {
     /// Asks and waits for the reply, at most `timeout`. Not from a turn of the loop
     /// (a handler), which would wait on itself: handlers use [`EndpointRef::ask_then`].
     ///
-    /// While it waits for a reply that comes quickly, the asking thread reads it off the
-    /// socket itself ([`RpcEnvHandle::lend`]) when no other thread is turning the loop.
-    ///
     /// A timeout error names what set the timeout: a `timeout` equal to the configured
     /// one (callers usually pass [`Settings::ask_timeout`] on) is put down to its key,
     /// any other to the caller.
@@ -544,19 +544,7 @@ impl EndpointRef {
         let slot = Arc::new(ReplySlot::new());
         let now = Instant::now();
         let id = self.start_ask(message, now, timeout, AskWaiter::Blocking(slot.clone()))?;
-        let deadline = deadline_after(now, timeout);
-        {
-            // The reply is likely to come within microseconds: this thread reads it off
-            // the socket itself when the loop thread is not at it, rather than being
-            // handed it (and woken) by the loop thread.
-            let lease = self.env.lend();
-            slot.spin_until(deadline_after(now, ask::SPIN).min(deadline), || {
-                if !lease.turn() {
-                    std::thread::yield_now();
-                }
-            });
-        }
-        if let Some(result) = slot.sleep_until(deadline) {
+        if let Some(result) = slot.wait_until(deadline_after(now, timeout)) {
             return result;
         }
         // The loop times asks out itself, at this same deadline; if it has not, it is busy,
@@ -703,6 +691,10 @@ impl RpcEnv {
         let address = listener.local_addr()?;
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), crate::event_loop::WAKER)?;
+        let (sleeper, sleeper_waker) = {
+            use std::os::fd::AsRawFd;
+            Sleeper::watching(poll.as_raw_fd())?
+        };
         let local = Arc::new(Outbox::new(
             LOCAL_KEY,
             OutboxKind::Local,
@@ -717,14 +709,13 @@ impl RpcEnv {
             outgoing: Mutex::new(FxHashMap::default()),
             local,
             next_key: AtomicU64::new(FIRST_CONNECTION_KEY),
-            cell: LoopCell::new(),
+            cell: LoopCell::new(sleeper_waker),
             address,
             stopped: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             connected: AtomicU64::new(0),
         });
         let event_loop = EventLoop::new(poll, listener, shared.clone())?;
-        let sleeper = Sleeper::watching(event_loop.poller_fd())?;
         shared.cell.install(event_loop);
         let loop_shared = shared.clone();
         let thread = std::thread::Builder::new()

@@ -444,13 +444,6 @@ impl EventLoop {
         }
     }
 
-    /// The poller's file descriptor: readable while the poller has events ready, so that
-    /// the loop thread can sleep on it without holding the loop.
-    pub(crate) fn poller_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        self.poll.as_raw_fd()
-    }
-
     fn handle_event(&mut self, event: &mio::event::Event) {
         match event.token() {
             WAKER => {}

@@ -14,7 +14,7 @@ pub trait Notify: Send + Sync {
     fn notify(&self);
 }
 
-/// A multi-producer queue drained by the loop thread.
+/// A multi-producer queue drained by the loop (by whichever thread is turning it).
 pub struct Handoff<T, N> {
     queue: Mutex<Vec<T>>,
     notified: AtomicBool,
@@ -40,7 +40,7 @@ impl<T, N: Notify> Handoff<T, N> {
         self.wake();
     }
 
-    /// Queues `item` without a wake-up: only for the loop thread itself, which drains the
+    /// Queues `item` without a wake-up: only from a turn of the loop itself, which drains the
     /// queue before it next sleeps.
     pub fn push_quiet(&self, item: T) {
         self.queue
@@ -57,7 +57,7 @@ impl<T, N: Notify> Handoff<T, N> {
         }
     }
 
-    /// Moves every queued item into `into` (the loop thread calls this when woken).
+    /// Moves every queued item into `into` (a turn of the loop calls this when woken).
     pub fn drain(&self, into: &mut Vec<T>) {
         // Reset before taking the queue: a producer whose push this drain misses locks
         // the queue after us, so its swap reads this reset and it sends a wake-up.

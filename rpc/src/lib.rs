@@ -24,11 +24,12 @@
 //! - an ask ends exactly once: by its reply, its timeout (a loop timer), or the loss of
 //!   its connection ([`ask`], model-checked with loom);
 //! - the loop's state sits behind a lock, and a turn of it never blocks: the loop thread
-//!   turns it, and so can a thread that waits for something the loop brings (a task
-//!   runner between tasks, an asker waiting for its reply), which lends itself to the
-//!   loop ([`RpcEnvHandle::lend`], [`LoopLease`]) and takes what it waits for straight
-//!   off the socket, without a hand-off from the loop thread. While lent threads turn
-//!   the loop, the loop thread parks (the hand-back is model-checked with loom);
+//!   turns it, and so can a thread that waits for something the loop brings (an
+//!   executor's task runner between tasks), which lends itself to the loop
+//!   ([`RpcEnvHandle::lend`], [`LoopLease`]) and takes what it waits for straight off
+//!   the socket, without a hand-off from the loop thread. While lent threads turn the
+//!   loop, the loop thread leaves the sockets to them (the hand-overs between them are
+//!   model-checked with loom);
 //! - with `authenticate=true`, a connection delivers nothing before the peer proved it
 //!   knows `authenticate.secret`, nor takes a frame larger than a handshake step from it
 //!   ([`auth`]);

@@ -1031,8 +1031,10 @@ fn deferred_sends_leave_together_at_the_flush_in_order() {
     let (server, probe) = server_with_probe(&[]);
     let client = env(&[]);
     let target = client.handle().endpoint_ref(server.address(), "probe");
-    // Connected first, so that only the deferral can hold the frames back.
+    // Connected first, so that only the deferral can hold the frames back; and the turn
+    // that delivered the reply over (it ends by writing what the connection has queued).
     target.ask(&custom(0)).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
     for tag in 1..=1_000 {
         target.send_deferred(&custom(tag)).unwrap();
     }
@@ -1148,8 +1150,11 @@ fn an_ask_behind_an_unflushed_deferred_send_still_times_out() {
     let (server, probe) = server_with_probe(&[]);
     let client = env(&["rpc.askTimeout=500ms"]);
     let target = client.handle().endpoint_ref(server.address(), "probe");
-    // Connected, and the loop idle with nothing to wake it for.
+    // Connected, and the loop idle with nothing to wake it for. The turn that delivered
+    // the reply ends by writing what the connection has queued: it must be over before
+    // the deferred frame below is queued, or it would take that frame along.
     target.ask(&custom(0)).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
     // Another reference defers a send on the same connection and does not flush: the
     // loop is not told, and the asks below are queued behind that frame.
     let deferring = client.handle().endpoint_ref(server.address(), "probe");
@@ -1495,4 +1500,34 @@ fn an_env_stops_while_a_lent_thread_turns_it_and_the_lease_outlives_it() {
     ));
     assert_eq!(probe.handled().len(), 1);
     drop(server);
+}
+
+#[test]
+fn a_lease_taken_while_the_loop_thread_sleeps_still_lets_it_stop_the_env() {
+    let (server, probe) = server_with_thread_probe();
+    // With rpc.io.busyPoll=0 the loop thread is asleep on its poller by now, with no
+    // deadline: a lease must wake it, or a stop taken by the lent thread's turn would
+    // never reach it.
+    std::thread::sleep(Duration::from_millis(50));
+    let lease = server.handle().lend();
+    let client = env(&["rpc.askTimeout=10s"]);
+    let target = client.handle().endpoint_ref(server.address(), "probe");
+    let asker = std::thread::spawn(move || tag_of(&target.ask(&custom(9)).unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while probe.handled().is_empty() {
+        assert!(Instant::now() < deadline, "the ask never arrived");
+        if !lease.turn() {
+            std::thread::yield_now();
+        }
+    }
+    assert_eq!(join_within(asker, Duration::from_secs(10), "the ask"), 9);
+    let stopper = std::thread::spawn(move || server.stop());
+    // Keep turning until the stop is seen (it may be this thread's turn that takes it).
+    while !stopper.is_finished() {
+        assert!(Instant::now() < deadline, "stop did not return");
+        let _ = lease.turn();
+        std::thread::yield_now();
+    }
+    stopper.join().unwrap();
+    assert!(!lease.turn());
 }

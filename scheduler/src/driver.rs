@@ -186,9 +186,10 @@ impl Driver {
         self.env.address()
     }
 
-    /// Adds a listener for the scheduler's events. Listeners run on the driver's event
-    /// loop thread (or the thread that submitted) with the driver locked: they must
-    /// return quickly and must not call the driver.
+    /// Adds a listener for the scheduler's events. Listeners run in turns of the driver's
+    /// event loop (on its thread, or a thread lent to it), or on the thread that
+    /// submitted, with the driver locked: they must return quickly and must not call the
+    /// driver.
     pub fn add_listener(&self, listener: impl SchedulerListener + Send + 'static) {
         self.core().add_listener(Box::new(listener));
     }

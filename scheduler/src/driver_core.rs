@@ -21,7 +21,7 @@
 //!
 //! Which task goes where is decided by the [`TaskScheduler`] state machine inside; this
 //! layer turns messages into its events and its actions into messages. It is shared
-//! (behind a mutex) by the driver's endpoints on the event loop thread and by the
+//! (behind a mutex) by the driver's endpoints in turns of the event loop and by the
 //! [`crate::Driver`] API on the driver program's threads. It reads no clock: callers
 //! pass `now`.
 

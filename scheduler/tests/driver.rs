@@ -25,7 +25,8 @@ use tracing::Level;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Every log line of this test binary: the driver logs on its event loop thread.
+/// Every log line of this test binary: the driver logs in turns of its event loop, not
+/// on the test's thread.
 fn logs() -> &'static LogCapture {
     LogCapture::everywhere()
 }
