@@ -6,39 +6,36 @@
 //! work, and then sleeps on a second poller that watches the first one's descriptor, so
 //! that it sleeps without holding the loop.
 //!
-//! A thread that waits for something the loop will bring (a task runner waiting for its
-//! next task, an asker waiting for its reply) can lend itself to the loop
-//! ([`LoopLease`]) and turn it whenever nobody else does: it then takes what it waits
-//! for straight from the socket, without the loop thread in between (one hand-off
-//! between threads fewer, which on a virtual machine is the larger part of a round trip
-//! on loopback). While lent threads keep turning, the loop thread leaves the sockets to
-//! them: it looks on for `rpc.io.busyPoll` (a short lease, an ask's, then hands them
-//! back with no wake-up) and then parks, since two threads polling the same sockets
-//! would share the CPUs with everything else for nothing.
+//! A thread that waits for something the loop will bring (an executor's task runner
+//! waiting for its next task) can lend itself to the loop ([`LoopLease`]) and turn it
+//! whenever nobody else does: it then takes what it waits for straight from the socket,
+//! without the loop thread in between (one hand-off between threads fewer, which on a
+//! virtual machine is the larger part of a round trip on loopback). While lent threads
+//! keep turning, the loop thread leaves the sockets to them: it looks on for
+//! `rpc.io.busyPoll` (a lease that ends within it hands them back with no wake-up) and
+//! then parks, since two threads polling the same sockets would share the CPUs with
+//! everything else for nothing.
 //!
-//! What the loop thread is doing decides how it learns that it must poll again, and
-//! [`Lenders`] keeps the count of leases and that state in one atomic word so that no
-//! hand-over is missed (model-checked with loom):
+//! The hand-overs between them ([`Handover`], model-checked with loom):
 //!
-//! - parked: the last lease to end unparks it; a lent thread that stops turning (a runner
-//!   in a long task) is noticed when its park times out, within about two
-//!   [`LEASE_CHECK`]s, as is whatever is left to it meanwhile (a command, a deadline,
-//!   bytes over a turn's read budget);
-//! - asleep on its poller while no thread is lent: the first lease wakes it, because
-//!   turns taken by lent threads would empty the poller under it, leaving it asleep
-//!   until a deadline it computed before (or for ever);
-//! - asleep on its poller while threads are lent (but were not turning): it sleeps at
-//!   most [`LEASE_CHECK`], and then looks again.
-//!
-//! A turn that finds the environment stopping wakes the loop thread whatever it is
-//! doing: only the loop thread shuts the loop down.
+//! - the loop thread parked: the last lease to end unparks it; lent threads that stop
+//!   turning (a runner in a long task) are noticed when its park times out, within about
+//!   two [`LEASE_CHECK`]s, and so is whatever is left to them meanwhile (a command, a
+//!   deadline, bytes over a turn's read budget);
+//! - the loop thread asleep on its poller, until its own next deadline: lent turns empty
+//!   the poller under it, so it would not wake for what they leave behind. A lent turn
+//!   that ends with an earlier deadline than the one the loop thread sleeps to (or bytes
+//!   left to read) wakes it, and a loop thread about to sleep goes round once more
+//!   instead if a lent turn came after its own. The first lease wakes it too, so that it
+//!   parks rather than being woken by each event the lent threads take;
+//! - a turn that finds the environment stopping wakes it whatever it is doing: only the
+//!   loop thread shuts the loop down.
 //!
 //! Only one thread turns at a time, so endpoints still get one message at a time, and
 //! the thread turning is "the loop" for everything the turn does
 //! ([`Shared::in_loop_turn`](crate::env::Shared::in_loop_turn)).
 
 use std::cell::RefCell;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -49,7 +46,7 @@ use tracing::error;
 
 use crate::env::Shared;
 use crate::event_loop::{EventLoop, Turn};
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 /// How long the loop thread, when lent threads stop turning the loop, leaves the sockets
 /// to them before it polls again itself (it notices within about twice this): the
@@ -69,11 +66,12 @@ thread_local! {
 pub(crate) struct LoopCell {
     /// The loop; `None` once the loop thread has shut it down.
     core: Mutex<Option<EventLoop>>,
-    lenders: Lenders,
-    /// Turns lent threads took: the loop thread sees from it whether they still turn.
-    lent_turns: AtomicU64,
-    /// Set by the turn that found the environment stopping, or by a turn that panicked:
-    /// from then on only the loop thread turns, to shut it down.
+    handover: Handover,
+    /// What the loop thread's planned wake-ups are counted from.
+    epoch: Instant,
+    /// Set by the turn that found the environment stopping, by a lent turn that
+    /// panicked, or by the loop thread on its way out: from then on only the loop thread
+    /// turns, to shut the loop down.
     stopping: std::sync::atomic::AtomicBool,
     loop_thread: OnceLock<Thread>,
     /// Wakes the loop thread from its sleep on [`Sleeper`].
@@ -86,8 +84,8 @@ impl LoopCell {
     pub(crate) fn new(sleeper_waker: Waker) -> Self {
         LoopCell {
             core: Mutex::new(None),
-            lenders: Lenders::new(),
-            lent_turns: AtomicU64::new(0),
+            handover: Handover::new(),
+            epoch: Instant::now(),
             stopping: std::sync::atomic::AtomicBool::new(false),
             loop_thread: OnceLock::new(),
             sleeper_waker,
@@ -119,8 +117,12 @@ impl LoopCell {
         let _ = self.sleeper_waker.wake();
     }
 
-    fn lent_turns(&self) -> u64 {
-        self.lent_turns.load(std::sync::atomic::Ordering::Acquire)
+    /// `at` as a planned wake-up: nanoseconds since the cell's epoch; never as `u64::MAX`.
+    fn wake_code(&self, at: Option<Instant>) -> u64 {
+        at.map_or(u64::MAX, |at| {
+            u64::try_from(at.saturating_duration_since(self.epoch).as_nanos())
+                .unwrap_or(u64::MAX - 1)
+        })
     }
 
     fn is_stopping(&self) -> bool {
@@ -137,38 +139,47 @@ impl LoopCell {
     }
 }
 
-/// How many threads are lent to the loop, and whether the loop thread is parked or
-/// asleep on its poller: in one word (the count above the two lowest bits, the two
-/// states in them), so that every change to any of them is one read-modify-write of one
-/// location, and of two changes made at once the second sees the first. Model-checked
-/// with loom.
-pub(crate) struct Lenders {
+/// What the loop thread and lent threads tell each other: how many threads are lent,
+/// whether the loop thread is parked or asleep on its poller and until when, and how
+/// many turns lent threads took. Model-checked with loom.
+///
+/// The count of leases and the two states share one word (the count above the two
+/// lowest bits), so that every change to any of them is one read-modify-write of one
+/// location: of two changes made at once, the second sees the first.
+pub(crate) struct Handover {
     state: AtomicUsize,
+    /// Turns lent threads took, counted under the loop's lock.
+    lent_turns: AtomicU64,
+    /// When the loop thread, asleep on its poller, wakes by itself (see
+    /// [`LoopCell::wake_code`]).
+    planned_wake: AtomicU64,
 }
 
 /// The loop thread is parked, leaving the sockets to lent threads.
 const PARKED: usize = 1;
 /// The loop thread is asleep on its poller.
 const SLEEPING: usize = 2;
-/// What one lease adds to [`Lenders::state`].
+/// What one lease adds to [`Handover::state`].
 const LEASE: usize = 4;
 
-impl Lenders {
+impl Handover {
     pub(crate) fn new() -> Self {
-        Lenders {
+        Handover {
             state: AtomicUsize::new(0),
+            lent_turns: AtomicU64::new(0),
+            planned_wake: AtomicU64::new(u64::MAX),
         }
     }
 
-    /// A thread is lent; true if the loop thread must be woken from its poller (it went
-    /// to sleep there with no thread lent, so for as long as it liked).
+    /// A thread is lent; true if the loop thread sleeps on its poller and this is the
+    /// first lease, to be woken (so that it parks instead).
     pub(crate) fn lend(&self) -> bool {
         let before = self.state.fetch_add(LEASE, Ordering::AcqRel);
         before < LEASE && before & SLEEPING != 0
     }
 
     /// Whether any thread is lent.
-    pub(crate) fn any(&self) -> bool {
+    pub(crate) fn any_lent(&self) -> bool {
         self.state.load(Ordering::Acquire) >= LEASE
     }
 
@@ -187,15 +198,43 @@ impl Lenders {
         self.state.fetch_and(!PARKED, Ordering::AcqRel);
     }
 
-    /// Calls `sleep` (the loop thread sleeping on its poller), telling it whether threads
-    /// are lent: then it must sleep no longer than [`LEASE_CHECK`], since lent threads
-    /// may empty its poller under it. With none lent it may sleep as long as it likes:
-    /// the first lease wakes it ([`Lenders::lend`]).
-    pub(crate) fn sleep_on_poller<R>(&self, sleep: impl FnOnce(bool) -> R) -> R {
-        let before = self.state.fetch_or(SLEEPING, Ordering::AcqRel);
-        let slept = sleep(before >= LEASE);
+    /// Turns lent threads took so far: the loop thread reads it under the loop's lock,
+    /// after its own turn.
+    pub(crate) fn lent_turns(&self) -> u64 {
+        self.lent_turns.load(Ordering::Acquire)
+    }
+
+    /// A lent thread took a turn: counted under the loop's lock, at the turn's end.
+    pub(crate) fn count_lent_turn(&self) {
+        self.lent_turns.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The loop thread calls `sleep` (sleeping on its poller until `planned`, a
+    /// [`LoopCell::wake_code`]) unless a lent thread turned the loop since it saw
+    /// `seen_turns` after its own turn: that turn may have left an earlier deadline, or
+    /// bytes to read, that its planned sleep does not know of. `None` if it did not
+    /// sleep.
+    pub(crate) fn sleep_unless_turned<R>(
+        &self,
+        seen_turns: u64,
+        planned: u64,
+        sleep: impl FnOnce() -> R,
+    ) -> Option<R> {
+        self.planned_wake.store(planned, Ordering::Release);
+        self.state.fetch_or(SLEEPING, Ordering::AcqRel);
+        let slept = (self.lent_turns() == seen_turns).then(sleep);
         self.state.fetch_and(!SLEEPING, Ordering::AcqRel);
         slept
+    }
+
+    /// A lent thread's turn ended (the loop's lock released) with the loop due to turn
+    /// again by `wake` (a [`LoopCell::wake_code`]): true if the loop thread sleeps on its
+    /// poller past it, to be woken.
+    pub(crate) fn must_wake_sleeper(&self, wake: u64) -> bool {
+        // A read-modify-write, not a load: ordered with the loop thread's going to sleep,
+        // so that either this sees it asleep, or it sees this turn counted and stays up.
+        let state = self.state.fetch_add(0, Ordering::AcqRel);
+        state & SLEEPING != 0 && wake < self.planned_wake.load(Ordering::Acquire)
     }
 }
 
@@ -252,9 +291,10 @@ impl Sleeper {
     }
 }
 
-/// On the loop thread's way out, including by a panic: the environment is marked
-/// stopping and the loop is shut down and dropped, so that its sockets close and lent
-/// threads find it gone (and the loop's own handle on the shared state goes).
+/// On the loop thread's way out: the environment is marked stopping, and the loop is
+/// shut down (unless the thread is panicking: its state may be half-updated) and
+/// dropped, so that its sockets close, lent threads find it gone, and the loop's own
+/// handle on the shared state goes.
 struct ShutDownOnExit<'a> {
     shared: &'a Shared,
 }
@@ -278,6 +318,7 @@ impl Drop for ShutDownOnExit<'_> {
 /// The loop thread's body: turns the loop until it stops, then shuts it down.
 pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
     let cell = &shared.cell;
+    let handover = &cell.handover;
     let _ = cell.loop_thread.set(std::thread::current());
     let _exit = ShutDownOnExit { shared: &shared };
     let busy_poll = shared.settings.busy_poll;
@@ -288,30 +329,29 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
             // A lent thread's turn saw the stop (or panicked): shut down.
             break;
         }
-        if !cell.lenders.any() {
-            lenders_watch.forget(cell.lent_turns());
-        } else if lenders_watch.still_turning(cell.lent_turns(), Instant::now()) {
+        if !handover.any_lent() {
+            lenders_watch.forget(handover.lent_turns());
+        } else if lenders_watch.still_turning(handover.lent_turns(), Instant::now()) {
             // Lent threads turn the loop: leave the sockets to them. For
-            // rpc.io.busyPoll look again and again (a lease that ends soon, an ask's,
-            // hands the sockets back with no wake-up), then park until the last lease
-            // ends (it unparks this thread), or for LEASE_CHECK.
+            // rpc.io.busyPoll look again and again (a lease that ends within it hands
+            // them back with no wake-up), then park until the last lease ends (it
+            // unparks this thread), or for LEASE_CHECK.
             if lenders_watch.deferring_for(Instant::now()) < busy_poll {
                 std::thread::yield_now();
             } else {
-                cell.lenders
-                    .park_while_lent(|| std::thread::park_timeout(LEASE_CHECK));
+                handover.park_while_lent(|| std::thread::park_timeout(LEASE_CHECK));
             }
             continue;
         }
         lenders_watch.stop_deferring();
-        let (turn, wake_at) = {
+        let (turn, wake_at, seen_turns) = {
             let mut core = cell.lock();
             let Some(core) = core.as_mut() else {
                 return;
             };
             let _turning = Turning::enter(&shared);
             let turn = core.turn();
-            (turn, core.next_wake())
+            (turn, core.next_wake(), handover.lent_turns())
         };
         match turn {
             Turn::Stopping => break,
@@ -327,16 +367,11 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
             std::thread::yield_now();
             continue;
         }
-        let until_due = wake_at.map(|at| at.saturating_duration_since(now));
-        let slept = cell.lenders.sleep_on_poller(|lent| {
-            let timeout = if lent {
-                Some(until_due.map_or(LEASE_CHECK, |t| t.min(LEASE_CHECK)))
-            } else {
-                until_due
-            };
+        let timeout = wake_at.map(|at| at.saturating_duration_since(now));
+        let slept = handover.sleep_unless_turned(seen_turns, cell.wake_code(wake_at), || {
             sleeper.sleep(timeout)
         });
-        if let Err(e) = slept {
+        if let Some(Err(e)) = slept {
             error!("event loop poll failed: {e}");
             break;
         }
@@ -434,7 +469,7 @@ impl LoopLease {
     /// Lends this thread to `shared`'s loop, waking the loop thread if it sleeps on its
     /// poller for as long as it likes.
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        if shared.cell.lenders.lend() {
+        if shared.cell.handover.lend() {
             shared.cell.wake_sleeper();
         }
         LoopLease { shared }
@@ -449,8 +484,6 @@ impl LoopLease {
         if cell.is_stopping() {
             return false;
         }
-        cell.lent_turns
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut core = match cell.core.try_lock() {
             Ok(core) => core,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
@@ -464,9 +497,16 @@ impl LoopLease {
             let _turning = Turning::enter(&self.shared);
             event_loop.turn()
         };
+        let wake_at = event_loop.next_wake();
+        cell.handover.count_lent_turn();
         drop(core);
         match turn {
-            Turn::Worked => true,
+            Turn::Worked => {
+                if cell.handover.must_wake_sleeper(cell.wake_code(wake_at)) {
+                    cell.wake_sleeper();
+                }
+                true
+            }
             Turn::Idle => false,
             Turn::Stopping => {
                 // Only the loop thread shuts the loop down.
@@ -480,7 +520,7 @@ impl LoopLease {
 impl Drop for LoopLease {
     fn drop(&mut self) {
         let cell = &self.shared.cell;
-        if cell.lenders.release() {
+        if cell.handover.release() {
             // Nobody polls the sockets any more: the loop thread goes back to it.
             cell.unpark_loop();
         }
@@ -529,42 +569,63 @@ mod tests {
 
     #[test]
     fn only_the_last_lease_wakes_a_parked_loop_thread() {
-        let lenders = Lenders::new();
-        assert!(!lenders.lend());
-        assert!(!lenders.lend());
-        assert!(lenders.any());
+        let handover = Handover::new();
+        assert!(!handover.lend());
+        assert!(!handover.lend());
+        assert!(handover.any_lent());
         let mut parked = false;
-        lenders.park_while_lent(|| parked = true);
+        handover.park_while_lent(|| parked = true);
         assert!(parked, "parks while threads are lent");
-        assert!(!lenders.release(), "another lease is left");
-        lenders.park_while_lent(|| {
+        assert!(!handover.release(), "another lease is left");
+        handover.park_while_lent(|| {
             // Released while parked: the last lease reports it.
-            assert!(lenders.release());
+            assert!(handover.release());
         });
-        assert!(!lenders.any());
+        assert!(!handover.any_lent());
         let mut parked = false;
-        lenders.park_while_lent(|| parked = true);
+        handover.park_while_lent(|| parked = true);
         assert!(!parked, "nothing lent: no parking");
     }
 
     #[test]
     fn the_first_lease_wakes_a_loop_thread_asleep_on_its_poller() {
-        let lenders = Lenders::new();
-        let bounded = lenders.sleep_on_poller(|lent| {
-            assert!(lenders.lend(), "the first lease must wake it");
-            assert!(!lenders.lend(), "one wake-up is enough");
-            lent
+        let handover = Handover::new();
+        let slept = handover.sleep_unless_turned(0, u64::MAX, || {
+            assert!(handover.lend(), "the first lease wakes it");
+            assert!(!handover.lend(), "one wake-up is enough");
         });
-        assert!(!bounded, "it went to sleep with no thread lent");
-        assert!(
-            lenders.sleep_on_poller(|lent| lent),
-            "threads lent: bounded"
-        );
-        lenders.release();
-        lenders.release();
-        assert!(
-            !lenders.sleep_on_poller(|lent| lent),
-            "none lent again: unbounded"
+        assert!(slept.is_some());
+        assert!(!handover.lend(), "awake: nobody to wake");
+    }
+
+    #[test]
+    fn a_lent_turn_wakes_the_sleeper_only_for_an_earlier_wake_up() {
+        let handover = Handover::new();
+        assert!(!handover.must_wake_sleeper(5), "nobody asleep");
+        handover.sleep_unless_turned(0, 100, || {
+            assert!(
+                handover.must_wake_sleeper(99),
+                "due before the planned wake-up"
+            );
+            assert!(!handover.must_wake_sleeper(100));
+            assert!(!handover.must_wake_sleeper(u64::MAX), "nothing due");
+        });
+        handover.sleep_unless_turned(0, u64::MAX, || {
+            assert!(handover.must_wake_sleeper(7), "the sleeper had no deadline");
+        });
+        assert!(!handover.must_wake_sleeper(1), "awake again");
+    }
+
+    #[test]
+    fn the_loop_thread_does_not_sleep_after_a_lent_turn_it_did_not_see() {
+        let handover = Handover::new();
+        let seen = handover.lent_turns();
+        handover.count_lent_turn();
+        assert_eq!(handover.sleep_unless_turned(seen, u64::MAX, || ()), None);
+        let seen = handover.lent_turns();
+        assert_eq!(
+            handover.sleep_unless_turned(seen, u64::MAX, || ()),
+            Some(())
         );
     }
 }
@@ -572,7 +633,7 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_models {
     use super::*;
-    use crate::sync::Arc;
+    use crate::sync::{Arc, Mutex};
 
     /// The loop thread parks while two leases end on other threads: whatever the
     /// interleaving, the last one to end wakes it (loom reports a thread parked forever
@@ -580,55 +641,73 @@ mod loom_models {
     #[test]
     fn loom_the_last_lease_to_end_wakes_the_parked_loop_thread() {
         loom::model(|| {
-            let lenders = Arc::new(Lenders::new());
-            lenders.lend();
-            lenders.lend();
+            let handover = Arc::new(Handover::new());
+            handover.lend();
+            handover.lend();
             let loop_thread = loom::thread::current();
             let releasers: Vec<_> = (0..2)
                 .map(|_| {
-                    let (lenders, loop_thread) = (lenders.clone(), loop_thread.clone());
+                    let (handover, loop_thread) = (handover.clone(), loop_thread.clone());
                     loom::thread::spawn(move || {
-                        if lenders.release() {
+                        if handover.release() {
                             loop_thread.unpark();
                         }
                     })
                 })
                 .collect();
-            lenders.park_while_lent(loom::thread::park);
+            handover.park_while_lent(loom::thread::park);
             for releaser in releasers {
                 releaser.join().unwrap();
             }
-            assert!(!lenders.any());
+            assert!(!handover.any_lent());
         });
     }
 
-    /// The loop thread goes to sleep on its poller while two threads lend themselves:
-    /// an unbounded sleep (modelled as parking) is always ended by a lease, and a lease
-    /// taken before it makes the sleep bounded (it returns by itself).
+    /// A lent thread takes a turn of the loop (under the loop's lock) that leaves a
+    /// deadline due, and ends its lease, while the loop thread takes its own turn and
+    /// goes to sleep on its poller, with no deadline unless its turn came after the lent
+    /// one (a sleep with none is modelled as parking): whatever the interleaving, the
+    /// loop thread either sees the lent turn and stays up, or is woken by it.
     #[test]
-    fn loom_a_lease_never_leaves_the_loop_thread_asleep_for_ever() {
+    fn loom_a_lent_turn_never_leaves_the_loop_thread_asleep_past_its_deadline() {
         loom::model(|| {
-            let lenders = Arc::new(Lenders::new());
+            let handover = Arc::new(Handover::new());
+            let core = Arc::new(Mutex::new(()));
             let loop_thread = loom::thread::current();
-            let lending: Vec<_> = (0..2)
-                .map(|_| {
-                    let (lenders, loop_thread) = (lenders.clone(), loop_thread.clone());
-                    loom::thread::spawn(move || {
-                        if lenders.lend() {
-                            loop_thread.unpark();
-                        }
-                    })
+            let lender = {
+                let (handover, core, loop_thread) =
+                    (handover.clone(), core.clone(), loop_thread.clone());
+                loom::thread::spawn(move || {
+                    if handover.lend() {
+                        loop_thread.unpark();
+                    }
+                    {
+                        let _turn = core.lock().unwrap();
+                        handover.count_lent_turn();
+                    }
+                    // The turn left something due at time 10.
+                    if handover.must_wake_sleeper(10) {
+                        loop_thread.unpark();
+                    }
+                    if handover.release() {
+                        loop_thread.unpark();
+                    }
                 })
-                .collect();
-            lenders.sleep_on_poller(|lent| {
-                if !lent {
+            };
+            // The loop thread's own turn, under the same lock: when it comes after the
+            // lent one, it sees what that left due, and plans to wake for it.
+            let seen = {
+                let _turn = core.lock().unwrap();
+                handover.lent_turns()
+            };
+            let planned = if seen == 1 { 10 } else { u64::MAX };
+            handover.sleep_unless_turned(seen, planned, || {
+                // A sleep with a deadline ends by itself; one without only when woken.
+                if planned == u64::MAX {
                     loom::thread::park();
                 }
             });
-            for lender in lending {
-                lender.join().unwrap();
-            }
-            assert!(lenders.any());
+            lender.join().unwrap();
         });
     }
 }

@@ -1034,7 +1034,7 @@ fn deferred_sends_leave_together_at_the_flush_in_order() {
     // Connected first, so that only the deferral can hold the frames back; and the turn
     // that delivered the reply over (it ends by writing what the connection has queued).
     target.ask(&custom(0)).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    wait_for_the_turn_to_end(&client);
     for tag in 1..=1_000 {
         target.send_deferred(&custom(tag)).unwrap();
     }
@@ -1132,6 +1132,14 @@ fn a_panicking_ask_callback_is_isolated_and_later_asks_still_end() {
     ));
 }
 
+/// Returns once the loop's current turn has ended: registering an endpoint is done by a
+/// command, which a turn runs after it has handled (and flushed) its connections.
+fn wait_for_the_turn_to_end(env: &RpcEnv) {
+    static BARRIERS: AtomicUsize = AtomicUsize::new(0);
+    let name = format!("barrier-{}", BARRIERS.fetch_add(1, Ordering::Relaxed));
+    env.handle().register(&name, Probe::default()).unwrap();
+}
+
 /// Joins `thread`, failing the test if it does not end within `bound`.
 fn join_within<T>(thread: std::thread::JoinHandle<T>, bound: Duration, what: &str) -> T {
     let deadline = Instant::now() + bound;
@@ -1154,7 +1162,7 @@ fn an_ask_behind_an_unflushed_deferred_send_still_times_out() {
     // the reply ends by writing what the connection has queued: it must be over before
     // the deferred frame below is queued, or it would take that frame along.
     target.ask(&custom(0)).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    wait_for_the_turn_to_end(&client);
     // Another reference defers a send on the same connection and does not flush: the
     // loop is not told, and the asks below are queued behind that frame.
     let deferring = client.handle().endpoint_ref(server.address(), "probe");
@@ -1530,4 +1538,48 @@ fn a_lease_taken_while_the_loop_thread_sleeps_still_lets_it_stop_the_env() {
     }
     stopper.join().unwrap();
     assert!(!lease.turn());
+}
+
+#[test]
+fn a_deadline_left_by_a_lent_turn_is_kept_once_the_lent_thread_stops_turning() {
+    /// Sets a 20 ms timer for each one-way message, records it firing, answers asks.
+    struct Delayed(Probe);
+    impl Endpoint for Delayed {
+        fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+            if message.is_ask() {
+                message.reply(&custom(0)).unwrap();
+            } else {
+                self.0.record(Seen::Message(1));
+                ctx.schedule_once(Duration::from_millis(20));
+            }
+        }
+        fn on_timer(&mut self, _ctx: &mut EndpointContext<'_>, _timer: TimerId) {
+            self.0.record(Seen::Timer);
+        }
+    }
+    let server = env(&["rpc.io.busyPoll=0"]);
+    let probe = Probe::default();
+    server
+        .handle()
+        .register("delayed", Delayed(probe.clone()))
+        .unwrap();
+    let client = env(&[]);
+    let target = client.handle().endpoint_ref(server.address(), "delayed");
+    target.ask(&custom(0)).unwrap();
+    // Lent, but not turning yet: the loop thread goes back to sleep on its poller, with
+    // no deadline of its own.
+    let lease = server.handle().lend();
+    std::thread::sleep(Duration::from_millis(20));
+    target.send(&custom(1)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !probe.seen().contains(&Seen::Message(1)) {
+        assert!(Instant::now() < deadline, "the message never arrived");
+        if !lease.turn() {
+            std::thread::yield_now();
+        }
+    }
+    // The lent thread stops turning and keeps its lease: the timer its turn (most
+    // likely) set must still fire, on the loop thread.
+    probe.wait_for("the timer", |seen| seen.contains(&Seen::Timer));
+    drop(lease);
 }
