@@ -46,7 +46,7 @@ use tracing::error;
 
 use crate::env::Shared;
 use crate::event_loop::{EventLoop, Turn};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// How long the loop thread, when lent threads stop turning the loop, leaves the sockets
 /// to them before it polls again itself (it notices within about twice this): the
@@ -72,7 +72,7 @@ pub(crate) struct LoopCell {
     /// Set by the turn that found the environment stopping, by a lent turn that
     /// panicked, or by the loop thread on its way out: from then on only the loop thread
     /// turns, to shut the loop down.
-    stopping: std::sync::atomic::AtomicBool,
+    stopping: AtomicBool,
     loop_thread: OnceLock<Thread>,
     /// Wakes the loop thread from its sleep on [`Sleeper`].
     sleeper_waker: Waker,
@@ -86,7 +86,7 @@ impl LoopCell {
             core: Mutex::new(None),
             handover: Handover::new(),
             epoch: Instant::now(),
-            stopping: std::sync::atomic::AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             loop_thread: OnceLock::new(),
             sleeper_waker,
         }
@@ -126,14 +126,13 @@ impl LoopCell {
     }
 
     fn is_stopping(&self) -> bool {
-        self.stopping.load(std::sync::atomic::Ordering::Acquire)
+        self.stopping.load(Ordering::Acquire)
     }
 
     /// The environment stops: the loop thread is woken, whatever it is doing, to shut
     /// it down.
     fn set_stopping(&self) {
-        self.stopping
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.stopping.store(true, Ordering::Release);
         self.unpark_loop();
         self.wake_sleeper();
     }
@@ -302,8 +301,7 @@ struct ShutDownOnExit<'a> {
 impl Drop for ShutDownOnExit<'_> {
     fn drop(&mut self) {
         let cell = &self.shared.cell;
-        cell.stopping
-            .store(true, std::sync::atomic::Ordering::Release);
+        cell.stopping.store(true, Ordering::Release);
         let mut core = cell.lock();
         if let Some(mut event_loop) = core.take() {
             if !std::thread::panicking() {
@@ -329,14 +327,15 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
             // A lent thread's turn saw the stop (or panicked): shut down.
             break;
         }
+        let now = Instant::now();
         if !handover.any_lent() {
             lenders_watch.forget(handover.lent_turns());
-        } else if lenders_watch.still_turning(handover.lent_turns(), Instant::now()) {
+        } else if lenders_watch.still_turning(handover.lent_turns(), now) {
             // Lent threads turn the loop: leave the sockets to them. For
             // rpc.io.busyPoll look again and again (a lease that ends within it hands
             // them back with no wake-up), then park until the last lease ends (it
             // unparks this thread), or for LEASE_CHECK.
-            if lenders_watch.deferring_for(Instant::now()) < busy_poll {
+            if lenders_watch.deferring_for(now) < busy_poll {
                 std::thread::yield_now();
             } else {
                 handover.park_while_lent(|| std::thread::park_timeout(LEASE_CHECK));
