@@ -935,7 +935,9 @@ impl EventLoop {
         let local = self.shared.local.clone();
         while let Some(bytes) = local.take() {
             local.written(bytes.len());
-            if let Err(e) = self.local_decoder.feed(&bytes) {
+            let fed = self.local_decoder.feed(&bytes);
+            local.recycle(bytes);
+            if let Err(e) = fed {
                 error!("local delivery failed: {e}");
                 return;
             }
@@ -1109,7 +1111,9 @@ fn write_queued(conn: &mut Connection) -> io::Result<()> {
                     let front = conn.writing.front_mut().expect("written bytes were queued");
                     if written >= front.len() {
                         written -= front.len();
-                        conn.writing.pop_front();
+                        if let Some(done) = conn.writing.pop_front() {
+                            conn.outbox.recycle(done);
+                        }
                     } else {
                         front.advance(written);
                         written = 0;

@@ -44,6 +44,14 @@ struct OutboxState {
     socket: Option<Socket>,
 }
 
+/// The most capacity a written buffer may keep to be filled again: enough for the
+/// batches a stream of small frames makes, little for an idle connection to hold.
+const MAX_SPARE_CAPACITY: usize = 256 * 1024;
+
+/// The capacity a fresh buffer starts with when no written one is back yet, so that a
+/// stream of frames does not grow it from nothing, reallocating and copying as it goes.
+const FRESH_CAPACITY: usize = 16 * 1024;
+
 /// Frames waiting to be written to one connection.
 ///
 /// The bytes queued (encoded and not yet written, including those the loop took and is
@@ -65,6 +73,12 @@ pub struct Outbox {
     /// telling the loop, or by writing it through. Cleared when the loop takes the outbox
     /// and when a write-through empties it.
     flush_requested: AtomicBool,
+    /// A buffer the loop has written and handed back ([`Outbox::recycle`]), emptied, for
+    /// the next [`Outbox::take`] to leave to the senders. Without it every batch would be
+    /// a fresh allocation that the sending thread makes and the loop's thread frees,
+    /// and the two would meet on the allocator's lock. Apart from `state`, so that the
+    /// loop handing a buffer back does not wait on a sender encoding.
+    spare: Mutex<Option<BytesMut>>,
 }
 
 impl Outbox {
@@ -89,6 +103,7 @@ impl Outbox {
             }),
             queued: AtomicUsize::new(0),
             flush_requested: AtomicBool::new(false),
+            spare: Mutex::new(None),
         }
     }
 
@@ -147,6 +162,7 @@ impl Outbox {
     }
 
     /// The loop takes everything queued so far (frames stay counted until `written`).
+    /// Senders go on in the spare buffer the loop last handed back, if any.
     pub fn take(&self) -> Option<Bytes> {
         // A swap for loom's sake, as in `write_through`.
         self.flush_requested.swap(false, Ordering::AcqRel);
@@ -154,7 +170,35 @@ impl Outbox {
         if state.buf.is_empty() {
             return None;
         }
-        Some(state.buf.split().freeze())
+        // The whole buffer goes, not a split-off part of it: a buffer that senders still
+        // fill could never come back through `recycle`.
+        let next = self
+            .spare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_else(|| BytesMut::with_capacity(FRESH_CAPACITY));
+        Some(std::mem::replace(&mut state.buf, next).freeze())
+    }
+
+    /// Hands back a buffer [`Outbox::take`] gave out, once all of it is written (or
+    /// delivered), for senders to fill again. A buffer something else still refers to,
+    /// or one grown past what an idle connection should hold, is dropped instead.
+    pub fn recycle(&self, written: Bytes) {
+        let Ok(mut buf) = written.try_into_mut() else {
+            return;
+        };
+        if buf.capacity() > MAX_SPARE_CAPACITY {
+            return;
+        }
+        buf.clear();
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if spare
+            .as_ref()
+            .is_none_or(|kept| kept.capacity() < buf.capacity())
+        {
+            *spare = Some(buf);
+        }
     }
 
     /// Notes that `n` taken bytes left for the socket (or were delivered locally).
@@ -230,6 +274,8 @@ impl Outbox {
         state.buf = BytesMut::new();
         state.socket = None;
         self.queued.store(0, Ordering::Release);
+        drop(state);
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     /// Whether the outbox was closed.
@@ -324,6 +370,76 @@ mod tests {
         ));
         let taken = outbox.take().unwrap();
         assert_eq!(taken.len(), both, "nothing of the refused frames is left");
+    }
+
+    #[test]
+    fn a_written_buffer_is_filled_again_instead_of_a_fresh_one() {
+        let outbox = outbox(1 << 20);
+        let route = Route::Reply { request_id: 1 };
+        let mut round = |recycle: bool| {
+            outbox.push(&route, &Message::Empty).unwrap();
+            let taken = outbox.take().unwrap();
+            outbox.written(taken.len());
+            let at = taken.as_ptr();
+            if recycle {
+                outbox.recycle(taken);
+            }
+            at
+        };
+        // Each take leaves the senders the buffer handed back before it: with two
+        // buffers in turn, steady state allocates nothing.
+        let first = round(true);
+        let second = round(true);
+        assert_ne!(first, second);
+        assert_eq!(round(true), first);
+        assert_eq!(round(true), second);
+        assert_eq!(round(true), first);
+        // One not handed back is not waited for.
+        assert_eq!(round(false), second);
+        assert_eq!(round(true), first);
+    }
+
+    #[test]
+    fn a_buffer_still_referred_to_is_not_filled_again() {
+        let outbox = outbox(1 << 20);
+        let route = Route::Reply { request_id: 1 };
+        outbox.push(&route, &Message::Empty).unwrap();
+        let taken = outbox.take().unwrap();
+        let held = taken.clone();
+        outbox.written(taken.len());
+        outbox.recycle(taken);
+        for _ in 0..3 {
+            outbox.push(&route, &Message::Empty).unwrap();
+            let next = outbox.take().unwrap();
+            assert_ne!(next.as_ptr(), held.as_ptr());
+            outbox.written(next.len());
+            outbox.recycle(next);
+        }
+        assert!(held.len() > 0 && held[..4] == *b"FLNT", "untouched");
+    }
+
+    #[test]
+    fn a_buffer_grown_past_the_spare_bound_is_not_kept() {
+        let outbox = outbox(8 << 20);
+        let route = Route::Reply { request_id: 1 };
+        let large = Message::Custom {
+            tag: 1,
+            body: bytes::Bytes::from(vec![7u8; 2 * MAX_SPARE_CAPACITY]),
+        };
+        outbox.push(&route, &large).unwrap();
+        let taken = outbox.take().unwrap();
+        let large_at = taken.as_ptr();
+        outbox.written(taken.len());
+        outbox.recycle(taken);
+        outbox.push(&route, &Message::Empty).unwrap();
+        // The buffer after the large one was fresh; the one after it is not the large one.
+        let next = outbox.take().unwrap();
+        outbox.written(next.len());
+        outbox.recycle(next);
+        outbox.push(&route, &Message::Empty).unwrap();
+        let after = outbox.take().unwrap();
+        assert_ne!(after.as_ptr(), large_at);
+        assert!(after.len() < MAX_SPARE_CAPACITY);
     }
 
     /// A connected pair of sockets on loopback: the outbox's end, and the peer's.
