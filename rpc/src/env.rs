@@ -601,6 +601,9 @@ impl EndpointRef {
         waiter: AskWaiter,
     ) -> Result<u64, RpcError> {
         let outbox = self.outbox();
+        // A blocking asker waits for its own deadline and then ends the ask itself; only
+        // a callback needs the loop to time it out.
+        let loop_times_out = !matches!(waiter, AskWaiter::Blocking(_));
         let completion = AskCompletion {
             target: self.describe(),
             timeout_set_by: self.timeout_set_by(timeout),
@@ -628,7 +631,7 @@ impl EndpointRef {
                 sent: flush,
             } => {
                 let told = flush && self.env.flush(&outbox, Writer::Caller);
-                if !told && wake_loop && !shared.in_loop_turn() {
+                if !told && wake_loop && loop_times_out && !shared.in_loop_turn() {
                     // Nothing else may wake the loop (the outbox waits for a deferred
                     // flush, say), and it sleeps past this ask's deadline.
                     shared.handoff.wake();
