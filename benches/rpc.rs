@@ -21,56 +21,13 @@
 use std::hint::black_box;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flint::bench::{read_all, RawPingPong, Waiting};
-use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError};
-use flint_wire::{ArchivedMessage, Encoder, Message, Route};
-
-const PAYLOAD: usize = 128;
-
-/// Answers an ask with its own payload (a view of the request frame, not a copy), any
-/// other ask with an Ack, and counts every message.
-struct Echo {
-    received: Arc<AtomicU64>,
-}
-
-impl Endpoint for Echo {
-    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
-        self.received.fetch_add(1, Ordering::Relaxed);
-        if !message.is_ask() {
-            return;
-        }
-        let _ = match message.message() {
-            ArchivedMessage::Custom { tag, body } => {
-                let body = message.frame().bytes_of(body.as_slice());
-                message.reply(&Message::Custom {
-                    tag: tag.to_native(),
-                    body,
-                })
-            }
-            _ => message.reply(&Message::Ack { ok: true }),
-        };
-    }
-}
-
-fn message() -> Message {
-    Message::Custom {
-        tag: 1,
-        body: Bytes::from(vec![0x42; PAYLOAD]),
-    }
-}
-
-fn frame_len(route: &Route) -> usize {
-    let mut out = BytesMut::new();
-    Encoder::new(usize::MAX)
-        .encode(route, &message(), &mut out)
-        .unwrap()
-}
+use flint::transport_bench::{ask_frame_sizes, payload_message, Echo};
+use flint_rpc::{Conf, RpcEnv, RpcError};
+use flint_wire::Message;
 
 /// How a raw ping-pong end waits for its bytes.
 fn waiting(spins: bool) -> Waiting {
@@ -91,11 +48,7 @@ fn raw_ping_pong(
     client_spins: bool,
     server_spins: bool,
 ) {
-    let request = frame_len(&Route::Ask {
-        request_id: 1,
-        endpoint: "echo".into(),
-    });
-    let reply = frame_len(&Route::Reply { request_id: 1 });
+    let (request, reply) = ask_frame_sizes("echo");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap();
     let server = std::thread::spawn(move || {
@@ -136,11 +89,7 @@ fn raw_ping_pong_one_cpu(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     name: &str,
 ) {
-    let request = frame_len(&Route::Ask {
-        request_id: 1,
-        endpoint: "echo".into(),
-    });
-    let reply = frame_len(&Route::Reply { request_id: 1 });
+    let (request, reply) = ask_frame_sizes("echo");
     let Some(core) = core_affinity::get_core_ids().and_then(|ids| ids.into_iter().next()) else {
         eprintln!("{name}: threads cannot be pinned here; skipped");
         return;
@@ -169,19 +118,10 @@ fn raw_ping_pong_one_cpu(
 fn rpc(c: &mut Criterion) {
     let conf = Conf::new();
     let server = RpcEnv::new(&conf).unwrap();
-    let received = Arc::new(AtomicU64::new(0));
-    server
-        .handle()
-        .register(
-            "echo",
-            Echo {
-                received: received.clone(),
-            },
-        )
-        .unwrap();
+    server.handle().register("echo", Echo::default()).unwrap();
     let client = RpcEnv::new(&conf).unwrap();
     let echo = client.handle().endpoint_ref(server.address(), "echo");
-    let request = message();
+    let request = payload_message();
 
     let mut group = c.benchmark_group("ask_round_trip");
     group.bench_function("flint", |b| {

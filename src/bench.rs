@@ -25,6 +25,9 @@
 //!   free-core floor assumes.
 //!
 //! Executors are real `flint executor` processes started by a local cluster manager.
+//!
+//! Beside them, the transport's own figures ([`crate::transport_bench`]): an ask round
+//! trip against the raw ping-pong of the same bytes, and one-way messages per second.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -42,6 +45,7 @@ use flint_wire::{
 use hdrhistogram::Histogram;
 
 use crate::job::{json_string, local_cluster, run_job, JobError, JobHooks, JobSpec};
+use crate::transport_bench::{measure_transport, TransportReport, TransportRounds, PAYLOAD};
 
 /// The frame sizes of a noop task's LaunchTask and of its StatusUpdate, as the driver
 /// and the executor send them.
@@ -308,6 +312,8 @@ pub struct BenchReport {
     pub pipelined_tps: f64,
     /// The prefetch of the pipelined job.
     pub prefetch: usize,
+    /// The transport's figures: ask against its floor, one-way throughput.
+    pub transport: TransportReport,
 }
 
 impl BenchReport {
@@ -339,7 +345,7 @@ impl BenchReport {
     /// One JSON object.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"raw_strict_tps\":{:.0},\"raw_strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"version\":{}}}",
+            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"raw_strict_tps\":{:.0},\"raw_strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"ask_rtt_us\":{:.2},\"ask_floor_rtt_us\":{:.2},\"ask_ratio\":{:.3},\"ask_ratio_range\":[{:.3},{:.3}],\"one_way_msgs_per_sec\":{:.0},\"one_way_min_msgs_per_sec\":{:.0},\"version\":{}}}",
             self.floor_rtt_us,
             self.floor_rtt_p99_us,
             self.floor_rtt_free_us,
@@ -364,6 +370,13 @@ impl BenchReport {
             self.raw_strict_ratio(),
             self.pipelined_tps,
             self.prefetch,
+            self.transport.ask_us,
+            self.transport.floor_us,
+            self.transport.ask_ratio,
+            self.transport.ask_ratio_range.0,
+            self.transport.ask_ratio_range.1,
+            self.transport.one_way_per_sec,
+            self.transport.one_way_min_per_sec,
             json_string(env!("CARGO_PKG_VERSION")),
         )
     }
@@ -426,6 +439,25 @@ impl BenchReport {
                 format!(
                     "{:.1} x no pipelining",
                     self.pipelined_tps / self.strict_tps
+                ),
+            ),
+            (
+                format!("ask round trip, {PAYLOAD} B each way"),
+                format!("{:.1} us", self.transport.ask_us),
+                format!(
+                    "{:.2} x raw on one CPU ({:.1} us; rounds {:.2}-{:.2} x)",
+                    self.transport.ask_ratio,
+                    self.transport.floor_us,
+                    self.transport.ask_ratio_range.0,
+                    self.transport.ask_ratio_range.1
+                ),
+            ),
+            (
+                format!("one-way sends of {PAYLOAD} B"),
+                format!("{:.0} msgs/s", self.transport.one_way_per_sec),
+                format!(
+                    "slowest round {:.0} msgs/s",
+                    self.transport.one_way_min_per_sec
                 ),
             ),
         ];
@@ -638,6 +670,8 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
     let raw_strict_tps =
         raw_strict(frames, options.executors, u64::from(options.tasks)).map_err(io_error)?;
     let pipelined_tps = throughput(options.prefetch)?;
+    let transport = measure_transport(&base, TransportRounds::default())
+        .map_err(|e| JobError::Driver(flint_scheduler::DriverError::Rpc(e)))?;
     let cores = options.executors as u32;
     Ok(BenchReport {
         frames,
@@ -657,6 +691,7 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
         raw_strict_tps,
         pipelined_tps,
         prefetch: options.prefetch,
+        transport,
     })
 }
 
@@ -735,6 +770,15 @@ mod tests {
             raw_strict_tps: 125_000.0,
             pipelined_tps: 1_200_000.0,
             prefetch: 64,
+            transport: TransportReport {
+                frames: (208, 176),
+                ask_us: 18.0,
+                floor_us: 15.0,
+                ask_ratio: 1.2,
+                ask_ratio_range: (1.1, 1.35),
+                one_way_per_sec: 3_000_000.0,
+                one_way_min_per_sec: 2_500_000.0,
+            },
         };
         let json = report.to_json();
         for field in [
@@ -753,6 +797,12 @@ mod tests {
             "\"busy_poll_strict_ratio\":0.340",
             "\"raw_strict_tps\":125000",
             "\"raw_strict_ratio\":0.680",
+            "\"ask_rtt_us\":18.00",
+            "\"ask_floor_rtt_us\":15.00",
+            "\"ask_ratio\":1.200",
+            "\"ask_ratio_range\":[1.100,1.350]",
+            "\"one_way_msgs_per_sec\":3000000",
+            "\"one_way_min_msgs_per_sec\":2500000",
         ] {
             assert!(json.contains(field), "{field} not in {json}");
         }
@@ -766,5 +816,10 @@ mod tests {
         assert!(table.contains("3.50 x busy-polling"), "{table}");
         assert!(table.contains("34% of busy-polling"), "{table}");
         assert!(table.contains("flint reaches 68% of it"), "{table}");
+        assert!(
+            table.contains("1.20 x raw on one CPU (15.0 us; rounds 1.10-1.35 x)"),
+            "{table}"
+        );
+        assert!(table.contains("3000000 msgs/s"), "{table}");
     }
 }

@@ -21,6 +21,7 @@
 
 pub mod bench;
 pub mod job;
+pub mod transport_bench;
 
 pub use flint_executor as executor;
 pub use flint_rpc as rpc;

@@ -376,7 +376,7 @@ mod tests {
     fn a_written_buffer_is_filled_again_instead_of_a_fresh_one() {
         let outbox = outbox(1 << 20);
         let route = Route::Reply { request_id: 1 };
-        let mut round = |recycle: bool| {
+        let round = |recycle: bool| {
             outbox.push(&route, &Message::Empty).unwrap();
             let taken = outbox.take().unwrap();
             outbox.written(taken.len());
@@ -415,7 +415,7 @@ mod tests {
             outbox.written(next.len());
             outbox.recycle(next);
         }
-        assert!(held.len() > 0 && held[..4] == *b"FLNT", "untouched");
+        assert!(held[..4] == *b"FLNT", "untouched");
     }
 
     #[test]
