@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use flint_wire::{
     ArchivedEnvelope, ArchivedRoute, Encoder, Frame, FrameDecoder, Message, Route, SharedStr,
     MAX_SIZE_KEY,
@@ -54,7 +54,7 @@ struct Connection {
     decoder: FrameDecoder,
     /// Bytes taken from the outbox (or handshake frames), in order, the first one
     /// possibly part-written.
-    writing: VecDeque<Bytes>,
+    writing: VecDeque<BytesMut>,
     peer: SocketAddr,
     state: ConnState,
     /// Present while the peer has not yet proved it knows the secret.
@@ -1086,7 +1086,7 @@ fn send_control(
     let mut out = BytesMut::new();
     let len = encoder.encode(&Route::Reply { request_id: 0 }, message, &mut out)?;
     conn.outbox.add_queued(len);
-    conn.writing.push_back(out.freeze());
+    conn.writing.push_back(out);
     Ok(())
 }
 
