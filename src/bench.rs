@@ -504,17 +504,21 @@ impl BlockingFloor {
     }
 }
 
+/// Pins the calling thread to the machine's first CPU (threads it starts afterwards
+/// inherit it); false where threads cannot be pinned.
+pub fn pin_to_one_cpu() -> bool {
+    core_affinity::get_core_ids()
+        .and_then(|ids| ids.into_iter().next())
+        .is_some_and(core_affinity::set_for_current)
+}
+
 /// The floor round trip over `samples`, in both placements (see [`BlockingFloor`]).
 pub fn floor_round_trip(frames: FrameSizes, samples: usize) -> std::io::Result<BlockingFloor> {
     let free = round_trip(frames, samples, Waiting::Blocking)?;
     // Pinned in a thread of its own, which the answering thread it starts inherits the
     // CPU from; the caller's own placement is left alone.
     let one_cpu = std::thread::spawn(move || {
-        let core = core_affinity::get_core_ids()?.into_iter().next()?;
-        if !core_affinity::set_for_current(core) {
-            return None;
-        }
-        Some(round_trip(frames, samples, Waiting::Blocking))
+        pin_to_one_cpu().then(|| round_trip(frames, samples, Waiting::Blocking))
     })
     .join()
     .map_err(|_| std::io::Error::other("the pinned round trip panicked"))?

@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError};
 use flint_wire::{ArchivedMessage, Encoder, Message, Route};
 
-use crate::bench::RawPingPong;
+use crate::bench::{pin_to_one_cpu, RawPingPong};
 
 /// Bytes of the payload of the ask and of every one-way message.
 pub const PAYLOAD: usize = 128;
@@ -215,11 +215,7 @@ impl PinnedPingPong {
             .spawn(move || {
                 // Unpinned where threads cannot be pinned: the floor is then the
                 // kernel's placement.
-                if let Some(core) =
-                    core_affinity::get_core_ids().and_then(|ids| ids.into_iter().next())
-                {
-                    core_affinity::set_for_current(core);
-                }
+                pin_to_one_cpu();
                 let mut raw = match RawPingPong::start(request, reply) {
                     Ok(raw) => raw,
                     Err(e) => {
