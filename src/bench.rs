@@ -24,6 +24,12 @@
 //!   CPUs shared with the driver cannot run their round trips side by side as the
 //!   free-core floor assumes.
 //!
+//! - beneath both, the CPU the kernel spends on one task's two loopback transfers
+//!   ([`loopback_cost`]): one thread writes a LaunchTask-sized frame into one end of a
+//!   connection and reads it at the other, then the StatusUpdate-sized frame back, with
+//!   no other thread and no wait. Every CPU of the machine doing nothing but that work
+//!   is the most any schedule could launch without pipelining, whatever its scheduler.
+//!
 //! Executors are real `flint executor` processes started by a local cluster manager.
 //!
 //! Beside them, the transport's own figures ([`crate::transport_bench`]): an ask round
@@ -308,6 +314,11 @@ pub struct BenchReport {
     pub strict_tps: f64,
     /// The same schedule over raw TCP, busy-polling ([`raw_strict`]).
     pub raw_strict_tps: f64,
+    /// The kernel's CPU time for one task's two loopback transfers, median, in
+    /// microseconds ([`loopback_cost`]).
+    pub loopback_cpu_us: f64,
+    /// CPUs of this machine, shared by the driver and the executors.
+    pub cpus: u32,
     /// Throughput with `executor.taskPrefetch = prefetch`.
     pub pipelined_tps: f64,
     /// The prefetch of the pipelined job.
@@ -342,10 +353,22 @@ impl BenchReport {
         self.strict_tps / self.raw_strict_tps
     }
 
+    /// `cpus / loopback_cpu_us`: tasks per second if every CPU did nothing but the
+    /// kernel's work of sending each task and its status, the bound of any schedule
+    /// without pipelining.
+    pub fn loopback_cpu_bound_tps(&self) -> f64 {
+        f64::from(self.cpus) / (self.loopback_cpu_us / 1e6)
+    }
+
+    /// Strict throughput over [`BenchReport::loopback_cpu_bound_tps`].
+    pub fn strict_cpu_bound_ratio(&self) -> f64 {
+        self.strict_tps / self.loopback_cpu_bound_tps()
+    }
+
     /// One JSON object.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"raw_strict_tps\":{:.0},\"raw_strict_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"ask_rtt_us\":{:.2},\"ask_floor_rtt_us\":{:.2},\"ask_ratio\":{:.3},\"ask_ratio_range\":[{:.3},{:.3}],\"one_way_msgs_per_sec\":{:.0},\"one_way_min_msgs_per_sec\":{:.0},\"version\":{}}}",
+            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"raw_strict_tps\":{:.0},\"raw_strict_ratio\":{:.3},\"loopback_cpu_us\":{:.2},\"cpus\":{},\"loopback_cpu_bound_tps\":{:.0},\"strict_cpu_bound_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"ask_rtt_us\":{:.2},\"ask_floor_rtt_us\":{:.2},\"ask_ratio\":{:.3},\"ask_ratio_range\":[{:.3},{:.3}],\"one_way_msgs_per_sec\":{:.0},\"one_way_min_msgs_per_sec\":{:.0},\"version\":{}}}",
             self.floor_rtt_us,
             self.floor_rtt_p99_us,
             self.floor_rtt_free_us,
@@ -368,6 +391,10 @@ impl BenchReport {
             self.busy_strict_ratio(),
             self.raw_strict_tps,
             self.raw_strict_ratio(),
+            self.loopback_cpu_us,
+            self.cpus,
+            self.loopback_cpu_bound_tps(),
+            self.strict_cpu_bound_ratio(),
             self.pipelined_tps,
             self.prefetch,
             self.transport.ask_us,
@@ -431,6 +458,16 @@ impl BenchReport {
                 format!(
                     "busy-polling; flint reaches {:.0}% of it",
                     100.0 * self.raw_strict_ratio()
+                ),
+            ),
+            (
+                "loopback TCP work per task (one thread)".to_owned(),
+                format!("{:.1} us", self.loopback_cpu_us),
+                format!(
+                    "{} CPUs doing only that: {:.0} tasks/s; flint reaches {:.0}%",
+                    self.cpus,
+                    self.loopback_cpu_bound_tps(),
+                    100.0 * self.strict_cpu_bound_ratio()
                 ),
             ),
             (
@@ -544,6 +581,39 @@ pub fn round_trip(
         times.saturating_record(start.elapsed().as_nanos() as u64);
     }
     Ok((times.value_at_quantile(0.5), times.value_at_quantile(0.99)))
+}
+
+/// The kernel's work for one task's two transfers on loopback TCP, median over
+/// `samples`, in nanoseconds: one thread writes a `frames.launch`-byte frame into one
+/// end of a connection and reads it at the other, then a `frames.status`-byte frame back
+/// the other way. No thread waits or is woken, so this is CPU time: what sending and
+/// receiving cost (loopback runs the receiving side of TCP in the sender's system call).
+pub fn loopback_cost(frames: FrameSizes, samples: usize) -> std::io::Result<u64> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let mut driver_end = TcpStream::connect(listener.local_addr()?)?;
+    let (mut executor_end, _) = listener.accept()?;
+    driver_end.set_nodelay(true)?;
+    executor_end.set_nodelay(true)?;
+    let launch = vec![0x42u8; frames.launch];
+    let status = vec![0x24u8; frames.status];
+    let mut launch_in = vec![0u8; frames.launch];
+    let mut status_in = vec![0u8; frames.status];
+    let mut task = || -> std::io::Result<()> {
+        write_all(&mut driver_end, &launch)?;
+        executor_end.read_exact(&mut launch_in)?;
+        write_all(&mut executor_end, &status)?;
+        driver_end.read_exact(&mut status_in)
+    };
+    for _ in 0..samples.min(1_000) {
+        task()?;
+    }
+    let mut times = histogram();
+    for _ in 0..samples {
+        let start = Instant::now();
+        task()?;
+        times.saturating_record(start.elapsed().as_nanos() as u64);
+    }
+    Ok(times.value_at_quantile(0.5))
 }
 
 /// The strict schedule over raw TCP: `executors` threads, each answering a
@@ -674,6 +744,8 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
     let raw_strict_tps =
         raw_strict(frames, options.executors, u64::from(options.tasks)).map_err(io_error)?;
     let pipelined_tps = throughput(options.prefetch)?;
+    let loopback = loopback_cost(frames, options.samples).map_err(io_error)?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     let transport = measure_transport(&base, TransportRounds::default())
         .map_err(|e| JobError::Driver(flint_scheduler::DriverError::Rpc(e)))?;
     let cores = options.executors as u32;
@@ -693,6 +765,8 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
         free_core_busy_tps: f64::from(cores) / (micros(busy) / 1e6),
         strict_tps,
         raw_strict_tps,
+        loopback_cpu_us: micros(loopback),
+        cpus,
         pipelined_tps,
         prefetch: options.prefetch,
         transport,
@@ -730,6 +804,16 @@ mod tests {
         );
         let (p50, p99) = round_trip(frames, 50, Waiting::BusyPolling).unwrap();
         assert!(p50 > 0 && p99 >= p50);
+    }
+
+    #[test]
+    fn the_loopback_cost_is_measured_over_both_frames() {
+        let frames = FrameSizes::of_noop_task();
+        // One thread writes before it reads: each frame must fit the socket's buffers
+        // at once, as the noop frames do by far.
+        assert!(frames.launch < 4096 && frames.status < 4096, "{frames:?}");
+        let cost = loopback_cost(frames, 200).unwrap();
+        assert!(cost > 0, "{cost}");
     }
 
     #[test]
@@ -772,6 +856,8 @@ mod tests {
             free_core_busy_tps: 250_000.0,
             strict_tps: 85_000.0,
             raw_strict_tps: 125_000.0,
+            loopback_cpu_us: 16.0,
+            cpus: 2,
             pipelined_tps: 1_200_000.0,
             prefetch: 64,
             transport: TransportReport {
@@ -801,6 +887,10 @@ mod tests {
             "\"busy_poll_strict_ratio\":0.340",
             "\"raw_strict_tps\":125000",
             "\"raw_strict_ratio\":0.680",
+            "\"loopback_cpu_us\":16.00",
+            "\"cpus\":2",
+            "\"loopback_cpu_bound_tps\":125000",
+            "\"strict_cpu_bound_ratio\":0.680",
             "\"ask_rtt_us\":18.00",
             "\"ask_floor_rtt_us\":15.00",
             "\"ask_ratio\":1.200",
@@ -820,6 +910,10 @@ mod tests {
         assert!(table.contains("3.50 x busy-polling"), "{table}");
         assert!(table.contains("34% of busy-polling"), "{table}");
         assert!(table.contains("flint reaches 68% of it"), "{table}");
+        assert!(
+            table.contains("2 CPUs doing only that: 125000 tasks/s; flint reaches 68%"),
+            "{table}"
+        );
         assert!(
             table.contains("1.20 x raw on one CPU (15.0 us; rounds 1.10-1.35 x)"),
             "{table}"
