@@ -133,16 +133,31 @@ impl AskCompletion {
 pub(crate) enum Command {
     /// An outbox has frames to write (a new outgoing one also needs its connection).
     Flush(Arc<Outbox>),
-    /// Register an endpoint; the slot says whether it worked.
-    Register(
-        SharedStr,
-        Box<dyn Endpoint>,
-        Arc<ReplySlot<Result<(), RpcError>>>,
-    ),
+    /// Register an endpoint; the reply says whether it worked.
+    Register(SharedStr, Box<dyn Endpoint>, RegisterReply),
     /// Stop an endpoint.
     Unregister(SharedStr),
     /// Stop the environment.
     Stop,
+}
+
+/// The answer a registration waits for. Dropped unanswered (the loop shut down before it
+/// came to it, or its thread died), it answers [`RpcError::Stopped`]: a caller of
+/// [`RpcEnvHandle::register`] never waits for a loop that is gone.
+pub(crate) struct RegisterReply(Arc<ReplySlot<Result<(), RpcError>>>);
+
+impl RegisterReply {
+    /// Answers the registration (the first answer counts).
+    pub(crate) fn complete(&self, result: Result<(), RpcError>) {
+        self.0.complete(result);
+    }
+}
+
+impl Drop for RegisterReply {
+    fn drop(&mut self) {
+        // A no-op when it was answered.
+        self.0.complete(Err(RpcError::Stopped));
+    }
 }
 
 pub(crate) struct WakerNotify(pub(crate) mio::Waker);
@@ -193,11 +208,30 @@ impl Shared {
 
     /// Hands a command to the loop; from a turn of the loop no wake-up is needed, because
     /// the turn drains the queue before it ends.
-    pub(crate) fn command(&self, command: Command) {
+    /// Hands `command` to the loop; once the loop has shut down, hands it back.
+    pub(crate) fn command(&self, command: Command) -> Result<(), Command> {
         if self.in_loop_turn() {
-            self.handoff.push_quiet(command);
+            self.handoff.push_quiet(command)
         } else {
-            self.handoff.push(command);
+            self.handoff.push(command)
+        }
+    }
+
+    /// Fails what the loop can no longer serve, once it has shut down or its thread died:
+    /// closes the hand-off (commands still queued are dropped, which answers their
+    /// registrations, and later ones are refused at once) and fails every ask still
+    /// waiting for its reply.
+    pub(crate) fn refuse_the_rest(&self) {
+        let mut commands = Vec::new();
+        self.handoff.close(&mut commands);
+        drop(commands);
+        let mut asks = Vec::new();
+        self.asks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_all(&mut asks);
+        for ask in asks {
+            ask.completion.complete(Err(RpcError::Stopped));
         }
     }
 
@@ -300,11 +334,12 @@ impl RpcEnvHandle {
             return Err(RpcError::Stopped);
         }
         let done = Arc::new(ReplySlot::new());
-        self.shared.command(Command::Register(
-            name.into(),
-            Box::new(endpoint),
-            done.clone(),
-        ));
+        let register =
+            Command::Register(name.into(), Box::new(endpoint), RegisterReply(done.clone()));
+        if self.shared.command(register).is_err() {
+            // The loop shut down after the check above.
+            return Err(RpcError::Stopped);
+        }
         if !self.shared.in_loop_turn() {
             done.wait().unwrap_or(Err(RpcError::Stopped))?;
         }
@@ -329,7 +364,8 @@ impl RpcEnvHandle {
 
     /// Stops the endpoint `name` (its `on_stop` runs on the loop).
     pub fn unregister(&self, name: &str) {
-        self.shared.command(Command::Unregister(name.into()));
+        // Refused only once the loop has shut down, which stopped every endpoint.
+        let _ = self.shared.command(Command::Unregister(name.into()));
     }
 
     pub(crate) fn push(
@@ -370,8 +406,8 @@ impl RpcEnvHandle {
             }
             return false;
         }
-        self.shared.command(Command::Flush(outbox.clone()));
-        true
+        // Refused only once the loop has shut down and closed every connection.
+        self.shared.command(Command::Flush(outbox.clone())).is_ok()
     }
 }
 
@@ -755,7 +791,8 @@ impl RpcEnv {
     pub fn stop(&self) {
         let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(thread) = thread {
-            self.handle.shared.handoff.push(Command::Stop);
+            // Refused only if the loop is already shutting down, which is what Stop asks.
+            let _ = self.handle.shared.handoff.push(Command::Stop);
             let _ = thread.join();
         }
         // The loop refuses sends from when its endpoints have stopped; if it died, it
@@ -767,5 +804,50 @@ impl RpcEnv {
 impl Drop for RpcEnv {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::endpoint::{EndpointContext, Incoming};
+    use std::sync::mpsc;
+
+    struct Quiet;
+
+    impl Endpoint for Quiet {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, _message: Incoming<'_>) {}
+    }
+
+    #[test]
+    fn a_registration_dropped_unanswered_answers_stopped() {
+        let done = Arc::new(ReplySlot::new());
+        drop(RegisterReply(done.clone()));
+        assert!(matches!(done.wait(), Some(Err(RpcError::Stopped))));
+        // An answered one keeps its answer.
+        let done = Arc::new(ReplySlot::new());
+        let reply = RegisterReply(done.clone());
+        reply.complete(Ok(()));
+        drop(reply);
+        assert!(matches!(done.wait(), Some(Ok(()))));
+    }
+
+    /// `register` checks that the environment runs, then queues its command: a loop that
+    /// shuts down in between must not leave it waiting for an answer forever.
+    #[test]
+    fn a_registration_racing_the_shutdown_is_refused_not_left_waiting() {
+        let env = RpcEnv::new(&Conf::default()).unwrap();
+        let handle = env.handle();
+        env.stop();
+        // As if the check had passed just before the loop shut down.
+        handle.shared.stopped.store(false, Ordering::Release);
+        let (answer, answered) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = answer.send(handle.register("late", Quiet).map(|_| ()));
+        });
+        let result = answered
+            .recv_timeout(Duration::from_secs(10))
+            .expect("register answers once the loop is gone");
+        assert!(matches!(result, Err(RpcError::Stopped)), "{result:?}");
     }
 }

@@ -1059,20 +1059,8 @@ impl EventLoop {
             self.close(key, CloseReason::Stopping);
         }
         // Whatever is still queued or asked cannot be served any more.
-        self.shared.handoff.drain(&mut self.commands);
-        for command in self.commands.drain(..) {
-            if let Command::Register(_, _, done) = command {
-                done.complete(Err(RpcError::Stopped));
-            }
-        }
-        self.shared
-            .asks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take_all(&mut self.ended_asks);
-        for ask in self.ended_asks.drain(..) {
-            ask.completion.complete(Err(RpcError::Stopped));
-        }
+        self.commands.clear();
+        self.shared.refuse_the_rest();
         info!(address = %self.shared.address, "RPC environment stopped");
     }
 }

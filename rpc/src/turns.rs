@@ -310,6 +310,11 @@ impl Drop for ShutDownOnExit<'_> {
             }
             drop(event_loop);
         }
+        drop(core);
+        // After a panic the loop did not shut down: refuse sends, and answer whoever
+        // waits for it (a no-op after a shutdown, which did the same).
+        self.shared.stopped.store(true, Ordering::Release);
+        self.shared.refuse_the_rest();
     }
 }
 
