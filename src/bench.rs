@@ -583,12 +583,27 @@ pub fn round_trip(
     Ok((times.value_at_quantile(0.5), times.value_at_quantile(0.99)))
 }
 
+/// The largest frame [`loopback_cost`] moves: well within the smallest send buffer Linux
+/// gives a TCP socket by default, so that writing it never waits for a reader.
+pub const LOOPBACK_FRAME_LIMIT: usize = 4096;
+
 /// The kernel's work for one task's two transfers on loopback TCP, median over
 /// `samples`, in nanoseconds: one thread writes a `frames.launch`-byte frame into one
 /// end of a connection and reads it at the other, then a `frames.status`-byte frame back
 /// the other way. No thread waits or is woken, so this is CPU time: what sending and
 /// receiving cost (loopback runs the receiving side of TCP in the sender's system call).
+///
+/// The one thread writes each frame whole before it reads it, so frames must fit the
+/// socket buffers: above [`LOOPBACK_FRAME_LIMIT`] bytes this is an `InvalidInput` error.
 pub fn loopback_cost(frames: FrameSizes, samples: usize) -> std::io::Result<u64> {
+    if frames.launch.max(frames.status) > LOOPBACK_FRAME_LIMIT {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "loopback_cost moves frames of at most {LOOPBACK_FRAME_LIMIT} bytes: {frames:?}"
+            ),
+        ));
+    }
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let mut driver_end = TcpStream::connect(listener.local_addr()?)?;
     let (mut executor_end, _) = listener.accept()?;
@@ -809,11 +824,16 @@ mod tests {
     #[test]
     fn the_loopback_cost_is_measured_over_both_frames() {
         let frames = FrameSizes::of_noop_task();
-        // One thread writes before it reads: each frame must fit the socket's buffers
-        // at once, as the noop frames do by far.
-        assert!(frames.launch < 4096 && frames.status < 4096, "{frames:?}");
         let cost = loopback_cost(frames, 200).unwrap();
         assert!(cost > 0, "{cost}");
+        // One thread writes before it reads: a frame too large to sit in the socket's
+        // buffers is refused rather than left to block for ever.
+        let huge = FrameSizes {
+            launch: LOOPBACK_FRAME_LIMIT + 1,
+            status: 16,
+        };
+        let refused = loopback_cost(huge, 10).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
     }
 
     #[test]

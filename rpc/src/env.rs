@@ -206,9 +206,8 @@ impl Shared {
         crate::turns::in_turn(self)
     }
 
-    /// Hands a command to the loop; from a turn of the loop no wake-up is needed, because
-    /// the turn drains the queue before it ends.
-    /// Hands `command` to the loop; once the loop has shut down, hands it back.
+    /// Hands `command` to the loop (from a turn of the loop with no wake-up: the turn
+    /// drains the queue before it ends); once the loop has shut down, hands it back.
     pub(crate) fn command(&self, command: Command) -> Result<(), Command> {
         if self.in_loop_turn() {
             self.handoff.push_quiet(command)
