@@ -407,7 +407,9 @@ impl EventLoop {
         let now = Instant::now();
         let due = self.next_deadline.is_some_and(|deadline| deadline <= now)
             || !self.unfinished_reads.is_empty();
-        if self.events.is_empty() && !due {
+        // Producers wake only a sleeping loop: an awake one looks for their work itself.
+        let commands = self.shared.handoff.take_pending();
+        if self.events.is_empty() && !due && !commands {
             return Turn::Idle;
         }
         self.now = now;
@@ -1044,14 +1046,24 @@ impl EventLoop {
             } else {
                 Duration::ZERO
             };
-            if self.poll.poll(&mut events, Some(wait)).is_err() {
-                break;
+            // Asleep on the poller as far as producers know, so that what they hand over
+            // meanwhile (a flush from on_stop's sends) wakes this wait.
+            let poll = &mut self.poll;
+            match self
+                .shared
+                .handoff
+                .sleep_unless_pending(|| poll.poll(&mut events, Some(wait)))
+            {
+                Some(Err(_)) => break,
+                Some(Ok(())) => {}
+                None => events.clear(),
             }
             self.round += 1;
             self.resume_reads();
             for event in events.iter() {
                 self.handle_event(event);
             }
+            self.shared.handoff.take_pending();
             self.process_commands();
         }
         let keys: Vec<ConnKey> = self.connections.keys().copied().collect();

@@ -1,9 +1,15 @@
 //! Handing work from any thread to the event loop: a queue plus a wake-up that is sent
 //! only when the loop may be asleep.
 //!
-//! Producers push and, if no wake-up is outstanding, send one. The loop clears the
-//! "outstanding" flag *before* it takes the queue, so an item pushed at any moment is
-//! either taken by the current drain or followed by a fresh wake-up: none is stranded.
+//! Producers push and raise a `pending` flag, which every turn of the loop looks at (one
+//! atomic load) and takes before it drains the queue. A loop that is awake (turning or
+//! busy-polling) needs nothing more, so producers send a wake-up (a system call: an
+//! eventfd write) only while the loop thread sleeps, and at most once per sleep. Going
+//! to sleep, the loop thread first says so (`asleep`), then looks at `pending` once
+//! more; a producer first raises `pending`, then looks at `asleep`. Each look is a
+//! read-modify-write, ordered with the other side's write to the same flag, so at least
+//! one of them sees the other's flag: either the loop stays up for the item, or the
+//! producer wakes it. None is stranded.
 //!
 //! A loop that shuts down closes the queue: it takes what is left, and every later push
 //! hands its item back to the producer, which can then fail it (a registration waiting
@@ -14,13 +20,18 @@ use crate::sync::{AtomicBool, Mutex, Ordering};
 
 /// Something that wakes the loop (a mio `Waker` in production).
 pub trait Notify: Send + Sync {
-    /// Wakes the loop. Called at most once per drain.
+    /// Wakes the loop. Called at most once per sleep of the loop thread.
     fn notify(&self);
 }
 
 /// A multi-producer queue drained by the loop (by whichever thread is turning it).
 pub struct Handoff<T, N> {
     queue: Mutex<Queue<T>>,
+    /// Work for the loop's next turn: items queued, or a bare [`Handoff::wake`].
+    pending: AtomicBool,
+    /// The loop thread sleeps, or is about to: producers must wake it.
+    asleep: AtomicBool,
+    /// A wake-up was sent during the current sleep.
     notified: AtomicBool,
     notifier: N,
 }
@@ -39,13 +50,15 @@ impl<T, N: Notify> Handoff<T, N> {
                 items: Vec::new(),
                 closed: false,
             }),
+            pending: AtomicBool::new(false),
+            asleep: AtomicBool::new(false),
             notified: AtomicBool::new(false),
             notifier,
         }
     }
 
-    /// Queues `item` and wakes the loop unless a wake-up is already on its way. Once the
-    /// queue is closed, hands `item` back.
+    /// Queues `item` for the loop's next turn, waking the loop thread if it sleeps. Once
+    /// the queue is closed, hands `item` back.
     pub fn push(&self, item: T) -> Result<(), T> {
         self.push_quiet(item)?;
         self.wake();
@@ -63,19 +76,39 @@ impl<T, N: Notify> Handoff<T, N> {
         Ok(())
     }
 
-    /// Wakes the loop unless a wake-up is already on its way, without queueing anything
-    /// (for producers that left their work elsewhere, such as in an outbox).
+    /// Makes the loop's next turn a full one (it drains the queue and plans its wake-ups
+    /// again), waking the loop thread if it sleeps, without queueing anything: for
+    /// producers that left their work elsewhere, such as in an outbox.
     pub fn wake(&self) {
-        if !self.notified.swap(true, Ordering::AcqRel) {
+        self.pending.swap(true, Ordering::AcqRel);
+        // A read-modify-write, not a load (see the module's documentation).
+        if self.asleep.fetch_or(false, Ordering::AcqRel)
+            && !self.notified.swap(true, Ordering::AcqRel)
+        {
             self.notifier.notify();
         }
     }
 
-    /// Moves every queued item into `into` (a turn of the loop calls this when woken).
-    pub fn drain(&self, into: &mut Vec<T>) {
-        // Reset before taking the queue: a producer whose push this drain misses locks
-        // the queue after us, so its swap reads this reset and it sends a wake-up.
+    /// Takes the `pending` flag: whether the turn calling it must drain the queue. One
+    /// load when nothing is pending, as in every idle turn of a polling loop.
+    pub fn take_pending(&self) -> bool {
+        // Acquire: the items pushed before the flag was raised are seen by the drain.
+        self.pending.load(Ordering::Acquire) && self.pending.swap(false, Ordering::AcqRel)
+    }
+
+    /// The loop thread calls `sleep` unless work is pending; a producer that comes while
+    /// it sleeps wakes it (once). `None` if it did not sleep.
+    pub fn sleep_unless_pending<R>(&self, sleep: impl FnOnce() -> R) -> Option<R> {
+        self.asleep.swap(true, Ordering::AcqRel);
+        // A read-modify-write, not a load (see the module's documentation).
+        let slept = (!self.pending.fetch_or(false, Ordering::AcqRel)).then(sleep);
+        self.asleep.store(false, Ordering::Release);
         self.notified.store(false, Ordering::Release);
+        slept
+    }
+
+    /// Moves every queued item into `into`.
+    pub fn drain(&self, into: &mut Vec<T>) {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::swap(&mut queue.items, into);
         if !into.is_empty() && queue.items.capacity() == 0 {
@@ -121,11 +154,43 @@ mod tests {
         let mut drained = Vec::new();
         handoff.drain(&mut drained);
         assert!(drained.is_empty(), "{drained:?}");
-        assert_eq!(
-            wakes.0.load(Ordering::Relaxed),
-            1,
-            "a refused push wakes nobody"
-        );
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 0, "the loop never slept");
+    }
+
+    #[test]
+    fn an_awake_loop_is_never_woken_and_a_sleeping_one_once_per_sleep() {
+        let wakes = CountNotify::default();
+        let handoff = Handoff::new(&wakes);
+        let woken = || wakes.0.load(Ordering::Relaxed);
+        assert!(!handoff.take_pending(), "nothing yet");
+        handoff.push(1).unwrap();
+        handoff.wake();
+        assert_eq!(woken(), 0, "an awake loop finds the work itself");
+        assert!(handoff.take_pending());
+        assert!(!handoff.take_pending(), "taken once");
+
+        // Asleep: the first producer wakes it, the next ones need not.
+        let slept = handoff.sleep_unless_pending(|| {
+            handoff.push(2).unwrap();
+            handoff.push(3).unwrap();
+            handoff.wake();
+            woken()
+        });
+        assert_eq!(slept, Some(1));
+        assert!(handoff.take_pending());
+        let mut items = Vec::new();
+        handoff.drain(&mut items);
+        assert_eq!(items, vec![1, 2, 3]);
+
+        // Each sleep gets its own wake-up; with work pending the loop does not sleep.
+        assert_eq!(handoff.sleep_unless_pending(|| handoff.wake()), Some(()));
+        assert_eq!(woken(), 2);
+        assert_eq!(handoff.sleep_unless_pending(|| ()), None, "work is pending");
+        assert!(handoff.take_pending());
+        // A push from a turn of the loop itself, which drains before it ends, does not
+        // make the next turn a full one.
+        handoff.push_quiet(4).unwrap();
+        assert!(!handoff.take_pending());
     }
 }
 
@@ -147,36 +212,76 @@ mod loom_models {
         std::mem::replace(&mut *flag.lock().unwrap(), false)
     }
 
-    /// Two producers push while the loop, which only drains when it has been woken,
-    /// runs once; after the producers are done the loop keeps draining while woken.
-    /// Every item must be seen exactly once: none is left in the queue without a
-    /// wake-up to fetch it.
+    /// Two producers push while the loop turns once and then goes to sleep. The sleep
+    /// lasts until both producers are done (as if nothing else would wake it): if the
+    /// loop went to sleep with an item it had not taken, a wake-up must have come. The
+    /// loop's next turn then takes every item, exactly once.
     #[test]
     fn loom_no_item_is_stranded() {
         loom::model(|| {
             let woken = Arc::new(Mutex::new(false));
             let handoff = Arc::new(Handoff::new(FlagNotify(woken.clone())));
-            let producers: Vec<_> = (0..2)
+            let mut producers: Vec<_> = (0..2)
                 .map(|p| {
                     let handoff = handoff.clone();
                     loom::thread::spawn(move || handoff.push(p))
                 })
                 .collect();
             let mut seen = Vec::new();
-            let mut buf = Vec::new();
-            if take_wakeup(&woken) {
-                handoff.drain(&mut buf);
-                seen.append(&mut buf);
+            let turn = |seen: &mut Vec<i32>| {
+                if handoff.take_pending() {
+                    let mut items = Vec::new();
+                    handoff.drain(&mut items);
+                    seen.append(&mut items);
+                }
+            };
+            turn(&mut seen);
+            let taken_before_sleep = seen.len();
+            let slept = handoff.sleep_unless_pending(|| {
+                for p in producers.drain(..) {
+                    assert_eq!(p.join().unwrap(), Ok(()), "an open queue takes every item");
+                }
+                take_wakeup(&woken)
+            });
+            if slept == Some(false) {
+                assert_eq!(
+                    taken_before_sleep, 2,
+                    "asleep with an item queued, not woken"
+                );
             }
             for p in producers {
-                assert_eq!(p.join().unwrap(), Ok(()), "an open queue takes every item");
+                assert_eq!(p.join().unwrap(), Ok(()));
             }
-            while take_wakeup(&woken) {
-                handoff.drain(&mut buf);
-                seen.append(&mut buf);
-            }
+            turn(&mut seen);
             seen.sort_unstable();
-            assert_eq!(seen, vec![0, 1], "an item was stranded without a wake-up");
+            assert_eq!(seen, vec![0, 1], "an item was stranded");
+        });
+    }
+
+    /// A bare wake-up (a new deadline for the loop to plan for) while the loop goes to
+    /// sleep: the loop either stays up for it or is woken.
+    #[test]
+    fn loom_a_bare_wake_up_is_not_lost() {
+        loom::model(|| {
+            let woken = Arc::new(Mutex::new(false));
+            let handoff = Arc::new(Handoff::<(), _>::new(FlagNotify(woken.clone())));
+            let mut waker = Some({
+                let handoff = handoff.clone();
+                loom::thread::spawn(move || handoff.wake())
+            });
+            let took = handoff.take_pending();
+            let slept = handoff.sleep_unless_pending(|| {
+                waker.take().unwrap().join().unwrap();
+                take_wakeup(&woken)
+            });
+            if let Some(waker) = waker {
+                waker.join().unwrap();
+            }
+            let after = handoff.take_pending();
+            assert!(took || after, "no turn saw the wake-up");
+            if slept == Some(false) {
+                assert!(took, "asleep past a wake-up it never saw");
+            }
         });
     }
 

@@ -372,9 +372,14 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
             continue;
         }
         let timeout = wake_at.map(|at| at.saturating_duration_since(now));
-        let slept = handover.sleep_unless_turned(seen_turns, cell.wake_code(wake_at), || {
-            sleeper.sleep(timeout)
-        });
+        let slept = shared
+            .handoff
+            .sleep_unless_pending(|| {
+                handover.sleep_unless_turned(seen_turns, cell.wake_code(wake_at), || {
+                    sleeper.sleep(timeout)
+                })
+            })
+            .flatten();
         if let Some(Err(e)) = slept {
             error!("event loop poll failed: {e}");
             break;
