@@ -21,6 +21,9 @@
 //!   at each of 2 executor threads and sends the next as soon as the StatusUpdate-sized
 //!   answer is in, all busy-polling. What loopback TCP allows that schedule on this
 //!   machine, beside the free-core floor's arithmetic.
+//! - beneath both, measured once (`flint::bench::loopback_cost`): the kernel's CPU time
+//!   for one task's two loopback transfers in one thread, with no wait; the machine's
+//!   CPUs doing only that bound any schedule that launches a task only on a free core.
 //!
 //! After criterion's figures it prints, from medians measured in the same run: the
 //! one-task job latency over the floor round trip, the free-core floor (executor cores
@@ -36,7 +39,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flint::bench::{
-    floor_round_trip, raw_strict, round_trip, BenchCluster, FrameSizes, RawPingPong, Waiting,
+    floor_round_trip, loopback_cost, raw_strict, round_trip, BenchCluster, FrameSizes, RawPingPong,
+    Waiting,
 };
 use flint::rpc::Conf;
 
@@ -117,6 +121,9 @@ fn task_launch(c: &mut Criterion) {
     });
     let raw_strict_tps = raw_rate(u64::from(TASKS));
     group.finish();
+    let loopback_ns = loopback_cost(frames, 5_000).expect("loopback sockets") as f64;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu_bound_tps = cpus as f64 / (loopback_ns / 1e9);
 
     let floor_tps = 2.0 / (floor_ns / 1e9);
     let busy_tps = 2.0 / (busy_ns / 1e9);
@@ -145,12 +152,17 @@ fn task_launch(c: &mut Criterion) {
         "the strict schedule over raw TCP:     {raw_strict_tps:>10.0} tasks/s = {:.0}% of the free-core floor",
         100.0 * raw_strict_tps / floor_tps
     );
+    println!(
+        "loopback TCP work per task:           {:>10.1} us  ({cpus} CPUs doing only that: {cpu_bound_tps:.0} tasks/s)",
+        loopback_ns / 1e3
+    );
     for (name, rate) in rates {
         println!(
-            "{name:<10} 100,000 noop tasks:      {rate:>10.0} tasks/s = {:.0}% of the free-core floor, {:.0}% of busy-polling, {:.0}% of the raw strict schedule",
+            "{name:<10} 100,000 noop tasks:      {rate:>10.0} tasks/s = {:.0}% of the free-core floor, {:.0}% of busy-polling, {:.0}% of the raw strict schedule, {:.0}% of the loopback bound",
             100.0 * rate / floor_tps,
             100.0 * rate / busy_tps,
-            100.0 * rate / raw_strict_tps
+            100.0 * rate / raw_strict_tps,
+            100.0 * rate / cpu_bound_tps
         );
     }
 }
