@@ -22,13 +22,12 @@
 //!   threads answering, all busy-polling as flint's threads do. It is what the kernel's
 //!   loopback allows that schedule here, with no scheduler in it: two executors on two
 //!   CPUs shared with the driver cannot run their round trips side by side as the
-//!   free-core floor assumes.
-//!
+//!   free-core floor assumes;
 //! - beneath both, the CPU the kernel spends on one task's two loopback transfers
 //!   ([`loopback_cost`]): one thread writes a LaunchTask-sized frame into one end of a
 //!   connection and reads it at the other, then the StatusUpdate-sized frame back, with
-//!   no other thread and no wait. Every CPU of the machine doing nothing but that work
-//!   is the most any schedule could launch without pipelining, whatever its scheduler.
+//!   no other thread and no wait. With every CPU of the machine doing nothing but that
+//!   work, no schedule without pipelining could launch more, whatever its scheduler.
 //!
 //! Executors are real `flint executor` processes started by a local cluster manager.
 //!
