@@ -570,16 +570,26 @@ pub fn round_trip(
     waiting: Waiting,
 ) -> std::io::Result<(u64, u64)> {
     let mut raw = RawPingPong::start_waiting(frames.launch, frames.status, waiting)?;
+    let times = time_each(samples, || raw.round_trip())?;
+    Ok((times.value_at_quantile(0.5), times.value_at_quantile(0.99)))
+}
+
+/// Times `samples` calls of `operation`, in nanoseconds, after up to 1,000 calls that
+/// warm it up and are not counted.
+fn time_each(
+    samples: usize,
+    mut operation: impl FnMut() -> std::io::Result<()>,
+) -> std::io::Result<Histogram<u64>> {
     for _ in 0..samples.min(1_000) {
-        raw.round_trip()?;
+        operation()?;
     }
     let mut times = histogram();
     for _ in 0..samples {
         let start = Instant::now();
-        raw.round_trip()?;
+        operation()?;
         times.saturating_record(start.elapsed().as_nanos() as u64);
     }
-    Ok((times.value_at_quantile(0.5), times.value_at_quantile(0.99)))
+    Ok(times)
 }
 
 /// The largest frame [`loopback_cost`] moves: well within the smallest send buffer Linux
@@ -612,21 +622,12 @@ pub fn loopback_cost(frames: FrameSizes, samples: usize) -> std::io::Result<u64>
     let status = vec![0x24u8; frames.status];
     let mut launch_in = vec![0u8; frames.launch];
     let mut status_in = vec![0u8; frames.status];
-    let mut task = || -> std::io::Result<()> {
+    let times = time_each(samples, || {
         write_all(&mut driver_end, &launch)?;
         executor_end.read_exact(&mut launch_in)?;
         write_all(&mut executor_end, &status)?;
         driver_end.read_exact(&mut status_in)
-    };
-    for _ in 0..samples.min(1_000) {
-        task()?;
-    }
-    let mut times = histogram();
-    for _ in 0..samples {
-        let start = Instant::now();
-        task()?;
-        times.saturating_record(start.elapsed().as_nanos() as u64);
-    }
+    })?;
     Ok(times.value_at_quantile(0.5))
 }
 
