@@ -1071,7 +1071,6 @@ impl EventLoop {
             self.close(key, CloseReason::Stopping);
         }
         // Whatever is still queued or asked cannot be served any more.
-        self.commands.clear();
         self.shared.refuse_the_rest();
         info!(address = %self.shared.address, "RPC environment stopped");
     }
