@@ -293,7 +293,8 @@ impl Sleeper {
 /// On the loop thread's way out: the environment is marked stopping, and the loop is
 /// shut down (unless the thread is panicking: its state may be half-updated) and
 /// dropped, so that its sockets close, lent threads find it gone, and the loop's own
-/// handle on the shared state goes.
+/// handle on the shared state goes; commands still queued and asks still waiting are
+/// refused, after a panic too.
 struct ShutDownOnExit<'a> {
     shared: &'a Shared,
 }
