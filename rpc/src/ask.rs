@@ -9,7 +9,9 @@
 //! model-checked with loom, with the endings racing on threads.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
 use std::ops::DerefMut;
 use std::time::{Duration, Instant};
 
@@ -165,7 +167,7 @@ pub struct Registered {
 #[derive(Debug)]
 pub struct PendingAsks<C, K> {
     next_id: u64,
-    entries: HashMap<u64, PendingAsk<C, K>>,
+    entries: FxHashMap<u64, PendingAsk<C, K>>,
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// When the loop last said it would wake up by itself; `None`: only when woken.
     loop_wakes_at: Option<Instant>,
@@ -182,7 +184,7 @@ impl<C, K: PartialEq + Copy> PendingAsks<C, K> {
     pub fn new() -> Self {
         PendingAsks {
             next_id: 1,
-            entries: HashMap::new(),
+            entries: FxHashMap::default(),
             deadlines: BinaryHeap::new(),
             loop_wakes_at: None,
         }

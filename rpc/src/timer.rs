@@ -3,7 +3,9 @@
 //! Pure bookkeeping: the loop passes `now` in, so tests drive it with made-up instants.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
 use std::time::{Duration, Instant};
 
 /// The shortest period a periodic timer gets.
@@ -44,11 +46,11 @@ struct Timer<T> {
 #[derive(Debug)]
 pub struct TimerQueue<T> {
     next_id: u64,
-    timers: HashMap<TimerId, Timer<T>>,
+    timers: FxHashMap<TimerId, Timer<T>>,
     // Deadlines with lazy deletion: an entry whose id is no longer in `timers`, or whose
     // deadline is not the timer's current one, is skipped when it comes up.
     deadlines: BinaryHeap<Reverse<(Instant, TimerId)>>,
-    current: HashMap<TimerId, Instant>,
+    current: FxHashMap<TimerId, Instant>,
 }
 
 impl<T: Clone> Default for TimerQueue<T> {
@@ -62,9 +64,9 @@ impl<T: Clone> TimerQueue<T> {
     pub fn new() -> Self {
         TimerQueue {
             next_id: 1,
-            timers: HashMap::new(),
+            timers: FxHashMap::default(),
             deadlines: BinaryHeap::new(),
-            current: HashMap::new(),
+            current: FxHashMap::default(),
         }
     }
 
