@@ -139,6 +139,10 @@ pub(crate) enum Command {
     Unregister(SharedStr),
     /// Stop the environment.
     Stop,
+    /// Panic on the loop thread: lets tests check what the thread's death leaves behind,
+    /// which no endpoint can cause (the loop catches their panics).
+    #[cfg(all(test, not(loom)))]
+    PanicForTest,
 }
 
 /// The answer a registration waits for. Dropped unanswered (the loop shut down before it
@@ -848,5 +852,56 @@ mod tests {
             .recv_timeout(Duration::from_secs(10))
             .expect("register answers once the loop is gone");
         assert!(matches!(result, Err(RpcError::Stopped)), "{result:?}");
+    }
+
+    /// Runs `f` on a thread of its own; fails the test if it takes more than 10 s, rather
+    /// than hanging it.
+    fn within_10s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (answer, answered) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = answer.send(f());
+        });
+        answered
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{what} waits for a loop thread that died"))
+    }
+
+    /// A panic of the loop thread itself (a bug in the loop: handlers' panics are caught)
+    /// must leave nobody waiting: an ask in flight is answered, a registration and a send
+    /// after it are refused, and stopping the environment returns.
+    #[test]
+    fn a_loop_thread_that_panics_refuses_what_waits_and_what_comes() {
+        let env = RpcEnv::new(&Conf::default()).unwrap();
+        let handle = env.handle();
+        let quiet = handle.register("quiet", Quiet).unwrap();
+        let asker = quiet.clone();
+        let (answer, answered) = mpsc::channel();
+        std::thread::spawn(move || {
+            let asked = asker.ask_timeout(&Message::ReviveOffers, Duration::from_secs(600));
+            let _ = answer.send(asked.map(|_| ()));
+        });
+        // The ask waits (Quiet never replies) before the loop dies.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while handle.shared.asks.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "the ask never got under way");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(handle.shared.command(Command::PanicForTest).is_ok());
+
+        let asked = answered
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the ask in flight is answered once the loop thread is gone");
+        assert!(matches!(asked, Err(RpcError::Stopped)), "{asked:?}");
+        let registered = within_10s("register", {
+            let handle = handle.clone();
+            move || handle.register("late", Quiet).map(|_| ())
+        });
+        assert!(
+            matches!(registered, Err(RpcError::Stopped)),
+            "{registered:?}"
+        );
+        let sent = quiet.send(&Message::ReviveOffers);
+        assert!(matches!(sent, Err(RpcError::Stopped)), "{sent:?}");
+        within_10s("stop", move || env.stop());
     }
 }

@@ -571,6 +571,8 @@ impl EventLoop {
                 }
             }
             Command::Stop => self.stopping = true,
+            #[cfg(all(test, not(loom)))]
+            Command::PanicForTest => panic!("the loop thread panics, as a test asked"),
         }
     }
 
