@@ -27,7 +27,12 @@
 //!   ([`loopback_cost`]): one thread writes a LaunchTask-sized frame into one end of a
 //!   connection and reads it at the other, then the StatusUpdate-sized frame back, with
 //!   no other thread and no wait. With every CPU of the machine doing nothing but that
-//!   work, no schedule without pipelining could launch more, whatever its scheduler.
+//!   work, no schedule without pipelining could launch more, whatever its scheduler;
+//! - what flint adds to a task, free of placement: the strict schedule with a driver
+//!   and one executor process all on one CPU, and the raw TCP schedule on that CPU
+//!   ([`one_cpu_strict`]), in microseconds of the CPU per task. With one CPU there is
+//!   no idle time and no placement to vary from run to run; their difference is
+//!   flint's own work, system calls and switches per task.
 //!
 //! Executors are real `flint executor` processes started by a local cluster manager.
 //!
@@ -318,6 +323,8 @@ pub struct BenchReport {
     pub loopback_cpu_us: f64,
     /// CPUs of this machine, shared by the driver and the executors.
     pub cpus: u32,
+    /// The strict schedule on one CPU ([`one_cpu_strict`]), if threads could be pinned.
+    pub one_cpu: Option<OneCpuStrict>,
     /// Throughput with `executor.taskPrefetch = prefetch`.
     pub pipelined_tps: f64,
     /// The prefetch of the pipelined job.
@@ -359,6 +366,11 @@ impl BenchReport {
         f64::from(self.cpus) / (self.loopback_cpu_us / 1e6)
     }
 
+    /// flint's CPU per task on one CPU over raw TCP's ([`one_cpu_strict`]).
+    pub fn one_cpu_ratio(&self) -> Option<f64> {
+        self.one_cpu.map(|one| one.flint_us / one.raw_us)
+    }
+
     /// Strict throughput over [`BenchReport::loopback_cpu_bound_tps`].
     pub fn strict_cpu_bound_ratio(&self) -> f64 {
         self.strict_tps / self.loopback_cpu_bound_tps()
@@ -367,12 +379,11 @@ impl BenchReport {
     /// One JSON object.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"raw_strict_tps\":{:.0},\"raw_strict_ratio\":{:.3},\"loopback_cpu_us\":{:.2},\"cpus\":{},\"loopback_cpu_bound_tps\":{:.0},\"strict_cpu_bound_ratio\":{:.3},\"pipelined_tps\":{:.0},\"prefetch\":{},\"ask_rtt_us\":{:.2},\"ask_floor_rtt_us\":{:.2},\"ask_ratio\":{:.3},\"ask_ratio_range\":[{:.3},{:.3}],\"one_way_msgs_per_sec\":{:.0},\"one_way_min_msgs_per_sec\":{:.0},\"version\":{}}}",
+            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"raw_strict_tps\":{:.0},\"raw_strict_ratio\":{:.3},\"loopback_cpu_us\":{:.2},\"cpus\":{},\"loopback_cpu_bound_tps\":{:.0},\"strict_cpu_bound_ratio\":{:.3},\"one_cpu_strict_us\":{},\"one_cpu_raw_strict_us\":{},\"one_cpu_strict_ratio\":{},\"pipelined_tps\":{:.0},\"prefetch\":{},\"ask_rtt_us\":{:.2},\"ask_floor_rtt_us\":{:.2},\"ask_ratio\":{:.3},\"ask_ratio_range\":[{:.3},{:.3}],\"one_way_msgs_per_sec\":{:.0},\"one_way_min_msgs_per_sec\":{:.0},\"version\":{}}}",
             self.floor_rtt_us,
             self.floor_rtt_p99_us,
             self.floor_rtt_free_us,
-            self.floor_rtt_one_cpu_us
-                .map_or("null".to_owned(), |us| format!("{us:.2}")),
+            json_number(self.floor_rtt_one_cpu_us, 2),
             self.busy_rtt_us,
             self.busy_rtt_p99_us,
             self.frames.launch,
@@ -394,6 +405,9 @@ impl BenchReport {
             self.cpus,
             self.loopback_cpu_bound_tps(),
             self.strict_cpu_bound_ratio(),
+            json_number(self.one_cpu.map(|one| one.flint_us), 2),
+            json_number(self.one_cpu.map(|one| one.raw_us), 2),
+            json_number(self.one_cpu_ratio(), 3),
             self.pipelined_tps,
             self.prefetch,
             self.transport.ask_us,
@@ -470,6 +484,20 @@ impl BenchReport {
                 ),
             ),
             (
+                "no pipelining, all on one CPU: CPU per task".to_owned(),
+                self.one_cpu
+                    .map_or("-".to_owned(), |one| format!("{:.1} us", one.flint_us)),
+                self.one_cpu
+                    .map_or("threads cannot be pinned here".to_owned(), |one| {
+                        format!(
+                            "raw TCP {:.1} us: flint adds {:.1} us, {:.2} x",
+                            one.raw_us,
+                            one.flint_us - one.raw_us,
+                            one.flint_us / one.raw_us
+                        )
+                    }),
+            ),
+            (
                 format!("{} noop tasks, prefetch {}", self.tasks, self.prefetch),
                 format!("{:.0} tasks/s", self.pipelined_tps),
                 format!(
@@ -503,6 +531,62 @@ impl BenchReport {
         }
         out
     }
+}
+
+/// A JSON number with `decimals` places, or `null`.
+fn json_number(value: Option<f64>, decimals: usize) -> String {
+    value.map_or("null".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+/// The strict schedule with everything on one CPU ([`one_cpu_strict`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OneCpuStrict {
+    /// flint: microseconds of the CPU per task, a driver and one executor process.
+    pub flint_us: f64,
+    /// The same schedule over raw TCP ([`raw_strict`] with one executor thread).
+    pub raw_us: f64,
+}
+
+/// Runs `tasks` noop tasks without pipelining on a driver and one executor process of
+/// one core, all on the machine's first CPU, then the same schedule over raw TCP on
+/// that CPU; `None` where threads cannot be pinned.
+///
+/// The measuring thread pins itself, and everything it starts inherits the CPU: the
+/// driver's threads and, forked from them, the executor process. The caller's own
+/// placement is left alone. On one CPU the time per task is CPU time, so the two
+/// figures compare flint's work per task with raw TCP's without the run-to-run
+/// variation of where the kernel puts three busy threads on two CPUs.
+pub fn one_cpu_strict(
+    program: &Path,
+    conf: &Conf,
+    tasks: u32,
+) -> Result<Option<OneCpuStrict>, JobError> {
+    let program = program.to_owned();
+    let mut conf = conf.clone();
+    conf.set("executor.taskPrefetch", "0");
+    let frames = FrameSizes::of_noop_task();
+    std::thread::spawn(move || -> Result<Option<OneCpuStrict>, JobError> {
+        if !pin_to_one_cpu() {
+            return Ok(None);
+        }
+        let mut cluster = BenchCluster::start(&program, &conf, 1, 1)?;
+        cluster.run_noop(tasks.min(10_000))?;
+        let elapsed = cluster.run_noop(tasks)?;
+        cluster.stop()?;
+        let raw_tps = raw_strict(frames, 1, u64::from(tasks)).map_err(io_error)?;
+        Ok(Some(OneCpuStrict {
+            flint_us: elapsed.as_secs_f64() * 1e6 / f64::from(tasks),
+            raw_us: 1e6 / raw_tps,
+        }))
+    })
+    .join()
+    .map_err(|_| io_error(std::io::Error::other("the one-CPU measurement panicked")))?
+}
+
+fn io_error(e: std::io::Error) -> JobError {
+    JobError::Driver(flint_scheduler::DriverError::Rpc(flint_rpc::RpcError::Io(
+        e,
+    )))
 }
 
 fn histogram() -> Histogram<u64> {
@@ -720,11 +804,6 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
     let pairs = options.conf.iter().map(|(k, v)| format!("{k}={v}"));
     let base = Conf::from_pairs(pairs)?;
     let frames = FrameSizes::of_noop_task();
-    let io_error = |e| {
-        JobError::Driver(flint_scheduler::DriverError::Rpc(flint_rpc::RpcError::Io(
-            e,
-        )))
-    };
     let blocking = floor_round_trip(frames, options.samples).map_err(io_error)?;
     let (floor, floor_p99) = blocking.best();
     let (busy, busy_p99) =
@@ -761,6 +840,7 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
     let pipelined_tps = throughput(options.prefetch)?;
     let loopback = loopback_cost(frames, options.samples).map_err(io_error)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let one_cpu = one_cpu_strict(&options.program, &base, options.tasks)?;
     let transport = measure_transport(&base, TransportRounds::default())
         .map_err(|e| JobError::Driver(flint_scheduler::DriverError::Rpc(e)))?;
     let cores = options.executors as u32;
@@ -782,6 +862,7 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
         raw_strict_tps,
         loopback_cpu_us: micros(loopback),
         cpus,
+        one_cpu,
         pipelined_tps,
         prefetch: options.prefetch,
         transport,
@@ -878,6 +959,10 @@ mod tests {
             raw_strict_tps: 125_000.0,
             loopback_cpu_us: 16.0,
             cpus: 2,
+            one_cpu: Some(OneCpuStrict {
+                flint_us: 20.0,
+                raw_us: 16.0,
+            }),
             pipelined_tps: 1_200_000.0,
             prefetch: 64,
             transport: TransportReport {
@@ -911,6 +996,9 @@ mod tests {
             "\"cpus\":2",
             "\"loopback_cpu_bound_tps\":125000",
             "\"strict_cpu_bound_ratio\":0.680",
+            "\"one_cpu_strict_us\":20.00",
+            "\"one_cpu_raw_strict_us\":16.00",
+            "\"one_cpu_strict_ratio\":1.250",
             "\"ask_rtt_us\":18.00",
             "\"ask_floor_rtt_us\":15.00",
             "\"ask_ratio\":1.200",
@@ -939,5 +1027,17 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("3000000 msgs/s"), "{table}");
+        assert!(
+            table.contains("raw TCP 16.0 us: flint adds 4.0 us, 1.25 x"),
+            "{table}"
+        );
+        let unpinned = BenchReport {
+            one_cpu: None,
+            ..report
+        };
+        assert!(unpinned.to_json().contains("\"one_cpu_strict_ratio\":null"));
+        assert!(unpinned
+            .to_table()
+            .contains("threads cannot be pinned here"));
     }
 }

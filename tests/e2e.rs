@@ -752,3 +752,17 @@ fn ctrl_c_stops_flint_run_and_every_executor_it_started() {
         });
     }
 }
+
+/// `flint bench`'s one-CPU figure: a real driver and executor process run the strict
+/// schedule on one CPU, and the raw TCP schedule runs beside it.
+#[test]
+fn the_one_cpu_strict_schedule_runs_a_job_and_raw_tcp_beside_it() {
+    let measured =
+        flint::bench::one_cpu_strict(std::path::Path::new(FLINT), &Conf::default(), 2_000)
+            .expect("the job runs");
+    // None: threads cannot be pinned on this machine, and there is nothing to compare.
+    if let Some(one) = measured {
+        assert!(one.flint_us.is_finite() && one.flint_us > 0.0, "{one:?}");
+        assert!(one.raw_us.is_finite() && one.raw_us > 0.0, "{one:?}");
+    }
+}
