@@ -134,7 +134,8 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr; `FLINT_LOG` (or `RUST_LOG`) sets the filter, WARN by default so
-/// that a job's output stays readable.
+/// that a job's output stays readable. Colours only on a terminal: a log redirected to a
+/// file (or an executor's, collected by its driver) stays plain text.
 fn init_logging() {
     let filter = std::env::var("FLINT_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
@@ -142,6 +143,7 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 

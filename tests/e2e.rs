@@ -462,6 +462,9 @@ fn the_cli_runs_the_main_job_and_prints_json() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("failed 2 times"), "{stderr}");
+    // The log went to a pipe, not a terminal: plain text, without colour codes.
+    assert!(stderr.contains(" WARN "), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "{stderr}");
 }
 
 #[test]
