@@ -11,6 +11,12 @@
 //! one of them sees the other's flag: either the loop stays up for the item, or the
 //! producer wakes it. None is stranded.
 //!
+//! "Once per sleep" needs two things. The flag that says a wake-up was sent is cleared
+//! as each sleep begins: a producer that saw the previous sleep late may set it after
+//! that sleep ended. And the wake-up must reach the sleeping thread itself: one that
+//! another thread can take on its way (a lent thread polling the loop's poller) would
+//! spend the sleep's only wake-up on a thread that is not asleep.
+//!
 //! A loop that shuts down closes the queue: it takes what is left, and every later push
 //! hands its item back to the producer, which can then fail it (a registration waiting
 //! for its answer) instead of leaving it where nobody will look.
@@ -20,7 +26,8 @@ use crate::sync::{AtomicBool, Mutex, Ordering};
 
 /// Something that wakes the loop (a mio `Waker` in production).
 pub trait Notify: Send + Sync {
-    /// Wakes the loop. Called at most once per sleep of the loop thread.
+    /// Wakes the loop thread wherever it sleeps. Called at most once per sleep of the
+    /// loop thread, so no other thread may take the wake-up instead.
     fn notify(&self);
 }
 
@@ -99,11 +106,18 @@ impl<T, N: Notify> Handoff<T, N> {
     /// The loop thread calls `sleep` unless work is pending; a producer that comes while
     /// it sleeps wakes it (once). `None` if it did not sleep.
     pub fn sleep_unless_pending<R>(&self, sleep: impl FnOnce() -> R) -> Option<R> {
+        // Cleared before the sleep is announced, not after the last one ended: a producer
+        // that saw the last sleep may set it late, and would otherwise silence every
+        // producer of this one. One that sees this sleep sees it cleared. A
+        // read-modify-write, so that it comes after every earlier producer's swap.
+        self.notified.swap(false, Ordering::AcqRel);
         self.asleep.swap(true, Ordering::AcqRel);
         // A read-modify-write, not a load (see the module's documentation).
         let slept = (!self.pending.fetch_or(false, Ordering::AcqRel)).then(sleep);
-        self.asleep.store(false, Ordering::Release);
-        self.notified.store(false, Ordering::Release);
+        // A read-modify-write too: it synchronizes with every producer that saw this
+        // sleep (their looks at `asleep` form a release sequence), so the turns after it
+        // see what they queued even when another producer's wake-up ended the sleep.
+        self.asleep.swap(false, Ordering::AcqRel);
         slept
     }
 
@@ -197,7 +211,7 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_models {
     use super::*;
-    use crate::sync::Arc;
+    use crate::sync::{Arc, Condvar};
 
     /// The loop's wake-up, as a flag behind a mutex (an eventfd, for the model).
     struct FlagNotify(Arc<Mutex<bool>>);
@@ -282,6 +296,65 @@ mod loom_models {
             if slept == Some(false) {
                 assert!(took, "asleep past a wake-up it never saw");
             }
+        });
+    }
+
+    /// The eventfd, for a model whose loop really sleeps: a wake-up is a flag that a
+    /// turn's poll takes and a sleep waits for.
+    struct EventFd(Arc<(Mutex<bool>, Condvar)>);
+
+    impl Notify for EventFd {
+        fn notify(&self) {
+            let (written, readable) = &*self.0;
+            *written.lock().unwrap() = true;
+            readable.notify_one();
+        }
+    }
+
+    /// Several sleeps in a row: one producer pushes twice, another once, while the loop
+    /// turns and sleeps until it has all three items. A sleep waits for a wake-up and
+    /// nothing else, so an item left without one is a deadlock, which loom reports.
+    /// Catches a wake-up flag left set by a producer that saw the previous sleep late.
+    #[test]
+    fn loom_every_sleep_can_be_woken() {
+        loom::model(|| {
+            let eventfd = Arc::new((Mutex::new(false), Condvar::new()));
+            let handoff = Arc::new(Handoff::new(EventFd(eventfd.clone())));
+            let twice = {
+                let handoff = handoff.clone();
+                loom::thread::spawn(move || {
+                    handoff.push(0).unwrap();
+                    handoff.push(1).unwrap();
+                })
+            };
+            let once = {
+                let handoff = handoff.clone();
+                loom::thread::spawn(move || handoff.push(2).unwrap())
+            };
+            let (written, readable) = &*eventfd;
+            let mut seen = Vec::new();
+            loop {
+                // A turn: its poll takes a wake-up written before it, then the queue.
+                *written.lock().unwrap() = false;
+                if handoff.take_pending() {
+                    let mut items = Vec::new();
+                    handoff.drain(&mut items);
+                    seen.append(&mut items);
+                }
+                if seen.len() == 3 {
+                    break;
+                }
+                handoff.sleep_unless_pending(|| {
+                    let mut woken = written.lock().unwrap();
+                    while !*woken {
+                        woken = readable.wait(woken).unwrap();
+                    }
+                });
+            }
+            twice.join().unwrap();
+            once.join().unwrap();
+            seen.sort_unstable();
+            assert_eq!(seen, vec![0, 1, 2]);
         });
     }
 
