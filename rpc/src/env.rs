@@ -164,12 +164,21 @@ impl Drop for RegisterReply {
     }
 }
 
-pub(crate) struct WakerNotify(pub(crate) mio::Waker);
+/// Wakes the loop thread wherever it sleeps: on the [`Sleeper`] between turns, or on
+/// the loop's own poller in the shutdown's flush wait. The poller's wake-up alone would
+/// not do: it reaches the [`Sleeper`] only through the poller, where a thread lent to
+/// the loop may take it first and leave the loop thread asleep, with the one wake-up of
+/// its sleep spent.
+pub(crate) struct WakerNotify {
+    pub(crate) poller: mio::Waker,
+    pub(crate) sleeper: Arc<mio::Waker>,
+}
 
 impl Notify for WakerNotify {
     fn notify(&self) {
         // A failed wake-up can only mean the loop is gone, which stop() handles.
-        let _ = self.0.wake();
+        let _ = self.sleeper.wake();
+        let _ = self.poller.wake();
     }
 }
 
@@ -737,6 +746,7 @@ impl RpcEnv {
             use std::os::fd::AsRawFd;
             Sleeper::watching(poll.as_raw_fd())?
         };
+        let sleeper_waker = Arc::new(sleeper_waker);
         let local = Arc::new(Outbox::new(
             LOCAL_KEY,
             OutboxKind::Local,
@@ -746,7 +756,10 @@ impl RpcEnv {
         ));
         let shared = Arc::new(Shared {
             settings,
-            handoff: Handoff::new(WakerNotify(waker)),
+            handoff: Handoff::new(WakerNotify {
+                poller: waker,
+                sleeper: sleeper_waker.clone(),
+            }),
             asks: Mutex::new(PendingAsks::new()),
             outgoing: Mutex::new(FxHashMap::default()),
             local,

@@ -74,14 +74,15 @@ pub(crate) struct LoopCell {
     /// turns, to shut the loop down.
     stopping: AtomicBool,
     loop_thread: OnceLock<Thread>,
-    /// Wakes the loop thread from its sleep on [`Sleeper`].
-    sleeper_waker: Waker,
+    /// Wakes the loop thread from its sleep on [`Sleeper`] (shared with the hand-off's
+    /// notifier).
+    sleeper_waker: Arc<Waker>,
 }
 
 impl LoopCell {
     /// A cell to be filled by [`LoopCell::install`]; `sleeper_waker` is the
     /// [`Sleeper`]'s.
-    pub(crate) fn new(sleeper_waker: Waker) -> Self {
+    pub(crate) fn new(sleeper_waker: Arc<Waker>) -> Self {
         LoopCell {
             core: Mutex::new(None),
             handover: Handover::new(),

@@ -1583,3 +1583,60 @@ fn a_deadline_left_by_a_lent_turn_is_kept_once_the_lent_thread_stops_turning() {
     probe.wait_for("the timer", |seen| seen.contains(&Seen::Timer));
     drop(lease);
 }
+
+/// A command handed to the loop while its thread sleeps and a lent thread turns the
+/// loop: the lent turn may take the command and the wake-up meant for the sleeping
+/// thread. A command handed over after the lent thread stopped must still wake the loop
+/// thread (before the fix, it waited for the next socket event or timer: here, never).
+#[test]
+fn a_wake_up_taken_by_a_lent_turn_does_not_silence_the_next_one() {
+    /// Registers an endpoint from a thread of its own; Err if it takes over 10 s.
+    fn register_within_10s(
+        env: &flint_rpc::RpcEnvHandle,
+        name: &'static str,
+    ) -> Result<(), String> {
+        let (done, answered) = std::sync::mpsc::channel();
+        let env = env.clone();
+        std::thread::spawn(move || {
+            let _ = done.send(env.register(name, Probe::default()).map(|_| ()));
+        });
+        match answered.recv_timeout(Duration::from_secs(10)) {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("registering {name} waited 10 s for the loop")),
+        }
+    }
+    let server = env(&["rpc.io.busyPoll=0"]);
+    let handle = server.handle();
+    for round in 0..5 {
+        // Lent, but not turning yet: the loop thread sleeps on its poller, with no
+        // deadline of its own.
+        let lease = handle.lend();
+        std::thread::sleep(Duration::from_millis(20));
+        let first = {
+            let handle = handle.clone();
+            std::thread::spawn(move || {
+                handle
+                    .register(["a0", "a1", "a2", "a3", "a4"][round], Probe::default())
+                    .map(|_| ())
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !first.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "the first registration never ended"
+            );
+            if !lease.turn() {
+                std::thread::yield_now();
+            }
+        }
+        first.join().unwrap().unwrap();
+        drop(lease);
+        std::thread::sleep(Duration::from_millis(20));
+        if let Err(e) = register_within_10s(&handle, ["b0", "b1", "b2", "b3", "b4"][round]) {
+            // Stopping would wait for the same loop: leave it, and fail now.
+            std::mem::forget(server);
+            panic!("round {round}: {e}");
+        }
+    }
+}
