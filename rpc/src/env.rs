@@ -388,7 +388,9 @@ impl RpcEnvHandle {
         writer: Writer,
     ) -> Result<(), RpcError> {
         if self.push_deferred(outbox, route, message)? {
-            self.flush(outbox, writer);
+            // Refused: the loop shut down after the check above, and nobody will write
+            // the frame.
+            self.flush(outbox, writer)?;
         }
         Ok(())
     }
@@ -408,18 +410,21 @@ impl RpcEnvHandle {
 
     /// Sends what the outbox holds: for [`Writer::Caller`] from this thread straight to
     /// the socket when it can ([`Outbox::write_through`]), else by the loop. Returns
-    /// whether the loop was told. The loop's own sends are left to the end of its batch,
-    /// which writes them together.
-    fn flush(&self, outbox: &Arc<Outbox>, writer: Writer) -> bool {
+    /// whether the loop was told; [`RpcError::Stopped`] if the loop has shut down (and
+    /// closed every connection), so that nobody will write what the outbox holds. The
+    /// loop's own sends are left to the end of its batch, which writes them together.
+    fn flush(&self, outbox: &Arc<Outbox>, writer: Writer) -> Result<bool, RpcError> {
         if writer == Writer::Caller && !self.shared.in_loop_turn() && outbox.write_through() {
             if self.shared.stopped.load(Ordering::Acquire) {
                 // A stopping loop waits for queued bytes to leave; these left without it.
                 self.shared.handoff.wake();
             }
-            return false;
+            return Ok(false);
         }
-        // Refused only once the loop has shut down and closed every connection.
-        self.shared.command(Command::Flush(outbox.clone())).is_ok()
+        match self.shared.command(Command::Flush(outbox.clone())) {
+            Ok(()) => Ok(true),
+            Err(_) => Err(RpcError::Stopped),
+        }
     }
 }
 
@@ -560,7 +565,8 @@ impl EndpointRef {
     /// sender's flush.)
     pub fn flush(&self) {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
-            self.env.flush(&self.outbox(), Writer::Caller);
+            // Refused only once the environment has stopped, which the sends said.
+            let _ = self.env.flush(&self.outbox(), Writer::Caller);
         }
     }
 
@@ -569,7 +575,8 @@ impl EndpointRef {
     /// call of [`EndpointRef::flush`] would be a delay.
     pub fn flush_in_background(&self) {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
-            self.env.flush(&self.outbox(), Writer::Loop);
+            // Refused only once the environment has stopped, which the sends said.
+            let _ = self.env.flush(&self.outbox(), Writer::Loop);
         }
     }
 
@@ -678,7 +685,9 @@ impl EndpointRef {
                 wake_loop,
                 sent: flush,
             } => {
-                let told = flush && self.env.flush(&outbox, Writer::Caller);
+                // A refusal leaves the ask to its timeout or to the shutdown's refusal of
+                // every waiting ask: it is registered, and its waiter is called once.
+                let told = flush && self.env.flush(&outbox, Writer::Caller).unwrap_or(false);
                 if !told && wake_loop && loop_times_out && !shared.in_loop_turn() {
                     // Nothing else may wake the loop (the outbox waits for a deferred
                     // flush, say), and it sleeps past this ask's deadline.
@@ -865,6 +874,23 @@ mod tests {
             .recv_timeout(Duration::from_secs(10))
             .expect("register answers once the loop is gone");
         assert!(matches!(result, Err(RpcError::Stopped)), "{result:?}");
+    }
+
+    /// A send that passed the check that the environment runs, then found the loop shut
+    /// down, is refused: nobody will write its frame, so it must not report success.
+    #[test]
+    fn a_send_racing_the_shutdown_is_refused_not_reported_sent() {
+        let env = RpcEnv::new(&Conf::default()).unwrap();
+        let handle = env.handle();
+        let remote = handle.endpoint_ref("127.0.0.1:9".parse().unwrap(), "anyone");
+        let local = handle.local_ref("anyone");
+        env.stop();
+        // As if the check had passed just before the loop shut down.
+        handle.shared.stopped.store(false, Ordering::Release);
+        for target in [&remote, &local] {
+            let sent = target.send(&Message::ReviveOffers);
+            assert!(matches!(sent, Err(RpcError::Stopped)), "{sent:?}");
+        }
     }
 
     /// Runs `f` on a thread of its own; fails the test if it takes more than 10 s, rather
