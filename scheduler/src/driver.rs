@@ -286,6 +286,23 @@ impl Driver {
         Ok(())
     }
 
+    /// The seeds' `removeWorker`: a blocking RemoveWorker to the driver endpoint, for a
+    /// cluster manager that lost a worker (the scheduler hears of it; its executors are
+    /// removed as they disconnect).
+    pub fn remove_worker(
+        &self,
+        worker_id: &str,
+        host: &str,
+        message: &str,
+    ) -> Result<(), DriverError> {
+        self.endpoint.ask(&Message::RemoveWorker {
+            worker_id: worker_id.into(),
+            host: host.into(),
+            message: message.into(),
+        })?;
+        Ok(())
+    }
+
     /// Excludes a host for the application: its offers are ignored and executors from
     /// it are refused ("Executor is blacklisted: ...").
     pub fn exclude_host(&self, host: &str) {

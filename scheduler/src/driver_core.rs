@@ -338,6 +338,13 @@ impl DriverCore {
         if self.executors.contains_key(&executor_id) {
             return Err(format!("Duplicate executor ID: {executor_id}"));
         }
+        // A connection speaks for one executor: a second id on it would let one peer
+        // hold many ids, and only the last would be removed when it disconnects.
+        if let Some(registered) = address.and_then(|a| self.address_to_executor.get(&a)) {
+            return Err(format!(
+                "Executor {executor_id} cannot register on the connection executor {registered} registered on"
+            ));
+        }
         if self.scheduler.is_host_excluded(&host) {
             info!("Rejecting {executor_id} as it has been blacklisted.");
             return Err(format!("Executor is blacklisted: {executor_id}"));
@@ -348,7 +355,7 @@ impl DriverCore {
             self.address_to_executor
                 .insert(address, executor_id.clone());
         }
-        self.total_core_count += cores;
+        self.total_core_count = self.total_core_count.saturating_add(cores);
         if self.num_pending_executors > 0 {
             self.num_pending_executors -= 1;
             debug!(
@@ -356,7 +363,11 @@ impl DriverCore {
                 self.num_pending_executors
             );
         }
-        let free_slots = cores + self.settings.prefetch * self.settings.task_cpus;
+        let free_slots = cores.saturating_add(
+            self.settings
+                .prefetch
+                .saturating_mul(self.settings.task_cpus),
+        );
         self.executors.insert(
             executor_id.clone(),
             ExecutorData {
@@ -380,6 +391,32 @@ impl DriverCore {
 
     // ---- status updates ------------------------------------------------------------
 
+    /// Whether a message from `sender` (its connection's remote address; `None` from this
+    /// process) may speak for `executor_id`: from this process always; from a remote
+    /// peer only on the connection that executor registered on, or, for an id no
+    /// executor holds, on a connection no other executor registered on. Otherwise any
+    /// peer could report another executor's tasks, mark it lost, or keep it alive with
+    /// heartbeats. The error says why, for the log.
+    pub(crate) fn sender_may_speak_for(
+        &self,
+        sender: Option<SocketAddr>,
+        executor_id: &str,
+    ) -> Result<(), String> {
+        let Some(sender) = sender else {
+            return Ok(());
+        };
+        match self.address_to_executor.get(&sender) {
+            Some(registered) if &**registered != executor_id => Err(format!(
+                "it says it is executor {executor_id} but registered as {registered}"
+            )),
+            Some(_) => Ok(()),
+            None if self.executors.contains_key(executor_id) => Err(format!(
+                "executor {executor_id} registered on another connection"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The StatusUpdate handler. `sender` is the connection's remote address: an update
     /// is taken only from the connection its executor registered on, and only for a task
     /// that runs on that executor.
@@ -392,13 +429,10 @@ impl DriverCore {
         state: TaskState,
         outcome: TaskOutcome,
     ) {
-        if let Some(sender) = sender {
-            if let Some(registered) = self.address_to_executor.get(&sender) {
-                if &**registered != executor_id {
-                    warn!("Ignored task status update ({task_id} state {state}) from {sender}: it says it is executor {executor_id} but registered as {registered}");
-                    return;
-                }
-            }
+        if let Err(why) = self.sender_may_speak_for(sender, executor_id) {
+            let from = sender.map_or_else(|| "this process".to_owned(), |s| s.to_string());
+            warn!("Ignored task status update ({task_id} state {state}) from {from}: {why}");
+            return;
         }
         // Whether the scheduler runs this attempt on this executor: only then does a
         // finished update free its cores, so an attempt is credited once.
@@ -437,7 +471,10 @@ impl DriverCore {
             }
         }
         let mut outcome = outcome;
-        if state == TaskState::Finished {
+        // Only an attempt running on this executor has a result to count and fetch: for
+        // any other task id the scheduler ignores the update, and a fetch would hold
+        // memory for a result nobody waits for.
+        if state == TaskState::Finished && runs_here {
             let size = match &outcome {
                 TaskOutcome::Direct { value, .. } => value.len() as u64,
                 TaskOutcome::Indirect { size, .. } => *size,
@@ -485,8 +522,8 @@ impl DriverCore {
             return true;
         };
         let entry = self.result_sizes.entry(task_set).or_default();
-        entry.0 += size;
-        entry.1 += 1;
+        entry.0 = entry.0.saturating_add(size);
+        entry.1 = entry.1.saturating_add(1);
         if entry.0 <= limit {
             return true;
         }

@@ -63,6 +63,16 @@ impl Endpoint for DriverEndpoint {
     }
 
     fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        if let Some(sender) = message.sender() {
+            if is_for_the_driver_process_only(message.message()) {
+                let kind = message.message().kind();
+                warn!(%sender, "the driver endpoint refused {kind} from a remote peer: only the driver's own process sends it");
+                let _ = message.reply_error(format!(
+                    "{kind} is taken only from the driver's own process"
+                ));
+                return;
+            }
+        }
         let now = ctx.now();
         let core = self.core.clone();
         let mut core = lock(&core);
@@ -181,6 +191,24 @@ impl Endpoint for DriverEndpoint {
     }
 }
 
+/// Messages that only the driver's own process sends to its endpoint (its [`Driver`]
+/// handle and cluster manager): from a remote peer they would let anyone stop the
+/// driver or its executors, kill tasks, or remove executors.
+///
+/// [`Driver`]: crate::Driver
+fn is_for_the_driver_process_only(message: &ArchivedMessage) -> bool {
+    matches!(
+        message,
+        ArchivedMessage::ReviveOffers
+            | ArchivedMessage::KillTask { .. }
+            | ArchivedMessage::KillExecutorsOnHost { .. }
+            | ArchivedMessage::RemoveExecutor { .. }
+            | ArchivedMessage::RemoveWorker { .. }
+            | ArchivedMessage::StopExecutors
+            | ArchivedMessage::StopDriver
+    )
+}
+
 /// The driver's heartbeat receiver: executors' heartbeats in (their tasks' metrics go to
 /// the task scheduler), re-registration asked of unknown executors, and silent
 /// executors expired after `network.timeout`. Its timer also takes the cluster
@@ -211,11 +239,26 @@ impl Endpoint for HeartbeatReceiver {
             let _ = message.reply_error(format!("{kind} is not a heartbeat"));
             return;
         };
+        let executor_id = heartbeat.executor_id.as_str();
+        let mut core = lock(&self.core);
+        if let Err(why) = core.sender_may_speak_for(message.sender(), executor_id) {
+            // Not a stranger to be told to register: the executor it names is
+            // registered, on another connection.
+            let from = message
+                .sender()
+                .map_or_else(|| "this process".to_owned(), |s| s.to_string());
+            warn!("Ignored heartbeat from {from}: {why}");
+            drop(core);
+            let _ = message.reply(&Message::HeartbeatResponse {
+                reregister_block_manager: false,
+            });
+            return;
+        }
         // Bounded by rpc.message.maxSize, as the frame it came in.
         let updates =
             rkyv::deserialize::<_, rancor::Error>(&heartbeat.accum_updates).unwrap_or_default();
-        let reregister =
-            lock(&self.core).heartbeat(Instant::now(), heartbeat.executor_id.as_str(), updates);
+        let reregister = core.heartbeat(Instant::now(), executor_id, updates);
+        drop(core);
         let _ = message.reply(&Message::HeartbeatResponse {
             reregister_block_manager: reregister,
         });

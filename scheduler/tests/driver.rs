@@ -790,17 +790,9 @@ fn a_lost_task_removes_its_executor_from_the_driver_which_may_then_register_agai
 #[test]
 fn remove_worker_reaches_the_scheduler_with_the_seeds_texts() {
     let (driver, _, _) = driver(&[]);
-    let peer = FakeExecutor::start(driver.address(), "rw-peer");
-    let reply = peer
-        .driver
-        .ask(&Message::RemoveWorker {
-            worker_id: "worker-9".into(),
-            host: "host-9".into(),
-            message: "the worker's machine went away".into(),
-        })
-        .unwrap()
-        .to_message();
-    assert_eq!(reply, Message::Ack { ok: true });
+    driver
+        .remove_worker("worker-9", "host-9", "the worker's machine went away")
+        .unwrap();
     assert!(logs().contains(
         Level::DEBUG,
         "Asked to remove worker worker-9 with reason the worker's machine went away"
@@ -1052,5 +1044,149 @@ fn an_executor_that_exited_is_removed_with_its_exit_and_replaced() {
         driver.wait_for_executors(1, WAIT),
         Err(DriverError::ExecutorsFailed(_))
     ));
+    driver.stop().unwrap();
+}
+
+/// A peer that did not register cannot speak for an executor that did: not report its
+/// tasks finished or lost, not keep it alive with heartbeats.
+#[test]
+fn a_stranger_cannot_speak_for_a_registered_executor() {
+    let (driver, _, _) = driver(&[]);
+    let honest = FakeExecutor::start(driver.address(), "imp-1");
+    honest.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    wait_until("a launch", || honest.inbox.launched().len() == 1);
+    let task_id = honest.inbox.launched()[0];
+    // Another connection, with the honest executor's id.
+    let impostor = FakeExecutor::start(driver.address(), "imp-1");
+    impostor.report(task_id, TaskState::Finished, b"forged");
+    wait_until("the forgery is refused", || {
+        logs().contains(
+            Level::WARN,
+            &format!("Ignored task status update ({task_id} state FINISHED) from 127.0.0.1:"),
+        ) && logs().contains(
+            Level::WARN,
+            "executor imp-1 registered on another connection",
+        )
+    });
+    impostor.report(task_id, TaskState::Lost, b"");
+    assert!(
+        !impostor.heartbeat(driver.address()),
+        "the executor it names is registered: it is not asked to register"
+    );
+    assert!(logs().contains(Level::WARN, "Ignored heartbeat from 127.0.0.1:"));
+    barrier(&driver);
+    assert_eq!(driver.executor_ids(), ["imp-1"], "not marked lost");
+    assert!(!handle.is_done());
+    honest.report(task_id, TaskState::Finished, b"real");
+    assert_eq!(handle.wait(WAIT).unwrap().results, [&b"real"[..]]);
+    driver.stop().unwrap();
+}
+
+/// What only the driver's own process sends its endpoint (stop it, stop the executors,
+/// remove one, kill a task) is refused from a remote peer, registered or not.
+#[test]
+fn control_messages_from_a_remote_peer_are_refused() {
+    let (driver, _, _) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "ctl-1");
+    executor.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    let task_id = executor.inbox.launched()[0];
+    let refused = |message: Message| {
+        let kind = message.kind();
+        let reply = executor.driver.ask(&message);
+        assert!(reply.is_err(), "{kind} was taken: {reply:?}");
+    };
+    refused(Message::RemoveExecutor {
+        executor_id: "ctl-1".into(),
+        reason: flint_wire::ExecutorLossReason::ExecutorKilled,
+    });
+    refused(Message::KillTask {
+        task_id,
+        executor_id: "ctl-1".into(),
+        interrupt_thread: false,
+        reason: "a stranger asked".into(),
+    });
+    refused(Message::StopExecutors);
+    refused(Message::StopDriver);
+    assert!(logs().contains(
+        Level::WARN,
+        "the driver endpoint refused StopDriver from a remote peer"
+    ));
+    barrier(&driver);
+    assert_eq!(driver.executor_ids(), ["ctl-1"]);
+    assert_eq!(
+        executor
+            .inbox
+            .count(|m| matches!(m, Message::KillTask { .. } | Message::StopExecutor)),
+        0
+    );
+    // The driver still runs its job.
+    executor.report(task_id, TaskState::Finished, b"ok");
+    assert_eq!(handle.wait(WAIT).unwrap().results, [&b"ok"[..]]);
+    driver.stop().unwrap();
+}
+
+/// One connection registers one executor: a second id on it is refused.
+#[test]
+fn a_connection_registers_one_executor() {
+    let (driver, _, _) = driver(&[]);
+    let first = FakeExecutor::start(driver.address(), "one-1");
+    assert_eq!(first.register("h", 1), Message::RegisteredExecutor);
+    // The first one's reference to the driver, so its connection, under another id.
+    let same_connection = FakeExecutor {
+        id: "one-2".to_owned(),
+        env: RpcEnv::new(&Conf::new()).unwrap(),
+        driver: first.driver.clone(),
+        inbox: Inbox::default(),
+    };
+    assert_eq!(
+        same_connection.register("h", u32::MAX),
+        Message::RegisterExecutorFailed {
+            message:
+                "Executor one-2 cannot register on the connection executor one-1 registered on"
+                    .into()
+        }
+    );
+    assert_eq!(driver.executor_ids(), ["one-1"]);
+    assert_eq!(driver.total_cores(), 1);
+    driver.stop().unwrap();
+}
+
+/// A large result is fetched only for a task running on the executor that reports it:
+/// for any other task id no fetch starts and nothing is reserved for it.
+#[test]
+fn a_large_result_is_fetched_only_for_a_task_running_there() {
+    let (driver, _, _) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "big-1");
+    executor.register("h", 1);
+    executor
+        .driver
+        .send(&Message::StatusUpdate(StatusUpdate {
+            executor_id: "big-1".into(),
+            task_id: 424_242,
+            state: TaskState::Finished,
+            outcome: TaskOutcome::Indirect {
+                block_id: flint_wire::BlockId::TaskResult { task_id: 424_242 },
+                size: 1 << 40,
+                metrics: TaskMetrics::default(),
+            },
+        }))
+        .unwrap();
+    wait_until("the update is ignored", || {
+        logs().contains(
+            Level::ERROR,
+            "Ignoring update with state FINISHED for TID 424242 because its task set is gone",
+        )
+    });
+    barrier(&driver);
+    assert_eq!(
+        executor
+            .inbox
+            .count(|m| matches!(m, Message::FetchBlockChunk { .. })),
+        0,
+        "a fetch started"
+    );
     driver.stop().unwrap();
 }
