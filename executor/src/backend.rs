@@ -364,6 +364,20 @@ impl ExecutorEndpoint {
 
 impl Endpoint for ExecutorEndpoint {
     fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        // Commands come from the driver, over the connection this executor opened to it,
+        // or from this process. Anyone else who connects to the executor's listener
+        // could otherwise launch or kill tasks, read or remove results, or stop it.
+        if let Some(sender) = message.sender() {
+            if sender != self.backend.driver_address {
+                let kind = message.message().kind().name();
+                warn!(%sender, "Ignored {kind} from a peer that is not the driver");
+                let _ = message.reply_error(format!(
+                    "executor {} takes commands only from its driver",
+                    self.backend.executor.executor_id()
+                ));
+                return;
+            }
+        }
         if let ArchivedMessage::LaunchTask(task) = message.message() {
             self.launch(&message, task);
             return;
@@ -413,7 +427,11 @@ impl Endpoint for ExecutorEndpoint {
                     backend.exit(ExecutorExit::Stopped);
                 }
             }
-            ArchivedMessage::Shutdown => backend.exit(ExecutorExit::Stopped),
+            // Sent by StopExecutor's handler above, from this process; the driver sends
+            // StopExecutor.
+            ArchivedMessage::Shutdown if message.sender().is_none() => {
+                backend.exit(ExecutorExit::Stopped)
+            }
             // Sent by run_executor once the driver accepted the registration.
             ArchivedMessage::RegisteredExecutor if message.sender().is_none() => {
                 info!("Successfully registered with driver");

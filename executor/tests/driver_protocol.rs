@@ -759,3 +759,39 @@ fn two_cores_run_two_tasks_at_once() {
         assert_eq!(failure(&update).1, "alone");
     }
 }
+
+/// Only the driver commands the executor: a stranger that connects to the executor's
+/// listener can neither launch, kill nor fetch, nor stop it.
+#[test]
+fn a_peer_that_is_not_the_driver_cannot_command_the_executor() {
+    let harness = Harness::start(Setup::default());
+    let registration = harness.wait_for("the registration", |s| s.registrations.first().cloned());
+    let address: SocketAddr = registration.executor_address.parse().unwrap();
+    let stranger = RpcEnv::new(&Conf::new()).unwrap();
+    let executor = stranger.handle().endpoint_ref(address, EXECUTOR_ENDPOINT);
+    for message in [
+        Message::LaunchTask(task(7, 0, "noop", b"")),
+        Message::StopExecutor,
+        Message::Shutdown,
+    ] {
+        let kind = message.kind();
+        let reply = executor.ask(&message);
+        assert!(
+            reply.is_err(),
+            "{kind} was taken from a stranger: {reply:?}"
+        );
+    }
+    wait_for_log(
+        "WARN",
+        "Ignored StopExecutor from a peer that is not the driver",
+    );
+    // Still the driver's: a launch from it runs, and its StopExecutor stops it.
+    harness.launch(task(1, 0, "noop", b""));
+    assert!(direct_value(&harness.update(1)).is_empty());
+    assert!(
+        lock(&harness.state).updates.iter().all(|u| u.task_id != 7),
+        "the stranger's task ran"
+    );
+    harness.executor().send(&Message::StopExecutor).unwrap();
+    assert_eq!(harness.exit(), ExecutorExit::Stopped);
+}
