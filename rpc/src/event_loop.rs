@@ -297,7 +297,9 @@ impl Endpoints {
                 }
             }
             None => {
-                let error = RpcError::EndpointNotFound(endpoint.to_owned());
+                // The name is the peer's, up to rpc.message.maxSize: it goes into a log
+                // line per message and into the error reply, so it is cut short.
+                let error = RpcError::EndpointNotFound(shortened(endpoint, NAME_SHOWN));
                 if incoming.is_ask() {
                     let _ = incoming.reply_error(error.to_string());
                 } else {
@@ -306,6 +308,21 @@ impl Endpoints {
             }
         }
     }
+}
+
+/// How much of a peer's unknown endpoint name is shown, in bytes.
+const NAME_SHOWN: usize = 128;
+
+/// `text`, cut to at most `limit` bytes (on a character boundary) with "..." after it.
+fn shortened(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
 }
 
 /// The loop: owns the poller, the listener, the connections and the endpoints.
@@ -1127,4 +1144,19 @@ fn write_queued(conn: &mut Connection) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_s_long_name_is_cut_short_on_a_character_boundary() {
+        assert_eq!(shortened("Executor", NAME_SHOWN), "Executor");
+        let long = "x".repeat(1 << 20);
+        assert_eq!(shortened(&long, NAME_SHOWN).len(), NAME_SHOWN + 3);
+        // "é" is two bytes: a cut inside it moves back to before it.
+        assert_eq!(shortened("aé", 2), "a...");
+        assert_eq!(shortened("aéb", 3), "aé...");
+    }
 }
