@@ -1038,6 +1038,10 @@ impl EventLoop {
     /// Stops every endpoint, gives queued frames a bounded time to leave, closes the
     /// connections and fails what is still waiting. Only the loop thread calls it.
     pub(crate) fn shutdown(&mut self) {
+        // Already set when a Stop command ended the loop; not when its thread gave up on
+        // a failed poll. Registrations still queued are refused either way: an endpoint
+        // started now would never be stopped.
+        self.stopping = true;
         // Sends are still accepted while the endpoints stop, so that what on_stop sends
         // (a last word to a peer) leaves with the rest; refused from then on.
         self.now = Instant::now();
