@@ -481,6 +481,7 @@ impl DriverCore {
                 _ => 0,
             };
             if !self.can_take_result(task_id, size) {
+                self.remove_unfetched_block(executor_id, &outcome);
                 outcome = TaskOutcome::Failure {
                     kind: TaskFailureKind::TaskKilled,
                     message: "Tasks result size has exceeded maxResultSize".to_owned(),
@@ -500,6 +501,9 @@ impl DriverCore {
                 self.scheduler.status_update(now, task_id, state, outcome);
             }
         } else {
+            if state == TaskState::Finished {
+                self.remove_unfetched_block(executor_id, &outcome);
+            }
             self.scheduler.status_update(now, task_id, state, outcome);
         }
         if finished {
@@ -510,6 +514,18 @@ impl DriverCore {
             }
         }
         self.process_actions(now);
+    }
+
+    /// A large result that will not be fetched is removed from its executor's block
+    /// store, which would otherwise keep it until the executor exits.
+    fn remove_unfetched_block(&self, executor_id: &str, outcome: &TaskOutcome) {
+        if let (TaskOutcome::Indirect { block_id, .. }, Some(executor)) =
+            (outcome, self.executors.get(executor_id))
+        {
+            let _ = executor.endpoint.send(&Message::RemoveBlock {
+                block_id: *block_id,
+            });
+        }
     }
 
     /// Spark's `canFetchMoreResults`: counts a result against `driver.maxResultSize`,

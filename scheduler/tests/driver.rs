@@ -1155,7 +1155,8 @@ fn a_connection_registers_one_executor() {
 }
 
 /// A large result is fetched only for a task running on the executor that reports it:
-/// for any other task id no fetch starts and nothing is reserved for it.
+/// for any other task id no fetch starts and nothing is reserved for it, and the
+/// executor is told to drop the block it keeps for it.
 #[test]
 fn a_large_result_is_fetched_only_for_a_task_running_there() {
     let (driver, _, _) = driver(&[]);
@@ -1188,5 +1189,15 @@ fn a_large_result_is_fetched_only_for_a_task_running_there() {
         0,
         "a fetch started"
     );
+    wait_until("the block is removed", || {
+        executor.inbox.count(|m| {
+            matches!(
+                m,
+                Message::RemoveBlock {
+                    block_id: flint_wire::BlockId::TaskResult { task_id: 424_242 }
+                }
+            )
+        }) == 1
+    });
     driver.stop().unwrap();
 }
