@@ -240,25 +240,24 @@ impl Endpoint for HeartbeatReceiver {
             return;
         };
         let executor_id = heartbeat.executor_id.as_str();
-        let mut core = lock(&self.core);
-        if let Err(why) = core.sender_may_speak_for(message.sender(), executor_id) {
+        let speaks_for = lock(&self.core).sender_may_speak_for(message.sender(), executor_id);
+        if let Err(why) = speaks_for {
             // Not a stranger to be told to register: the executor it names is
             // registered, on another connection.
             let from = message
                 .sender()
                 .map_or_else(|| "this process".to_owned(), |s| s.to_string());
             warn!("Ignored heartbeat from {from}: {why}");
-            drop(core);
             let _ = message.reply(&Message::HeartbeatResponse {
                 reregister_block_manager: false,
             });
             return;
         }
-        // Bounded by rpc.message.maxSize, as the frame it came in.
+        // Bounded by rpc.message.maxSize, as the frame it came in; decoded outside the
+        // driver's lock.
         let updates =
             rkyv::deserialize::<_, rancor::Error>(&heartbeat.accum_updates).unwrap_or_default();
-        let reregister = core.heartbeat(Instant::now(), executor_id, updates);
-        drop(core);
+        let reregister = lock(&self.core).heartbeat(Instant::now(), executor_id, updates);
         let _ = message.reply(&Message::HeartbeatResponse {
             reregister_block_manager: reregister,
         });
