@@ -548,14 +548,15 @@ pub struct OneCpuStrict {
 }
 
 /// Runs `tasks` noop tasks without pipelining on a driver and one executor process of
-/// one core, all on the machine's first CPU, then the same schedule over raw TCP on
-/// that CPU; `None` where threads cannot be pinned.
+/// one core, all on the first CPU this process may use, then the same schedule over raw
+/// TCP on that CPU; `None` where threads cannot be pinned.
 ///
 /// The measuring thread pins itself, and everything it starts inherits the CPU: the
 /// driver's threads and, forked from them, the executor process. The caller's own
-/// placement is left alone. On one CPU the time per task is CPU time, so the two
-/// figures compare flint's work per task with raw TCP's without the run-to-run
-/// variation of where the kernel puts three busy threads on two CPUs.
+/// placement is left alone. On one CPU the time per task is that CPU's time (shared
+/// only with interrupts and whatever else runs there), so the two figures compare
+/// flint's work per task with raw TCP's without the run-to-run variation of where the
+/// kernel puts three busy threads on two CPUs.
 pub fn one_cpu_strict(
     program: &Path,
     conf: &Conf,
@@ -624,7 +625,7 @@ impl BlockingFloor {
     }
 }
 
-/// Pins the calling thread to the machine's first CPU (threads it starts afterwards
+/// Pins the calling thread to the first CPU it may run on (threads it starts afterwards
 /// inherit it); false where threads cannot be pinned.
 pub fn pin_to_one_cpu() -> bool {
     core_affinity::get_core_ids()

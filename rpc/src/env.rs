@@ -565,7 +565,8 @@ impl EndpointRef {
     /// sender's flush.)
     pub fn flush(&self) {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
-            // Refused only once the environment has stopped, which the sends said.
+            // Refused only once the loop has shut down: what send_deferred queued is
+            // then lost, as anything still queued when an environment stops.
             let _ = self.env.flush(&self.outbox(), Writer::Caller);
         }
     }
@@ -575,7 +576,7 @@ impl EndpointRef {
     /// call of [`EndpointRef::flush`] would be a delay.
     pub fn flush_in_background(&self) {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
-            // Refused only once the environment has stopped, which the sends said.
+            // Refused only once the loop has shut down (see flush).
             let _ = self.env.flush(&self.outbox(), Writer::Loop);
         }
     }

@@ -108,8 +108,10 @@ impl<T, N: Notify> Handoff<T, N> {
     pub fn sleep_unless_pending<R>(&self, sleep: impl FnOnce() -> R) -> Option<R> {
         // Cleared before the sleep is announced, not after the last one ended: a producer
         // that saw the last sleep may set it late, and would otherwise silence every
-        // producer of this one. One that sees this sleep sees it cleared. A
-        // read-modify-write, so that it comes after every earlier producer's swap.
+        // producer of this one. One that sees this sleep sees it cleared (it
+        // synchronizes with the swap on `asleep` below). A plain store would do; loom
+        // orders one too loosely against the producers' swaps and reports a deadlock
+        // that cannot happen.
         self.notified.swap(false, Ordering::AcqRel);
         self.asleep.swap(true, Ordering::AcqRel);
         // A read-modify-write, not a load (see the module's documentation).
