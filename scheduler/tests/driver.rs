@@ -14,7 +14,7 @@ use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
 use flint_scheduler::cluster_manager::ClusterManagerError;
 use flint_scheduler::{
     ClusterManager, Driver, DriverError, ExitedExecutor, SchedulerEvent, SchedulerListener,
-    TaskSet, DISASSOCIATED, STALE_EXECUTOR,
+    TaskSet, TaskSetHandle, DISASSOCIATED, STALE_EXECUTOR,
 };
 use flint_wire::{
     AccumulatorUpdate, ArchivedMessage, Message, RegisterExecutor, StatusUpdate, TaskAccumUpdates,
@@ -663,10 +663,8 @@ fn cores_are_credited_once_per_attempt_running_on_the_executor() {
     let (driver, _, _) = driver(&[]);
     let executor = FakeExecutor::start(driver.address(), "cr-1");
     executor.register("h", 1);
-    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
-    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    let (handle, task_id) = one_task_launched_on(&driver, &executor);
     assert_eq!(driver.free_slots("cr-1"), Some(0));
-    let task_id = executor.inbox.launched()[0];
     executor.report(task_id, TaskState::Finished, b"done");
     assert!(handle.wait(WAIT).is_ok());
     // A duplicate FINISHED, and updates for a task the scheduler does not know, free
@@ -768,9 +766,7 @@ fn a_lost_task_removes_its_executor_from_the_driver_which_may_then_register_agai
     let (driver, _, events) = driver(&[]);
     let executor = FakeExecutor::start(driver.address(), "lost-1");
     executor.register("h", 1);
-    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
-    wait_until("a launch", || executor.inbox.launched().len() == 1);
-    let task_id = executor.inbox.launched()[0];
+    let (handle, task_id) = one_task_launched_on(&driver, &executor);
     executor.report(task_id, TaskState::Lost, b"");
     let reason = format!("Task {task_id} was lost, so marking the executor as lost as well.");
     wait_until("the removal", || {
@@ -810,6 +806,14 @@ fn barrier(driver: &Driver) {
     driver
         .remove_executor("barrier", flint_wire::ExecutorLossReason::ExecutorKilled)
         .unwrap();
+}
+
+/// Submits a one-task task set and waits for its launch on `executor` (the only one
+/// registered): the set's handle and the launched task's id.
+fn one_task_launched_on(driver: &Driver, executor: &FakeExecutor) -> (TaskSetHandle, u64) {
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    (handle, executor.inbox.launched()[0])
 }
 
 #[test]
@@ -1054,9 +1058,7 @@ fn a_stranger_cannot_speak_for_a_registered_executor() {
     let (driver, _, _) = driver(&[]);
     let honest = FakeExecutor::start(driver.address(), "imp-1");
     honest.register("h", 1);
-    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
-    wait_until("a launch", || honest.inbox.launched().len() == 1);
-    let task_id = honest.inbox.launched()[0];
+    let (handle, task_id) = one_task_launched_on(&driver, &honest);
     // Another connection, with the honest executor's id.
     let impostor = FakeExecutor::start(driver.address(), "imp-1");
     impostor.report(task_id, TaskState::Finished, b"forged");
@@ -1090,9 +1092,7 @@ fn control_messages_from_a_remote_peer_are_refused() {
     let (driver, _, _) = driver(&[]);
     let executor = FakeExecutor::start(driver.address(), "ctl-1");
     executor.register("h", 1);
-    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
-    wait_until("a launch", || executor.inbox.launched().len() == 1);
-    let task_id = executor.inbox.launched()[0];
+    let (handle, task_id) = one_task_launched_on(&driver, &executor);
     let refused = |message: Message| {
         let kind = message.kind();
         let reply = executor.driver.ask(&message);
