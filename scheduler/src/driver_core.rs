@@ -396,7 +396,8 @@ impl DriverCore {
     /// peer only on the connection that executor registered on, or, for an id no
     /// executor holds, on a connection no other executor registered on. Otherwise any
     /// peer could report another executor's tasks, mark it lost, or keep it alive with
-    /// heartbeats. The error says why, for the log.
+    /// heartbeats. The error names the sender and says why, for the log ("from
+    /// ADDRESS: ..."); only a remote sender is ever refused.
     pub(crate) fn sender_may_speak_for(
         &self,
         sender: Option<SocketAddr>,
@@ -407,11 +408,11 @@ impl DriverCore {
         };
         match self.address_to_executor.get(&sender) {
             Some(registered) if &**registered != executor_id => Err(format!(
-                "it says it is executor {executor_id} but registered as {registered}"
+                "from {sender}: it says it is executor {executor_id} but registered as {registered}"
             )),
             Some(_) => Ok(()),
             None if self.executors.contains_key(executor_id) => Err(format!(
-                "executor {executor_id} registered on another connection"
+                "from {sender}: executor {executor_id} registered on another connection"
             )),
             None => Ok(()),
         }
@@ -430,8 +431,7 @@ impl DriverCore {
         outcome: TaskOutcome,
     ) {
         if let Err(why) = self.sender_may_speak_for(sender, executor_id) {
-            let from = sender.map_or_else(|| "this process".to_owned(), |s| s.to_string());
-            warn!("Ignored task status update ({task_id} state {state}) from {from}: {why}");
+            warn!("Ignored task status update ({task_id} state {state}) {why}");
             return;
         }
         // Whether the scheduler runs this attempt on this executor: only then does a

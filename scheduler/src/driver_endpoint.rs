@@ -244,10 +244,7 @@ impl Endpoint for HeartbeatReceiver {
         if let Err(why) = speaks_for {
             // Not a stranger to be told to register: the executor it names is
             // registered, on another connection.
-            let from = message
-                .sender()
-                .map_or_else(|| "this process".to_owned(), |s| s.to_string());
-            warn!("Ignored heartbeat from {from}: {why}");
+            warn!("Ignored heartbeat {why}");
             let _ = message.reply(&Message::HeartbeatResponse {
                 reregister_block_manager: false,
             });
