@@ -176,7 +176,8 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// `flint driver` on host 0 for `executors` executors and a job of `tasks` `task`s.
+/// `flint driver` on host 0 for `executors` executors and a job of `tasks` `task`s, once
+/// it listens (an executor that cannot reach its driver exits at once).
 fn start_driver(
     hosts: &mut Hosts,
     executors: usize,
@@ -209,7 +210,11 @@ fn start_driver(
     for pair in conf {
         args.extend(["--conf", pair]);
     }
-    hosts.spawn(0, "driver", Path::new(FLINT), &args)
+    let driver = hosts.spawn(0, "driver", Path::new(FLINT), &args);
+    wait_for("the driver listens", REGISTER_TIMEOUT, || {
+        hosts.log("driver", "err").contains("Driver listening on")
+    });
+    driver
 }
 
 /// `flint executor` `id` of one core on host `i`, listening on its host's address.

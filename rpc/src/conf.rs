@@ -185,7 +185,8 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         "network.timeout",
         Some("120s"),
         "Default timeout of network interactions; the driver expires executors that sent \
-         no heartbeat for this long; seconds when bare; above zero.",
+         no heartbeat for this long, and a connection that sends nothing for this long in \
+         the middle of a frame is closed; seconds when bare; above zero.",
     ),
     info(
         "rpc.askTimeout",
@@ -212,6 +213,12 @@ const KNOWN_KEYS: &[KeyInfo] = &[
          between polls) after it has worked, before it sleeps in the poller, and how long \
          its thread keeps looking before it parks while threads lent to the loop poll \
          them; microseconds when bare; 0 sleeps at once; at most 1s.",
+    ),
+    info(
+        "rpc.io.maxConnections",
+        Some("10000"),
+        "flint's own: most connections from peers an environment holds open at once; one \
+         accepted beyond them is closed at once; at least 1.",
     ),
     info(
         "rpc.io.receiveBufferSize",
@@ -406,6 +413,7 @@ const RPC_ASK_TIMEOUT: &str = optional("rpc.askTimeout");
 const RPC_BIND_ADDRESS: Key = defaulted("rpc.bindAddress");
 const RPC_CONNECT_TIMEOUT: Key = defaulted("rpc.connect.timeout");
 const RPC_IO_BUSY_POLL: Key = defaulted("rpc.io.busyPoll");
+const RPC_IO_MAX_CONNECTIONS: Key = defaulted("rpc.io.maxConnections");
 const RPC_IO_RECEIVE_BUFFER_SIZE: Key = defaulted("rpc.io.receiveBufferSize");
 const RPC_IO_SEND_BUFFER_SIZE: Key = defaulted("rpc.io.sendBufferSize");
 const RPC_MESSAGE_MAX_SIZE: Key = defaulted(MAX_SIZE_KEY);
@@ -848,6 +856,7 @@ impl Conf {
         self.ask_timeout()?;
         self.bind_address()?;
         self.connect_timeout()?;
+        self.max_connections()?;
         self.receive_buffer_size()?;
         self.send_buffer_size()?;
         self.message_max_size()?;
@@ -933,8 +942,9 @@ impl Conf {
     }
 
     /// `network.timeout`: the default network timeout; the driver expires an executor that
-    /// sent no heartbeat for this long. Default 120s; a bare number is seconds; zero is an
-    /// error.
+    /// sent no heartbeat for this long, and an environment closes a connection that sent
+    /// nothing for this long in the middle of a frame. Default 120s; a bare number is
+    /// seconds; zero is an error.
     pub fn network_timeout(&self) -> Result<Duration, ConfError> {
         self.positive_duration(NETWORK_TIMEOUT, TimeUnit::Secs)
     }
@@ -1206,6 +1216,14 @@ impl Conf {
         self.busy_poll(EXECUTOR_BUSY_POLL)
     }
 
+    /// `rpc.io.maxConnections` (flint's own): the most connections from peers an
+    /// environment holds open at once. Default 10000; at least 1. With every connection's
+    /// receive buffer bounded by `rpc.message.maxSize`, this bounds what peers can make the
+    /// environment hold in all.
+    pub fn max_connections(&self) -> Result<usize, ConfError> {
+        self.count(RPC_IO_MAX_CONNECTIONS, 1)
+    }
+
     /// `rpc.io.busyPoll` (flint's own): how long an event loop that has just worked keeps
     /// polling its sockets without blocking, yielding the CPU between polls, before it
     /// sleeps in the poller; and how long the loop thread keeps looking, while threads
@@ -1405,6 +1423,7 @@ mod tests {
         assert_eq!(c.exclude_on_failure_max_failed_tasks_per_executor(), Ok(2));
         assert_eq!(c.exclude_on_failure_max_failed_executors_per_node(), Ok(2));
         assert_eq!(c.offer_shuffle_seed(), Ok(None));
+        assert_eq!(c.max_connections(), Ok(10_000));
         assert_eq!(c.validate(), Ok(()));
     }
 
@@ -1415,7 +1434,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 40);
+        assert_eq!(keys.len(), 41);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);
@@ -2023,8 +2042,10 @@ mod tests {
             ("executor.heartbeat.maxFailures", "3"),
             ("executor.taskPrefetch", "2"),
             ("executor.maxNumFailures", "5"),
+            ("rpc.io.maxConnections", "1"),
         ]);
         assert_eq!(c.executor_max_num_failures(), Ok(Some(5)));
+        assert_eq!(c.max_connections(), Ok(1));
         assert_eq!(c.task_cpus(), Ok(4));
         assert_eq!(c.task_max_failures(), Ok(1));
         assert_eq!(c.default_parallelism(), Ok(Some(8)));
@@ -2038,8 +2059,14 @@ mod tests {
                 ("default.parallelism", value),
                 ("executor.heartbeat.maxFailures", value),
                 ("executor.maxNumFailures", value),
+                ("rpc.io.maxConnections", value),
             ]);
             assert_names(c.task_cpus().unwrap_err(), "task.cpus", value);
+            assert_names(
+                c.max_connections().unwrap_err(),
+                "rpc.io.maxConnections",
+                value,
+            );
             assert_names(
                 c.executor_max_num_failures().unwrap_err(),
                 "executor.maxNumFailures",

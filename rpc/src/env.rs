@@ -53,6 +53,10 @@ pub struct Settings {
     pub shutdown_flush: Duration,
     /// How long the loop polls without blocking after it worked (rpc.io.busyPoll).
     pub busy_poll: Duration,
+    /// The most connections from peers held open at once (rpc.io.maxConnections).
+    pub max_connections: usize,
+    /// How long a connection may send nothing in the middle of a frame (network.timeout).
+    pub stalled_frame_timeout: Duration,
 }
 
 impl Settings {
@@ -84,6 +88,8 @@ impl Settings {
             bind: SocketAddr::new(conf.bind_address()?, conf.port()?),
             shutdown_flush: conf.shutdown_flush_timeout()?,
             busy_poll: conf.rpc_busy_poll()?,
+            max_connections: conf.max_connections()?,
+            stalled_frame_timeout: conf.network_timeout()?,
         })
     }
 }
@@ -195,6 +201,7 @@ pub(crate) struct Shared {
     pub(crate) address: SocketAddr,
     pub(crate) stopped: AtomicBool,
     pub(crate) accepted: AtomicU64,
+    pub(crate) refused: AtomicU64,
     pub(crate) connected: AtomicU64,
 }
 
@@ -203,6 +210,9 @@ pub(crate) struct Shared {
 pub struct RpcStats {
     /// Connections accepted from remote peers.
     pub accepted: u64,
+    /// Connections from remote peers closed as soon as they were accepted, because
+    /// `rpc.io.maxConnections` were open.
+    pub refused: u64,
     /// Outgoing connections established.
     pub connected: u64,
 }
@@ -305,6 +315,7 @@ impl RpcEnvHandle {
     pub fn stats(&self) -> RpcStats {
         RpcStats {
             accepted: self.shared.accepted.load(Ordering::Relaxed),
+            refused: self.shared.refused.load(Ordering::Relaxed),
             connected: self.shared.connected.load(Ordering::Relaxed),
         }
     }
@@ -778,6 +789,7 @@ impl RpcEnv {
             address,
             stopped: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             connected: AtomicU64::new(0),
         });
         let event_loop = EventLoop::new(poll, listener, shared.clone())?;

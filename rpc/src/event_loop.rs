@@ -25,7 +25,7 @@ use crate::auth::{
     HANDSHAKE_MAX_PAYLOAD,
 };
 use crate::endpoint::{Endpoint, EndpointContext, Incoming, Reply};
-use crate::env::{AskCompletion, Command, RpcEnvHandle, Shared, LOCAL_KEY};
+use crate::env::{AskCompletion, Command, RpcEnvHandle, Settings, Shared, LOCAL_KEY};
 use crate::error::RpcError;
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
 use crate::timer::{deadline_after, TimerQueue};
@@ -61,6 +61,10 @@ struct Connection {
     handshake: Option<Handshake>,
     /// When the handshake must be done by (authenticate.timeout), while it is under way.
     handshake_deadline: Option<Instant>,
+    /// When the peer must have sent more by (network.timeout), while part of a frame is
+    /// buffered: a peer that stops in the middle of a frame would otherwise hold what it
+    /// sent, up to `rpc.message.maxSize`, for as long as it keeps the connection open.
+    frame_deadline: Option<Instant>,
     /// Whether endpoints were told of this connection (and so must hear of its end).
     announced: bool,
     /// The loop's wake-up in which this connection was last read, and the bytes read in
@@ -90,6 +94,7 @@ impl Connection {
             state,
             handshake: None,
             handshake_deadline: None,
+            frame_deadline: None,
             announced: false,
             read_round: 0,
             read_in_round: 0,
@@ -114,11 +119,33 @@ impl Connection {
         self.decoder.set_max_payload(max_payload, MAX_SIZE_KEY);
     }
 
-    /// When the connection must have got further by: connected, or authenticated.
+    /// When the connection must have got further by: connected, authenticated, or sent
+    /// more of the frame under way.
     fn deadline(&self) -> Option<Instant> {
         match self.state {
             ConnState::Connecting { deadline } => Some(deadline),
-            ConnState::Open => self.handshake_deadline,
+            ConnState::Open => match (self.handshake_deadline, self.frame_deadline) {
+                (Some(handshake), Some(frame)) => Some(handshake.min(frame)),
+                (handshake, frame) => handshake.or(frame),
+            },
+        }
+    }
+
+    /// Why the connection must be closed at `now`, if one of its deadlines has passed.
+    fn overdue(&self, now: Instant, settings: &Settings) -> Option<CloseReason> {
+        let passed = |deadline: Option<Instant>| deadline.is_some_and(|d| d <= now);
+        match self.state {
+            ConnState::Connecting { deadline } => {
+                (deadline <= now).then_some(CloseReason::ConnectTimeout(settings.connect_timeout))
+            }
+            ConnState::Open if passed(self.handshake_deadline) => {
+                Some(CloseReason::AuthTimeout(settings.auth_timeout))
+            }
+            ConnState::Open if passed(self.frame_deadline) => Some(CloseReason::StalledFrame {
+                timeout: settings.stalled_frame_timeout,
+                buffered: self.decoder.buffered(),
+            }),
+            ConnState::Open => None,
         }
     }
 }
@@ -132,6 +159,11 @@ enum CloseReason {
     ConnectFailed(io::Error),
     ConnectTimeout(Duration),
     AuthTimeout(Duration),
+    /// Nothing arrived for the timeout while `buffered` bytes of a frame were in.
+    StalledFrame {
+        timeout: Duration,
+        buffered: usize,
+    },
     Stopping,
 }
 
@@ -168,6 +200,11 @@ impl std::fmt::Display for CloseReason {
                 f,
                 "authentication did not finish within {t:?}; the timeout is set by \
                  authenticate.timeout"
+            ),
+            CloseReason::StalledFrame { timeout, buffered } => write!(
+                f,
+                "the peer sent nothing for {timeout:?} in the middle of a frame ({buffered} \
+                 bytes of it in); the timeout is set by network.timeout"
             ),
             CloseReason::Stopping => f.write_str("the RPC environment is stopping"),
         }
@@ -331,6 +368,11 @@ pub(crate) struct EventLoop {
     listener: TcpListener,
     shared: Arc<Shared>,
     connections: FxHashMap<ConnKey, Connection>,
+    /// Connections from peers open now, at most `rpc.io.maxConnections`.
+    incoming: usize,
+    /// Whether a connection was refused since `incoming` was last below the bound: the
+    /// first refusal of a run is a warning, the rest (a flood, maybe) are debug lines.
+    refusing: bool,
     endpoints: Endpoints,
     local_decoder: FrameDecoder,
     /// Encodes handshake frames, which bypass the outbox.
@@ -391,6 +433,8 @@ impl EventLoop {
             },
             shared,
             connections: FxHashMap::default(),
+            incoming: 0,
+            refusing: false,
             local_decoder: FrameDecoder::new(max_payload),
             control: Encoder::new(max_payload),
             commands: Vec::new(),
@@ -534,13 +578,7 @@ impl EventLoop {
         let late: Vec<(ConnKey, CloseReason)> = self
             .connections
             .iter()
-            .filter(|(_, c)| c.deadline().is_some_and(|deadline| deadline <= now))
-            .map(|(&key, c)| match c.state {
-                ConnState::Connecting { .. } => {
-                    (key, CloseReason::ConnectTimeout(settings.connect_timeout))
-                }
-                ConnState::Open => (key, CloseReason::AuthTimeout(settings.auth_timeout)),
-            })
+            .filter_map(|(&key, c)| Some((key, c.overdue(now, settings)?)))
             .collect();
         for (key, reason) in late {
             self.close(key, reason);
@@ -597,6 +635,10 @@ impl EventLoop {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, peer)) => {
+                    if self.incoming >= self.shared.settings.max_connections {
+                        self.refuse(stream, peer);
+                        continue;
+                    }
                     if let Err(e) = self
                         .shared
                         .settings
@@ -645,6 +687,7 @@ impl EventLoop {
                         conn.start_handshake(handshake, deadline);
                     }
                     self.connections.insert(key, conn);
+                    self.incoming += 1;
                     if authenticated {
                         self.announce(key);
                     }
@@ -657,6 +700,24 @@ impl EventLoop {
                     return;
                 }
             }
+        }
+    }
+
+    /// Closes a connection accepted beyond `rpc.io.maxConnections` before it costs
+    /// anything more than its accept.
+    fn refuse(&mut self, stream: TcpStream, peer: SocketAddr) {
+        drop(stream);
+        self.shared.refused.fetch_add(1, Ordering::Relaxed);
+        let open = self.incoming;
+        if self.refusing {
+            debug!(%peer, "refused a connection: {open} connections from peers are open");
+        } else {
+            self.refusing = true;
+            warn!(
+                %peer,
+                "refused a connection: {open} connections from peers are open, as many as \
+                 rpc.io.maxConnections allows (further refusals are logged at debug level)"
+            );
         }
     }
 
@@ -846,7 +907,14 @@ impl EventLoop {
             };
             let frame = match conn.decoder.next_frame() {
                 Ok(Some(frame)) => frame,
-                Ok(None) => return Ok(()),
+                Ok(None) => {
+                    // Bytes just arrived: the peer has network.timeout from now to send the
+                    // rest of a frame it is in the middle of.
+                    conn.frame_deadline = (conn.decoder.buffered() > 0).then(|| {
+                        deadline_after(self.now, self.shared.settings.stalled_frame_timeout)
+                    });
+                    return Ok(());
+                }
                 Err(e) => return Err(CloseReason::Wire(e)),
             };
             let envelope = frame.envelope().map_err(CloseReason::Wire)?;
@@ -1004,6 +1072,10 @@ impl EventLoop {
             return;
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        if matches!(conn.outbox.kind(), OutboxKind::Incoming) {
+            self.incoming -= 1;
+            self.refusing = false;
+        }
         match &reason {
             CloseReason::EndOfStream | CloseReason::Stopping => {
                 debug!(peer = %conn.peer, "connection closed: {reason}")

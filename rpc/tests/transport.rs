@@ -501,6 +501,94 @@ fn a_peer_that_never_authenticates_is_cut_off_at_the_handshake_timeout() {
     assert_eq!(server.handle().stats().accepted, 2);
 }
 
+/// A one-way frame to the probe, as raw bytes.
+fn one_way(tag: u32) -> BytesMut {
+    frame(
+        &Route::OneWay {
+            endpoint: "probe".into(),
+        },
+        &custom(tag),
+    )
+}
+
+#[test]
+fn a_peer_that_stops_in_the_middle_of_a_frame_is_cut_off_at_the_network_timeout() {
+    let timeout = Duration::from_secs(1);
+    let (server, probe) =
+        server_with_probe(&["network.timeout=1s", "executor.heartbeatInterval=100ms"]);
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+
+    // Half a header; then, well within the timeout, all but the last byte of the frame:
+    // the peer is still sending, so its time starts again.
+    let bytes = one_way(7);
+    let mut stalled = TcpStream::connect(server.address()).unwrap();
+    stalled.write_all(&bytes[..HEADER_LEN / 2]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stalled
+        .write_all(&bytes[HEADER_LEN / 2..bytes.len() - 1])
+        .unwrap();
+    let resumed = Instant::now();
+    // A peer that connects and sends nothing holds no part of a frame: it stays.
+    let mut idle = TcpStream::connect(server.address()).unwrap();
+    let idle_address = idle.local_addr().unwrap();
+    assert_closed_by_server(&mut stalled);
+    assert!(resumed.elapsed() >= timeout, "{:?}", resumed.elapsed());
+    assert!(!probe.seen().contains(&Seen::Message(7)));
+
+    idle.write_all(&one_way(8)).unwrap();
+    probe.wait_for("the idle peer's frame", |seen| {
+        seen.contains(&Seen::Message(8))
+    });
+    assert!(!probe.seen().contains(&Seen::Disconnected(idle_address)));
+    // The client, whose frames were whole, was served throughout.
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+    assert_eq!(client.handle().stats().connected, 1, "no reconnect");
+}
+
+#[test]
+fn connections_beyond_rpc_io_max_connections_are_closed_at_once() {
+    let (server, probe) = server_with_probe(&["rpc.io.maxConnections=2"]);
+    let address = server.address();
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(address, "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    let mut second = TcpStream::connect(address).unwrap();
+    let second_address = second.local_addr().unwrap();
+    probe.wait_for("the second connection", |seen| {
+        seen.contains(&Seen::Connected(second_address))
+    });
+
+    // The kernel completes the third connect; the environment closes it as it accepts it.
+    let mut third = TcpStream::connect(address).unwrap();
+    let _ = third.write_all(&one_way(5));
+    assert_closed_by_server(&mut third);
+    let stats = server.handle().stats();
+    assert_eq!((stats.accepted, stats.refused), (2, 1));
+
+    // Those held are served.
+    second.write_all(&one_way(6)).unwrap();
+    probe.wait_for("the second connection's frame", |seen| {
+        seen.contains(&Seen::Message(6))
+    });
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+
+    // Once one of them is gone, a new connection is held again.
+    drop(second);
+    probe.wait_for("the second connection to go", |seen| {
+        seen.contains(&Seen::Disconnected(second_address))
+    });
+    let mut fourth = TcpStream::connect(address).unwrap();
+    fourth.write_all(&one_way(7)).unwrap();
+    probe.wait_for("the fourth connection's frame", |seen| {
+        seen.contains(&Seen::Message(7))
+    });
+    assert!(!probe.seen().contains(&Seen::Message(5)));
+    let stats = server.handle().stats();
+    assert_eq!((stats.accepted, stats.refused), (3, 1));
+}
+
 #[test]
 fn before_authenticating_a_peer_may_send_only_handshake_sized_frames() {
     let secret = [
