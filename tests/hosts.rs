@@ -130,6 +130,31 @@ impl Hosts {
         }
     }
 
+    /// Limits host `i`'s link to `rate` (tc's token bucket, e.g. "24mbit") each way:
+    /// senders' socket buffers fill and drain at that rate, as on a slow network.
+    /// (This kernel has no netem, so there is no added delay beyond the queue's.)
+    fn limit(&self, i: usize, rate: &str) -> Result<(), String> {
+        let tbf = [
+            "root", "tbf", "rate", rate, "burst", "32kb", "latency", "200ms",
+        ];
+        let on = |namespace: &str, device: &str| {
+            let output = Command::new("ip")
+                .args([
+                    "netns", "exec", namespace, "tc", "qdisc", "add", "dev", device,
+                ])
+                .args(tbf)
+                .output()
+                .map_err(|e| format!("tc: {e}"))?;
+            if output.status.success() {
+                Ok(())
+            } else {
+                Err(String::from_utf8_lossy(&output.stderr).trim().to_owned())
+            }
+        };
+        on(&self.namespaces[i], "eth0")?;
+        on(&self.namespaces[0], &format!("v{i}"))
+    }
+
     /// Takes host `i`'s link to the bridge down: nothing crosses it either way, and
     /// neither end hears of it, as when a machine loses its network.
     fn cut(&self, i: usize) {
@@ -421,4 +446,54 @@ fn an_executor_whose_host_loses_the_network_is_removed_and_its_task_runs_elsewhe
     assert_eq!(status.code(), Some(56), "{}", hosts.log("a", "err"));
     let status = hosts.wait(b, Duration::from_secs(30));
     assert!(status.success(), "{}", hosts.log("b", "err"));
+}
+
+/// Results larger than a message cross a slow link whole: an executor on a 24 Mbit/s link
+/// returns 2 MiB results under a 1 MiB message limit, so each goes through the block
+/// fetch in chunks, behind which its heartbeats and status updates queue; the job ends
+/// with no failure and no executor lost, in the time the link's rate says.
+#[test]
+fn large_results_cross_a_slow_link_through_the_block_fetch() {
+    let Some(mut hosts) = Hosts::new("slow", &["driver", "a"]) else {
+        return;
+    };
+    if let Err(e) = hosts.limit(1, "24mbit") {
+        eprintln!("skipped: cannot limit a link's rate here ({e})");
+        return;
+    }
+    let conf = [
+        "rpc.message.maxSize=1",
+        "network.timeout=10s",
+        "executor.heartbeatInterval=500ms",
+    ];
+    let tasks = 6u32;
+    let driver = start_driver(&mut hosts, 1, tasks, "large-result:2m", &conf);
+    let a = start_executor(&mut hosts, 1, "a", &conf);
+
+    let status = hosts.wait(driver, JOB_TIMEOUT);
+    let report = hosts.log("driver", "out");
+    let driver_log = hosts.log("driver", "err");
+    assert!(status.success(), "{report}{driver_log}");
+    assert_eq!(json_u64(&report, "tasks"), u64::from(tasks), "{report}");
+    assert_eq!(json_u64(&report, "failed_attempts"), 0, "{report}");
+    assert!(!driver_log.contains("Lost executor"), "{driver_log}");
+    // 12 MiB at 24 Mbit/s take 4.2 s: the link was as slow as it was made.
+    let seconds: f64 = {
+        let key = "\"seconds\":";
+        let start = report.find(key).unwrap() + key.len();
+        let end = start + report[start..].find(',').unwrap();
+        report[start..end].parse().unwrap()
+    };
+    assert!(
+        seconds >= 3.5,
+        "{seconds} s: the link was not limited: {report}"
+    );
+    let log = hosts.log("a", "err");
+    assert_eq!(
+        log.matches("bytes result sent via BlockManager").count(),
+        tasks as usize,
+        "{log}"
+    );
+    let status = hosts.wait(a, Duration::from_secs(30));
+    assert!(status.success(), "{status}: {log}");
 }
