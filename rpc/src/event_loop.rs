@@ -41,6 +41,8 @@ const MAX_IOVECS: usize = 64;
 /// peer, timer and ask with it. What is left is read at the next wake-up, which comes at
 /// once.
 const READ_BUDGET: usize = 256 << 10;
+/// The most often a refused connection (`rpc.io.maxConnections`) is a warning.
+const REFUSAL_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ConnState {
@@ -370,9 +372,10 @@ pub(crate) struct EventLoop {
     connections: FxHashMap<ConnKey, Connection>,
     /// Connections from peers open now, at most `rpc.io.maxConnections`.
     incoming: usize,
-    /// Whether a connection was refused since `incoming` was last below the bound: the
-    /// first refusal of a run is a warning, the rest (a flood, maybe) are debug lines.
-    refusing: bool,
+    /// When refusing a connection was last a warning, and the refusals since: at most
+    /// one warning a minute, however many peers knock.
+    refusal_warned: Option<Instant>,
+    refused_unwarned: u64,
     endpoints: Endpoints,
     local_decoder: FrameDecoder,
     /// Encodes handshake frames, which bypass the outbox.
@@ -434,7 +437,8 @@ impl EventLoop {
             shared,
             connections: FxHashMap::default(),
             incoming: 0,
-            refusing: false,
+            refusal_warned: None,
+            refused_unwarned: 0,
             local_decoder: FrameDecoder::new(max_payload),
             control: Encoder::new(max_payload),
             commands: Vec::new(),
@@ -706,19 +710,27 @@ impl EventLoop {
     /// Closes a connection accepted beyond `rpc.io.maxConnections` before it costs
     /// anything more than its accept.
     fn refuse(&mut self, stream: TcpStream, peer: SocketAddr) {
-        drop(stream);
+        // Counted before the peer can see the close.
         self.shared.refused.fetch_add(1, Ordering::Relaxed);
+        drop(stream);
+        self.refused_unwarned += 1;
         let open = self.incoming;
-        if self.refusing {
+        let now = Instant::now();
+        if self
+            .refusal_warned
+            .is_some_and(|warned| now.saturating_duration_since(warned) < REFUSAL_WARNING_EVERY)
+        {
             debug!(%peer, "refused a connection: {open} connections from peers are open");
-        } else {
-            self.refusing = true;
-            warn!(
-                %peer,
-                "refused a connection: {open} connections from peers are open, as many as \
-                 rpc.io.maxConnections allows (further refusals are logged at debug level)"
-            );
+            return;
         }
+        warn!(
+            %peer,
+            "refused {} connection(s) since the last such warning: {open} connections from \
+             peers are open, as many as rpc.io.maxConnections allows",
+            self.refused_unwarned
+        );
+        self.refusal_warned = Some(now);
+        self.refused_unwarned = 0;
     }
 
     fn connect(&mut self, address: SocketAddr, outbox: Arc<Outbox>, now: Instant) {
@@ -1074,7 +1086,6 @@ impl EventLoop {
         let _ = self.poll.registry().deregister(&mut conn.stream);
         if matches!(conn.outbox.kind(), OutboxKind::Incoming) {
             self.incoming -= 1;
-            self.refusing = false;
         }
         match &reason {
             CloseReason::EndOfStream | CloseReason::Stopping => {

@@ -513,26 +513,27 @@ fn one_way(tag: u32) -> BytesMut {
 
 #[test]
 fn a_peer_that_stops_in_the_middle_of_a_frame_is_cut_off_at_the_network_timeout() {
-    let timeout = Duration::from_secs(1);
+    let timeout = Duration::from_secs(2);
     let (server, probe) =
-        server_with_probe(&["network.timeout=1s", "executor.heartbeatInterval=100ms"]);
+        server_with_probe(&["network.timeout=2s", "executor.heartbeatInterval=100ms"]);
     let client = env(&[]);
     let remote = client.handle().endpoint_ref(server.address(), "probe");
     assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
 
+    // A peer that connects and sends nothing holds no part of a frame: it stays, for
+    // longer than the timeout.
+    let mut idle = TcpStream::connect(server.address()).unwrap();
+    let idle_address = idle.local_addr().unwrap();
     // Half a header; then, well within the timeout, all but the last byte of the frame:
     // the peer is still sending, so its time starts again.
     let bytes = one_way(7);
     let mut stalled = TcpStream::connect(server.address()).unwrap();
     stalled.write_all(&bytes[..HEADER_LEN / 2]).unwrap();
     std::thread::sleep(Duration::from_millis(300));
+    let resumed = Instant::now();
     stalled
         .write_all(&bytes[HEADER_LEN / 2..bytes.len() - 1])
         .unwrap();
-    let resumed = Instant::now();
-    // A peer that connects and sends nothing holds no part of a frame: it stays.
-    let mut idle = TcpStream::connect(server.address()).unwrap();
-    let idle_address = idle.local_addr().unwrap();
     assert_closed_by_server(&mut stalled);
     assert!(resumed.elapsed() >= timeout, "{:?}", resumed.elapsed());
     assert!(!probe.seen().contains(&Seen::Message(7)));
