@@ -139,6 +139,22 @@ impl ReplyHandle {
             .push(&self.connection, &route, message, Writer::Caller)
     }
 
+    /// Sends `message` as the reply, or gives the handle back with the error, so that a
+    /// reply refused for a full outbox ([`RpcError::OutboxFull`]) can be tried again
+    /// once the connection has drained.
+    pub fn try_reply(self, message: &Message) -> Result<(), (Self, RpcError)> {
+        let route = Route::Reply {
+            request_id: self.request_id,
+        };
+        match self
+            .env
+            .push(&self.connection, &route, message, Writer::Caller)
+        {
+            Ok(()) => Ok(()),
+            Err(e) => Err((self, e)),
+        }
+    }
+
     /// Sends an error reply with this text.
     pub fn fail(self, error: impl Into<String>) -> Result<(), RpcError> {
         let route = Route::ErrorReply {

@@ -918,6 +918,87 @@ fn a_full_outbox_is_reported_to_the_sender() {
     let _socket = holder.join().unwrap().unwrap();
 }
 
+/// Hands every ask's reply handle, and a reference back over its connection, to the test.
+struct Holder(Mutex<mpsc::Sender<(flint_rpc::ReplyHandle, flint_rpc::EndpointRef)>>);
+
+impl Endpoint for Holder {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        if let Some(reply) = message.reply_handle() {
+            let back = message.sender_ref("sink");
+            self.0.lock().unwrap().send((reply, back)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_reply_refused_for_a_full_outbox_can_be_tried_again() {
+    let server = env(&["rpc.outbox.maxBytes=64k", "rpc.io.sendBufferSize=16k"]);
+    let (handles, taken) = mpsc::channel();
+    server
+        .handle()
+        .register("holder", Holder(Mutex::new(handles)))
+        .unwrap();
+    // An asker that reads nothing until told to: the kernel buffers fill, then the outbox.
+    let mut raw = TcpStream::connect(server.address()).unwrap();
+    let ask = frame(
+        &Route::Ask {
+            request_id: 77,
+            endpoint: "holder".into(),
+        },
+        &custom(1),
+    );
+    raw.write_all(&ask).unwrap();
+    let (reply, back) = taken.recv_timeout(Duration::from_secs(10)).unwrap();
+    let big = Message::Custom {
+        tag: 2,
+        body: Bytes::from(vec![0u8; 16 * 1024]),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Large frames, then frames of the reply's size, until neither fits.
+    for filler in [&big, &custom(2)] {
+        while back.send(filler).is_ok() {
+            assert!(Instant::now() < deadline, "the outbox never filled");
+        }
+    }
+    let (reply, error) = reply.try_reply(&custom(3)).unwrap_err();
+    assert!(matches!(error, RpcError::OutboxFull { .. }), "{error:?}");
+
+    // The asker reads again; the same handle answers once there is room.
+    let reader = std::thread::spawn(move || {
+        raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut decoder = flint_wire::FrameDecoder::new(1 << 20);
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = raw.read(&mut buf).expect("the reply never came");
+            assert!(n > 0, "the server closed the connection");
+            decoder.feed(&buf[..n]).unwrap();
+            while let Some(frame) = decoder.next_frame().unwrap() {
+                if let flint_wire::ArchivedRoute::Reply { request_id } =
+                    &frame.envelope().unwrap().route
+                {
+                    return request_id.to_native();
+                }
+            }
+        }
+    });
+    let mut reply = reply;
+    loop {
+        match reply.try_reply(&custom(3)) {
+            Ok(()) => break,
+            Err((again, RpcError::OutboxFull { .. })) => {
+                assert!(Instant::now() < deadline, "the outbox never drained");
+                reply = again;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err((_, e)) => panic!("{e}"),
+        }
+    }
+    assert_eq!(
+        join_within(reader, Duration::from_secs(30), "the reply"),
+        77
+    );
+}
+
 #[test]
 fn the_next_send_reconnects_after_the_connection_is_lost() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
