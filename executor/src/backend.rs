@@ -7,7 +7,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use flint_rpc::{
-    Conf, Endpoint, EndpointContext, EndpointRef, Incoming, Reply, RpcEnv, RpcError, TimerId,
+    Conf, Endpoint, EndpointContext, EndpointRef, Incoming, Reply, ReplyHandle, RpcEnv, RpcError,
+    TimerId,
 };
 use flint_wire::{
     ArchivedBlockId, ArchivedMessage, ArchivedTaskDescription, BlockId, BlockManagerId, Heartbeat,
@@ -22,6 +23,10 @@ use crate::registry::TaskRegistry;
 /// Launches of one batch of the event loop the endpoint has room for before its staging
 /// buffer grows.
 const STAGED_CAPACITY: usize = 256;
+
+/// First and longest pause before a chunk reply refused for a full outbox is tried again.
+const CHUNK_RETRY_FIRST: Duration = Duration::from_millis(1);
+const CHUNK_RETRY_MAX: Duration = Duration::from_millis(100);
 
 /// Where an executor finds its driver and what it offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -288,6 +293,19 @@ struct ExecutorEndpoint {
     backend: Arc<Backend>,
     heartbeat_timer: Option<TimerId>,
     staged: Staged,
+    /// Chunk fetches whose reply the connection's full outbox refused (a large direct
+    /// result queued ahead of it), tried again on `chunk_timer` until the asker's timeout.
+    refused_chunks: Vec<RefusedChunk>,
+    chunk_timer: Option<(TimerId, Duration)>,
+}
+
+/// A `FetchBlockChunk` to answer once the outbox has room.
+struct RefusedChunk {
+    reply: ReplyHandle,
+    block_id: BlockId,
+    offset: u64,
+    max_len: usize,
+    asked: Instant,
 }
 
 impl ExecutorEndpoint {
@@ -317,15 +335,46 @@ impl ExecutorEndpoint {
         }
     }
 
-    fn fetch_chunk(&self, incoming: &Incoming<'_>, block_id: BlockId, offset: u64, max_len: u32) {
-        if !incoming.is_ask() {
+    fn fetch_chunk(
+        &mut self,
+        ctx: &mut EndpointContext<'_>,
+        incoming: &Incoming<'_>,
+        block_id: BlockId,
+        offset: u64,
+        max_len: u32,
+    ) {
+        let Some(reply) = incoming.reply_handle() else {
             warn!("FetchBlockChunk of {block_id} was not an ask: there is nobody to answer");
             return;
+        };
+        let chunk = RefusedChunk {
+            reply,
+            block_id,
+            offset,
+            max_len: (max_len as usize).min(self.backend.max_chunk),
+            asked: Instant::now(),
+        };
+        if let Some(refused) = self.answer_chunk(chunk) {
+            self.refused_chunks.push(refused);
+            if self.chunk_timer.is_none() {
+                let timer = ctx.schedule_once(CHUNK_RETRY_FIRST);
+                self.chunk_timer = Some((timer, CHUNK_RETRY_FIRST));
+            }
         }
-        let max_len = (max_len as usize).min(self.backend.max_chunk);
+    }
+
+    /// Answers a chunk fetch; gives it back if the outbox is full.
+    fn answer_chunk(&self, chunk: RefusedChunk) -> Option<RefusedChunk> {
+        let RefusedChunk {
+            reply,
+            block_id,
+            offset,
+            max_len,
+            asked,
+        } = chunk;
         let store = self.backend.executor.block_store();
         let replied = match store.chunk(block_id, offset, max_len) {
-            Ok((data, total_size)) => incoming.reply(&Message::BlockChunk {
+            Ok((data, total_size)) => reply.try_reply(&Message::BlockChunk {
                 block_id,
                 offset,
                 total_size,
@@ -333,12 +382,44 @@ impl ExecutorEndpoint {
             }),
             Err(e) => {
                 debug!("cannot serve a chunk: {e}");
-                incoming.reply_error(e.to_string())
+                if let Err(e) = reply.fail(e.to_string()) {
+                    warn!("cannot answer FetchBlockChunk of {block_id}: {e}");
+                }
+                return None;
             }
         };
-        if let Err(e) = replied {
-            warn!("cannot answer FetchBlockChunk of {block_id}: {e}");
+        match replied {
+            Ok(()) => None,
+            Err((reply, RpcError::OutboxFull { .. }))
+                if asked.elapsed() < self.backend.ask_timeout =>
+            {
+                Some(RefusedChunk {
+                    reply,
+                    block_id,
+                    offset,
+                    max_len,
+                    asked,
+                })
+            }
+            Err((_, e)) => {
+                warn!("cannot answer FetchBlockChunk of {block_id}: {e}");
+                None
+            }
         }
+    }
+
+    /// Tries the refused chunk replies again, in the order they were asked.
+    fn retry_chunks(&mut self, ctx: &mut EndpointContext<'_>, pause: Duration) {
+        let refused = std::mem::take(&mut self.refused_chunks);
+        for chunk in refused {
+            if let Some(again) = self.answer_chunk(chunk) {
+                self.refused_chunks.push(again);
+            }
+        }
+        self.chunk_timer = (!self.refused_chunks.is_empty()).then(|| {
+            let pause = (pause * 2).min(CHUNK_RETRY_MAX);
+            (ctx.schedule_once(pause), pause)
+        });
     }
 
     fn start_heartbeats(&mut self, ctx: &mut EndpointContext<'_>) {
@@ -379,6 +460,15 @@ impl Endpoint for ExecutorEndpoint {
             }
         }
         if let ArchivedMessage::LaunchTask(task) = message.message() {
+            if self.backend.is_stopping() {
+                // The driver told this executor to stop: what it launched after that
+                // would start only to be killed without a word.
+                warn!(
+                    "Ignored LaunchTask of task (TID {}): the executor is stopping",
+                    task.task_id.to_native()
+                );
+                return;
+            }
             self.launch(&message, task);
             return;
         }
@@ -405,6 +495,7 @@ impl Endpoint for ExecutorEndpoint {
                 offset,
                 max_len,
             } => self.fetch_chunk(
+                ctx,
                 &message,
                 block_id_of(block_id),
                 offset.to_native(),
@@ -459,6 +550,12 @@ impl Endpoint for ExecutorEndpoint {
     }
 
     fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
+        if let Some((chunk_timer, pause)) = self.chunk_timer {
+            if chunk_timer == timer {
+                self.retry_chunks(ctx, pause);
+                return;
+            }
+        }
         if self.heartbeat_timer != Some(timer) {
             return;
         }
@@ -534,6 +631,7 @@ fn start(
             cores: options.cores,
             max_message_size: max_payload,
             busy_poll: conf.executor_busy_poll().map_err(bad_conf)?,
+            max_result_size: conf.driver_max_result_size().map_err(bad_conf)?,
         },
         registry,
         driver.clone(),
@@ -574,6 +672,8 @@ fn start(
             ExecutorEndpoint {
                 backend: backend.clone(),
                 heartbeat_timer: None,
+                refused_chunks: Vec::new(),
+                chunk_timer: None,
                 staged: Staged::with_capacity(STAGED_CAPACITY),
             },
         )

@@ -60,9 +60,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use flint_rpc::{EndpointRef, LoopLease, RpcError};
 use flint_wire::{
-    ArchivedDependency, ArchivedTaskDescription, BlockId, Dependency, Frame, Message, Property,
-    SharedStr, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskFailureKind, TaskMetrics,
-    TaskName, TaskOutcome, TaskPayload, TaskState,
+    bytes_to_string, ArchivedDependency, ArchivedTaskDescription, BlockId, Dependency, Frame,
+    Message, Property, SharedStr, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskFailureKind,
+    TaskMetrics, TaskName, TaskOutcome, TaskPayload, TaskState,
 };
 use rustc_hash::FxHashMap;
 use tracing::{debug, error, info, warn};
@@ -104,6 +104,10 @@ const SPARE_HANDLES: usize = 1024;
 /// queued tasks hold it the loop must allocate a new one for every few frames it reads.
 /// Larger launches stay views (no copy), and cost the buffers they pin.
 const COPY_LIMIT: usize = 512;
+
+/// The longest failure or kill text a status update carries (less under a small
+/// `rpc.message.maxSize`).
+const MAX_FAILURE_TEXT: usize = 64 * 1024;
 
 /// Room reserved up front in the task queues, the running-task map and the spare
 /// handles.
@@ -178,6 +182,9 @@ pub struct ExecutorConfig {
     /// `executor.busyPoll`: how long a runner that ran out of tasks keeps looking for
     /// its next one before it sleeps.
     pub busy_poll: Duration,
+    /// `driver.maxResultSize` in bytes (`None`: no limit): a larger result is dropped
+    /// here, and only its size reported, since the driver would refuse it.
+    pub max_result_size: Option<u64>,
 }
 
 impl ExecutorConfig {
@@ -189,6 +196,9 @@ impl ExecutorConfig {
             cores,
             max_message_size: flint_wire::DEFAULT_MAX_MESSAGE_SIZE,
             busy_poll: DEFAULT_BUSY_POLL,
+            max_result_size: flint_rpc::Conf::new()
+                .driver_max_result_size()
+                .unwrap_or_default(),
         }
     }
 }
@@ -395,6 +405,11 @@ struct Inner {
     cores: u32,
     /// The largest result sent in its status update.
     direct_limit: usize,
+    /// The longest failure or kill text sent in a status update: a longer one is cut, so
+    /// that the update always fits in a message.
+    text_limit: usize,
+    /// `driver.maxResultSize`.
+    max_result_size: Option<u64>,
     epoch: Instant,
     registry: TaskRegistry,
     blocks: Arc<BlockStore>,
@@ -496,6 +511,8 @@ impl Executor {
             hostname: config.hostname,
             cores: config.cores,
             direct_limit: config.max_message_size.saturating_sub(RESULT_OVERHEAD),
+            text_limit: (config.max_message_size / 2).min(MAX_FAILURE_TEXT),
+            max_result_size: config.max_result_size,
             epoch: Instant::now(),
             registry,
             blocks: Arc::new(BlockStore::new()),
@@ -854,6 +871,10 @@ fn runner(inner: Arc<Inner>) {
             if inner.stopped.load(Ordering::Acquire) {
                 debug!("task (TID {task_id}) ended while the executor stops; no status update");
             } else {
+                let mut outcome = outcome;
+                if let TaskOutcome::Failure { message, .. } = &mut outcome.outcome {
+                    cut_text(message, inner.text_limit);
+                }
                 let message = Message::StatusUpdate(StatusUpdate {
                     executor_id: inner.executor_id.clone(),
                     task_id,
@@ -878,7 +899,28 @@ fn runner(inner: Arc<Inner>) {
                 unflushed = 0;
             }
         }
+        // A stop that came in the middle of the batch skipped its flushes: what the tasks
+        // that ended before it sent must not stay behind.
+        if unflushed > 0 {
+            inner.status.flush();
+            unflushed = 0;
+        }
     }
+}
+
+/// Cuts `text` to at most `limit` bytes (on a character boundary), saying how much went.
+fn cut_text(text: &mut String, limit: usize) {
+    if text.len() <= limit {
+        return;
+    }
+    let note = format!(" ... ({} bytes cut)", text.len());
+    let mut end = limit.saturating_sub(note.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text.len() - end;
+    text.truncate(end);
+    text.push_str(&format!(" ... ({cut} bytes cut)"));
 }
 
 /// How a task ended.
@@ -998,6 +1040,8 @@ impl Inner {
                 }
                 Err(e) => {
                     error!("Failed to send the status update of task (TID {task_id}): {e}");
+                    // Nobody will fetch a result it stored.
+                    self.blocks.remove(BlockId::TaskResult { task_id });
                     return;
                 }
             }
@@ -1114,7 +1158,25 @@ impl Inner {
     fn finished(&self, launch: &Launch, value: Bytes, mut metrics: TaskMetrics) -> Ended {
         let size = value.len();
         metrics.result_size = size as u64;
-        let outcome = if size <= self.direct_limit {
+        let outcome = if self
+            .max_result_size
+            .is_some_and(|limit| size as u64 > limit)
+        {
+            let limit = self.max_result_size.unwrap_or_default();
+            warn!(
+                "Finished {}. Result is larger than maxResultSize ({} > {}), dropping it.",
+                launch.name,
+                bytes_to_string(size as u64),
+                bytes_to_string(limit)
+            );
+            TaskOutcome::Indirect {
+                block_id: BlockId::TaskResult {
+                    task_id: launch.task_id,
+                },
+                size: size as u64,
+                metrics,
+            }
+        } else if size <= self.direct_limit {
             debug!(
                 "Finished {}. {size} bytes result sent to driver",
                 launch.name

@@ -606,6 +606,78 @@ fn a_large_result_is_fetched_in_chunks_then_removed() {
     );
 }
 
+/// A failure text longer than a message is cut, so that its update still leaves: before,
+/// the encoder refused it and the driver never heard of the task again.
+#[test]
+fn a_failure_text_larger_than_a_message_is_cut_to_fit() {
+    let mut registry = TaskRegistry::with_builtins();
+    registry
+        .register("verbose", |_: &TaskContext, _: &Bytes| {
+            Err(TaskError::failed("é".repeat(3 << 20)))
+        })
+        .unwrap();
+    let harness = Harness::start(Setup {
+        executor_conf: vec!["rpc.message.maxSize=1m"],
+        driver_conf: vec!["rpc.message.maxSize=1m"],
+        registry,
+        ..Setup::default()
+    });
+    harness.launch(task(1, 0, "verbose", b""));
+    let update = harness.update(1);
+    assert_eq!(update.state, TaskState::Failed);
+    let (_, message, _) = failure(&update);
+    assert!(message.len() <= 64 << 10, "{} bytes", message.len());
+    assert!(message.starts_with("éé"));
+    assert!(
+        message.ends_with(" bytes cut)"),
+        "{}",
+        &message[message.len() - 40..]
+    );
+}
+
+/// A result over driver.maxResultSize is dropped on the executor, as the seeds' runner
+/// does: only its size is reported, and nothing is left in the block store.
+#[test]
+fn a_result_over_the_max_result_size_is_dropped_and_only_its_size_reported() {
+    let harness = Harness::start(Setup {
+        executor_conf: vec!["rpc.message.maxSize=1m", "driver.maxResultSize=1500k"],
+        driver_conf: vec!["rpc.message.maxSize=1m"],
+        ..Setup::default()
+    });
+    harness.launch(task(1, 0, "large-result", b"2m"));
+    let update = harness.update(1);
+    assert_eq!(update.state, TaskState::Finished);
+    let TaskOutcome::Indirect { block_id, size, .. } = update.outcome else {
+        panic!("not indirect: {update:?}")
+    };
+    assert_eq!(size, 2 << 20);
+    wait_for_log(
+        "WARN",
+        "Result is larger than maxResultSize (2.0 MiB > 1500.0 KiB), dropping it.",
+    );
+    let missing = fetch(&harness.executor(), block_id, 1 << 20).unwrap_err();
+    assert!(missing.to_string().contains("not found"), "{missing}");
+}
+
+/// Launches that come after StopExecutor are not started.
+#[test]
+fn a_launch_after_stop_executor_is_ignored() {
+    let harness = Harness::start(Setup::default());
+    let executor = harness.executor();
+    // One write: both arrive in one read, in order.
+    executor.send_deferred(&Message::StopExecutor).unwrap();
+    executor
+        .send_deferred(&Message::LaunchTask(task(5, 0, "noop", b"")))
+        .unwrap();
+    executor.flush();
+    assert_eq!(harness.exit(), ExecutorExit::Stopped);
+    wait_for_log(
+        "WARN",
+        "Ignored LaunchTask of task (TID 5): the executor is stopping",
+    );
+    assert!(lock(&harness.state).updates.iter().all(|u| u.task_id != 5));
+}
+
 #[test]
 fn heartbeats_report_running_tasks_and_can_ask_to_reregister() {
     let harness = Harness::start(Setup {

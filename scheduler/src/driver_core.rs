@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use flint_rpc::{EndpointRef, Reply, RpcError};
 use flint_wire::{
-    ArchivedMessage, BlockId, ExecutorLossReason, Message, SharedStr, TaskAccumUpdates,
-    TaskFailureKind, TaskMetrics, TaskOutcome, TaskState, WireError,
+    bytes_to_string, ArchivedMessage, BlockId, ExecutorLossReason, Message, SharedStr,
+    TaskAccumUpdates, TaskFailureKind, TaskMetrics, TaskOutcome, TaskState, WireError,
 };
 use tracing::{debug, error, info, warn};
 
@@ -688,6 +688,13 @@ impl DriverCore {
 
     fn fetch_failed(&mut self, now: Instant, task_id: u64, reason: String) {
         let fetch = self.fetches.remove(&task_id);
+        if let Some(fetch) = &fetch {
+            // The task runs again; the block the failed fetch left behind would stay in
+            // the executor's memory for good. (Gone with its connection, if that failed.)
+            let _ = fetch.endpoint.send(&Message::RemoveBlock {
+                block_id: fetch.block_id,
+            });
+        }
         let from = fetch
             .as_ref()
             .map_or_else(String::new, |f| format!(" from executor {}", f.executor_id));
@@ -1240,24 +1247,6 @@ impl DriverCore {
     }
 }
 
-/// A byte count the way Spark prints it: "1024.0 MiB" (a unit is used from twice its
-/// size up).
-pub fn bytes_to_string(size: u64) -> String {
-    const UNITS: [(u64, &str); 5] = [
-        (1 << 50, "PiB"),
-        (1 << 40, "TiB"),
-        (1 << 30, "GiB"),
-        (1 << 20, "MiB"),
-        (1 << 10, "KiB"),
-    ];
-    for (unit, name) in UNITS {
-        if size >= 2 * unit {
-            return format!("{:.1} {name}", size as f64 / unit as f64);
-        }
-    }
-    format!("{size}.0 B")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1499,14 +1488,5 @@ mod tests {
         assert_eq!(cluster.totals(), [2, 2], "and not asked for again");
         assert_eq!(core.executor_failures(), 3);
         assert!(core.failure().is_none());
-    }
-
-    #[test]
-    fn sizes_print_as_spark_prints_them() {
-        assert_eq!(bytes_to_string(100), "100.0 B");
-        assert_eq!(bytes_to_string(2048), "2.0 KiB");
-        assert_eq!(bytes_to_string(1 << 30), "1024.0 MiB");
-        assert_eq!(bytes_to_string(3 << 29), "1536.0 MiB");
-        assert_eq!(bytes_to_string(5 << 30), "5.0 GiB");
     }
 }

@@ -90,7 +90,7 @@ pub use cluster_manager::{
 };
 pub use config::{SchedulerConfig, SpeculationConfig};
 pub use driver::{Driver, DriverError};
-pub use driver_core::{bytes_to_string, DISASSOCIATED, STALE_EXECUTOR};
+pub use driver_core::{DISASSOCIATED, STALE_EXECUTOR};
 pub use error::SchedulerError;
 pub use events::{
     Action, JobResult, SchedulerEvent, SchedulerListener, TaskEndReason, TaskMetricsUpdate,
@@ -98,6 +98,7 @@ pub use events::{
 };
 pub use exclusion::ExclusionPolicy;
 pub use flint_rpc::conf::SchedulingMode;
+pub use flint_wire::bytes_to_string;
 pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};
 pub use job::{LatencySummary, TaskSetError, TaskSetHandle, TaskSetOutcome};
 pub use locality::{TaskLocality, TaskLocation};

@@ -107,6 +107,7 @@ mod task_name;
 mod task_payload;
 #[cfg(test)]
 mod tests;
+mod units;
 
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder};
 pub use encoder::Encoder;
@@ -122,6 +123,7 @@ pub use task_name::{AsNameString, TaskName};
 pub use task_payload::{
     TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAX_FUNCTION_NAME,
 };
+pub use units::bytes_to_string;
 
 /// The default `rpc.message.maxSize`: 128 MiB.
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
