@@ -817,8 +817,9 @@ impl TaskScheduler {
     }
 
     /// An executor is gone (the seeds' `executorLost`): its running tasks are pending
-    /// again. They count towards `task.maxFailures` only if the application caused the
-    /// loss ([`ExecutorLossReason::counts_towards_task_failures`]).
+    /// again. They count towards `task.maxFailures` unless the driver asked for the loss
+    /// or the application did not cause it
+    /// ([`ExecutorLossReason::counts_towards_task_failures`]).
     pub fn executor_lost(&mut self, now: Instant, executor_id: &str, reason: ExecutorLossReason) {
         let Some(record) = self.registry.remove(executor_id) else {
             error!("Lost an executor {executor_id} (already removed): {reason}");
@@ -962,10 +963,11 @@ impl TaskScheduler {
                 message: "TaskKilled".to_owned(),
                 counts: false,
             }),
+            // Its executor is lost with it (below), which counts, as in Spark.
             (TaskState::Lost, _) => Err(Failure {
                 kind: TaskFailureKind::ExecutorLost,
                 message: format!("Task {task_id} was lost"),
-                counts: false,
+                counts: true,
             }),
             (_, _) => Err(Failure {
                 kind: TaskFailureKind::Exception,

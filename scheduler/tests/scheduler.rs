@@ -326,13 +326,14 @@ fn a_lost_task_marks_its_executor_lost() {
     assert!(actions.contains(&Action::ReviveOffers));
     assert!(events.iter().any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason }
         if &**executor_id == "1" && reason.contains("was lost, so marking the executor as lost as well."))));
-    // Neither loss counts as a failure of the tasks.
+    // Both count as failures of the tasks, as in Spark (a lost executor may be the
+    // task's doing).
     let set = s.task_set(id(0, 0)).unwrap();
-    assert_eq!((set.task_failures(0), set.task_failures(1)), (0, 0));
+    assert_eq!((set.task_failures(0), set.task_failures(1)), (1, 1));
 }
 
 #[test]
-fn executor_loss_requeues_its_tasks_and_counts_only_when_the_app_caused_it() {
+fn executor_loss_requeues_its_tasks_and_counts_unless_the_driver_or_the_cluster_says_otherwise() {
     let base = Instant::now();
     let mut s = TaskScheduler::new(SchedulerConfig {
         max_task_failures: 2,
@@ -340,7 +341,18 @@ fn executor_loss_requeues_its_tasks_and_counts_only_when_the_app_caused_it() {
     });
     s.submit_tasks(base, TaskSet::new(0, 0, 1, payload()))
         .unwrap();
-    // Lost ten times to causes outside the app: never aborted.
+    // Lost ten times to causes known to be outside the app: never aborted.
+    let not_the_app = [
+        ExecutorLossReason::ExecutorKilled,
+        ExecutorLossReason::ExecutorExited {
+            exit_code: 143,
+            exit_caused_by_app: false,
+            reason: "preempted".into(),
+        },
+        ExecutorLossReason::ExecutorDecommission {
+            message: "scale down".into(),
+        },
+    ];
     for round in 0..10u64 {
         let executor = format!("e{round}");
         let launched = s.resource_offers(
@@ -348,7 +360,8 @@ fn executor_loss_requeues_its_tasks_and_counts_only_when_the_app_caused_it() {
             &[WorkerOffer::new(executor.as_str(), "h", 1)],
         );
         assert_eq!(launched[0].len(), 1, "round {round}");
-        s.executor_lost(at(base, round), &executor, slave_lost());
+        let reason = not_the_app[round as usize % not_the_app.len()].clone();
+        s.executor_lost(at(base, round), &executor, reason);
         assert!(!s.executor_heartbeat_received("x", Vec::new()));
         assert!(!s.executor_heartbeat_received(&executor, Vec::new()));
     }
@@ -356,20 +369,21 @@ fn executor_loss_requeues_its_tasks_and_counts_only_when_the_app_caused_it() {
     assert_eq!(s.task_set(id(0, 0)).unwrap().task_failures(0), 0);
     drain(&mut s);
 
-    // Lost twice to exits the app caused: aborted at task.maxFailures = 2.
+    // Lost to a disconnection (which may be the task's doing, as a crash), then to an
+    // exit the app caused: aborted at task.maxFailures = 2.
     let app_exit = ExecutorLossReason::ExecutorExited {
         exit_code: 52,
         exit_caused_by_app: true,
         reason: "OOM".into(),
     };
-    for round in 10..12u64 {
+    for (round, reason) in [(10u64, slave_lost()), (11, app_exit)] {
         let executor = format!("e{round}");
         let launched = s.resource_offers(
             at(base, round),
             &[WorkerOffer::new(executor.as_str(), format!("h{round}"), 1)],
         );
         assert_eq!(launched[0].len(), 1);
-        s.executor_lost(at(base, round), &executor, app_exit.clone());
+        s.executor_lost(at(base, round), &executor, reason);
     }
     let (events, _) = drain(&mut s);
     let failure = events

@@ -433,8 +433,9 @@ impl Sim {
         self.stats.executor_losses += 1;
         let now = self.now();
         match self.rng.below(4) {
-            // The loss shows as a LOST task: never counted.
+            // The loss shows as a LOST task: counted, for it and the executor's others.
             0 if !exec.running.is_empty() => {
+                self.count_losses(&exec, executor);
                 let (&task_id, _) = exec.running.iter().next().unwrap();
                 self.scheduler
                     .status_update(now, task_id, TaskState::Lost, TaskOutcome::None);
@@ -442,13 +443,7 @@ impl Sim {
             }
             // The application made the executor exit: counted for its running tasks.
             1 => {
-                for task in exec.running.values() {
-                    let key = (task.task_set.stage_id, task.index);
-                    if !self.results.contains_key(&key) {
-                        *self.counted_failures.entry(key).or_default() += 1;
-                    }
-                    self.record_counted_failure(key, executor, &exec.host);
-                }
+                self.count_losses(&exec, executor);
                 let reason = ExecutorLossReason::ExecutorExited {
                     exit_code: 52,
                     exit_caused_by_app: true,
@@ -456,7 +451,9 @@ impl Sim {
                 };
                 self.scheduler.executor_lost(now, executor, reason);
             }
+            // Disconnected: counted too, as in Spark.
             _ => {
+                self.count_losses(&exec, executor);
                 let reason = ExecutorLossReason::SlaveLost {
                     message: "Remote RPC client disassociated.".into(),
                     worker_lost: false,
@@ -699,6 +696,17 @@ impl Sim {
 
     /// Records in the exclusion model a failure the scheduler counts: one of a task
     /// without a result yet, in a job that has not ended (the task set is not a zombie).
+    /// The executor's running tasks each fail once, counted.
+    fn count_losses(&mut self, exec: &Executor, executor: &str) {
+        for task in exec.running.values() {
+            let key = (task.task_set.stage_id, task.index);
+            if !self.results.contains_key(&key) {
+                *self.counted_failures.entry(key).or_default() += 1;
+            }
+            self.record_counted_failure(key, executor, &exec.host);
+        }
+    }
+
     fn record_counted_failure(&mut self, key: (u32, u32), executor: &str, host: &str) {
         let (stage, index) = key;
         let job = self.stages[&stage].0;

@@ -164,16 +164,22 @@ pub enum ExecutorLossReason {
 }
 
 impl ExecutorLossReason {
-    /// Whether tasks lost with the executor count towards `task.maxFailures`, as in Spark:
-    /// only an exit the application caused does.
+    /// Whether tasks lost with the executor count towards `task.maxFailures`, as in
+    /// Spark's `TaskSetManager.executorLost`: every loss does but one the driver asked
+    /// for (killed, decommissioned), an exit the cluster manager says the application
+    /// did not cause, and a loss whose reason is still pending. A task that keeps
+    /// crashing its executor (or its host's network) so fails its job after
+    /// `task.maxFailures` attempts instead of being retried for ever.
     pub fn counts_towards_task_failures(&self) -> bool {
-        matches!(
-            self,
+        match self {
             ExecutorLossReason::ExecutorExited {
-                exit_caused_by_app: true,
-                ..
-            }
-        )
+                exit_caused_by_app, ..
+            } => *exit_caused_by_app,
+            ExecutorLossReason::SlaveLost { .. } => true,
+            ExecutorLossReason::ExecutorKilled
+            | ExecutorLossReason::LossReasonPending
+            | ExecutorLossReason::ExecutorDecommission { .. } => false,
+        }
     }
 }
 
