@@ -375,6 +375,11 @@ struct State {
     spare: Vec<Arc<TaskHandle>>,
     /// Runners that have not exited.
     live: usize,
+    /// Cores not held by a task a runner took (runners of a multi-core executor): a
+    /// queued task starts only when its `cpus` are free. The driver may queue tasks beyond
+    /// free cores (executor.taskPrefetch), and with task.cpus above 1 there are runners
+    /// enough to start them.
+    free_cores: u32,
     shutdown: bool,
 }
 
@@ -522,6 +527,7 @@ impl Executor {
                 running: FxHashMap::with_capacity_and_hasher(INITIAL_CAPACITY, Default::default()),
                 spare: Vec::with_capacity(INITIAL_CAPACITY),
                 live: 0,
+                free_cores: config.cores,
                 shutdown: false,
             }),
             sleeping: AtomicUsize::new(0),
@@ -848,7 +854,9 @@ fn runner(inner: Arc<Inner>) {
     let mut unflushed = 0usize;
     // Held from when the runner first looks for work until it sleeps.
     let mut lease: Option<LoopLease> = None;
-    while inner.next_batch(&mut ended, &mut batch, take_all, &mut lease) {
+    // The cores the task this runner took holds (not with take_all).
+    let mut held_cores = 0u32;
+    while inner.next_batch(&mut ended, &mut batch, take_all, &mut lease, &mut held_cores) {
         // When a task of the batch ends, the next one starts: one clock read serves both.
         let mut clock = Instant::now();
         while let Some(Job { launch, handle }) = batch.pop_front() {
@@ -969,12 +977,14 @@ impl Inner {
         batch: &mut VecDeque<Job>,
         take_all: bool,
         lease: &mut Option<LoopLease>,
+        held_cores: &mut u32,
     ) -> bool {
         debug_assert!(batch.is_empty());
         let mut state = lock(&self.state);
         for (task_id, handle) in ended.drain(..) {
             state.forget(task_id, handle);
         }
+        state.free_cores += std::mem::take(held_cores);
         let mut polled = false;
         loop {
             if take_all && !state.queue.is_empty() {
@@ -983,9 +993,25 @@ impl Inner {
                 self.queued.store(0, Ordering::Release);
                 return true;
             }
-            if let Some(job) = state.queue.pop_front() {
+            let need = state
+                .queue
+                .front()
+                .map(|job| job.launch.cpus.clamp(1, self.cores));
+            if let Some(need) = need.filter(|&need| need <= state.free_cores) {
+                let job = state.queue.pop_front().expect("a queued job");
+                state.free_cores -= need;
+                *held_cores = need;
                 batch.push_back(job);
                 self.queued.store(state.queue.len(), Ordering::Release);
+                // Cores this runner freed may start more than the task it took.
+                let more = state
+                    .queue
+                    .front()
+                    .is_some_and(|next| next.launch.cpus.clamp(1, self.cores) <= state.free_cores);
+                drop(state);
+                if more && self.sleeping.load(Ordering::Acquire) > 0 {
+                    self.work.notify_one();
+                }
                 return true;
             }
             if state.shutdown {
@@ -1275,6 +1301,42 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(error, ExecutorError::NoCores), "{error}");
+    }
+
+    /// With launch pipelining the driver may queue tasks beyond free cores; a task of two
+    /// cpus still starts only when two cores are free.
+    #[test]
+    fn queued_tasks_start_only_when_their_cpus_are_free() {
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let mut registry = TaskRegistry::new();
+        {
+            let (running, most) = (running.clone(), most.clone());
+            registry
+                .register("count", move |_: &TaskContext, _: &Bytes| {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(100));
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok(Bytes::new())
+                })
+                .unwrap();
+        }
+        let (executor, rx) = executor(4, 1 << 20, registry);
+        for task_id in 1..=4 {
+            let two_cpus = TaskDescription {
+                cpus: 2,
+                ..task(task_id, "count", b"")
+            };
+            executor.launch_task(two_cpus).unwrap();
+        }
+        for _ in 1..=4 {
+            rx.recv_timeout(WAIT).unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 2, "tasks running at once");
+        wait_until("every core is free again", || {
+            lock(&executor.inner.state).free_cores == 4
+        });
     }
 
     #[test]
