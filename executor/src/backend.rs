@@ -252,7 +252,20 @@ impl Backend {
     }
 
     /// Registers again, as the heartbeat receiver asked; a refusal ends the executor.
+    ///
+    /// The driver asks only an executor it has removed: it failed the tasks it had
+    /// launched here and runs them elsewhere, and it counts every core here free once
+    /// the executor is back. Those tasks are killed first, so that they neither hold the
+    /// cores the driver will fill nor report results nobody waits for.
     fn reregister(self: &Arc<Self>) {
+        let killed = self
+            .executor
+            .kill_all_tasks("the driver removed this executor; its tasks run elsewhere");
+        if killed > 0 {
+            info!(
+                "Killed {killed} task(s) that the driver no longer counts on before re-registering"
+            );
+        }
         let backend = self.clone();
         let message = Message::RegisterExecutor(self.registration.clone());
         let asked = self

@@ -693,6 +693,22 @@ impl Executor {
         }
     }
 
+    /// Asks every task launched and not yet ended to stop, as [`Executor::kill_task`]
+    /// does for one. Returns how many were asked.
+    pub fn kill_all_tasks(&self, reason: &str) -> usize {
+        // Cloned under the lock, killed outside it (a kill may wake a sleeping task).
+        let handles: Vec<Arc<TaskHandle>> = lock(&self.inner.state)
+            .running
+            .values()
+            .filter(|handle| !handle.is_ended())
+            .cloned()
+            .collect();
+        for handle in &handles {
+            handle.kill(reason);
+        }
+        handles.len()
+    }
+
     /// Ids of the tasks launched and not yet ended, sorted.
     pub fn running_tasks(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = lock(&self.inner.state)
@@ -856,7 +872,13 @@ fn runner(inner: Arc<Inner>) {
     let mut lease: Option<LoopLease> = None;
     // The cores the task this runner took holds (not with take_all).
     let mut held_cores = 0u32;
-    while inner.next_batch(&mut ended, &mut batch, take_all, &mut lease, &mut held_cores) {
+    while inner.next_batch(
+        &mut ended,
+        &mut batch,
+        take_all,
+        &mut lease,
+        &mut held_cores,
+    ) {
         // When a task of the batch ends, the next one starts: one clock read serves both.
         let mut clock = Instant::now();
         while let Some(Job { launch, handle }) = batch.pop_front() {

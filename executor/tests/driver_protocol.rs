@@ -702,6 +702,15 @@ fn heartbeats_report_running_tasks_and_can_ask_to_reregister() {
     let second = harness.wait_for("a second registration", |s| s.registrations.get(1).cloned());
     assert_eq!(second, registration);
     wait_for_log("INFO", "Told to re-register on heartbeat");
+    // The driver had removed it and failed its task: the task is killed, not left to
+    // hold a core the driver counts as free.
+    let update = harness.update(1);
+    assert_eq!(update.state, TaskState::Killed);
+    let (_, reason, _) = failure(&update);
+    assert!(
+        reason.contains("the driver removed this executor"),
+        "{reason}"
+    );
 
     // Heartbeats go on after it.
     let seen = lock(&harness.state).heartbeats.len();
