@@ -384,7 +384,9 @@ impl DriverCore {
         // Posts ExecutorAdded.
         self.scheduler
             .executor_added(executor_id.clone(), host, cores);
-        self.make_offers_on(now, &executor_id);
+        // The seeds' makeOffers(): every executor's free cores, not only the new one's,
+        // since a new executor changes the locality levels a task set may launch at.
+        self.make_offers(now);
         self.process_actions(now);
         Ok(())
     }
@@ -537,6 +539,15 @@ impl DriverCore {
         let Some(task_set) = self.scheduler.task_set_of(task_id) else {
             return true;
         };
+        // A task set that ended (its StageCompleted dropped its tally) keeps no result:
+        // counting one would leave an entry nobody removes.
+        if self
+            .scheduler
+            .task_set(task_set)
+            .is_none_or(|manager| manager.is_zombie())
+        {
+            return true;
+        }
         let entry = self.result_sizes.entry(task_set).or_default();
         entry.0 = entry.0.saturating_add(size);
         entry.1 = entry.1.saturating_add(1);
@@ -778,12 +789,6 @@ impl DriverCore {
         }
         self.launch_on(now, &offers);
         self.offers = offers;
-    }
-
-    /// The seeds' `makeOffers(executorId)`: one executor's free cores, now.
-    fn make_offers_on(&mut self, now: Instant, executor_id: &str) {
-        self.offer_later(executor_id);
-        self.flush_offers(now);
     }
 
     /// Offers `offers` to the scheduler and launches what it picks: the seeds'

@@ -26,14 +26,26 @@ pub fn speculation_threshold(
     }
     let middle = scratch.len() / 2;
     let median = *scratch.select_nth_unstable(middle).1;
-    Duration::from_nanos(median)
-        .mul_f64(config.multiplier)
+    // A huge speculation.multiplier (any finite one is accepted) saturates instead of
+    // overflowing: no task is then slow enough to copy.
+    Duration::try_from_secs_f64(Duration::from_nanos(median).as_secs_f64() * config.multiplier)
+        .unwrap_or(Duration::MAX)
         .max(config.min_runtime)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_multiplier_saturates() {
+        let config = SpeculationConfig {
+            multiplier: 1e30,
+            ..SpeculationConfig::default()
+        };
+        let threshold = speculation_threshold(&[1_000_000_000], &config, &mut Vec::new());
+        assert_eq!(threshold, Duration::MAX);
+    }
 
     #[test]
     fn threshold_is_multiplier_times_median_but_at_least_the_minimum() {

@@ -437,9 +437,11 @@ impl TaskSetManager {
                 continue;
             }
             let locations = &self.specs[index as usize].preferred_locations;
-            let locality = if locations.is_empty() {
-                TaskLocality::NoPref
-            } else if locations.iter().any(|l| matches!(l, TaskLocation::Executor { executor_id: e, .. } if &**e == executor_id)) {
+            // Spark launches a copy of a task without preferences as PROCESS_LOCAL: it
+            // must not move the task set's delay scheduling past its local levels.
+            let locality = if locations.is_empty()
+                || locations.iter().any(|l| matches!(l, TaskLocation::Executor { executor_id: e, .. } if &**e == executor_id))
+            {
                 TaskLocality::ProcessLocal
             } else if locations.iter().any(|l| &**l.host() == host) {
                 TaskLocality::NodeLocal

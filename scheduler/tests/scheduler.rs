@@ -551,6 +551,8 @@ fn speculation_copies_a_straggler_and_the_first_success_wins() {
         SchedulerEvent::TaskStart {
             speculative: true,
             index: 3,
+            // A task without preferences: its copy launches PROCESS_LOCAL, as in Spark.
+            locality: TaskLocality::ProcessLocal,
             ..
         }
     )));
