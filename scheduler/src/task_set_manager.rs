@@ -640,6 +640,13 @@ impl TaskSetManager {
         let duration = now.saturating_duration_since(attempt.launched_at);
         let record = &mut self.tasks[index as usize];
         record.copies_running = record.copies_running.saturating_sub(1);
+        if record.copies_running == 0 && record.speculatable {
+            // Its mark names the host of the attempt that just ended: a later attempt,
+            // elsewhere, is marked afresh if it runs slow, so that its copy avoids the
+            // right host.
+            record.speculatable = false;
+            self.speculatable.retain(|&(marked, _)| marked != index);
+        }
         let already_successful = record.successful;
         let lost_task = format!(
             "Lost task {index}.{} in stage {} (TID {task_id}, {}, executor {}): {}",

@@ -529,6 +529,22 @@ fn with_a_straggler(tasks: u32) -> (Instant, TaskScheduler, Vec<u64>) {
 }
 
 #[test]
+fn a_speculative_copy_avoids_the_host_of_the_attempt_that_runs_now() {
+    let (base, mut s, ids) = with_a_straggler(4);
+    drain(&mut s);
+    s.handle_timeout(at(base, 1600));
+    assert!(drain(&mut s).1.contains(&Action::ReviveOffers));
+    // The marked attempt (on host-a) fails before it gets a copy; the task runs again, on
+    // host-b.
+    s.status_update(at(base, 1650), ids[3], TaskState::Failed, failed("boom"));
+    let again = s.resource_offers(at(base, 1700), &[WorkerOffer::new("2", "host-b", 1)]);
+    assert_eq!((again[0][0].index, again[0][0].attempt_number), (3, 1));
+    // Its old mark named host-a: it must not put a copy beside the new attempt.
+    let copy = s.resource_offers(at(base, 1700), &[WorkerOffer::new("3", "host-b", 1)]);
+    assert!(copy[0].is_empty(), "{copy:?}");
+}
+
+#[test]
 fn speculation_copies_a_straggler_and_the_first_success_wins() {
     let (base, mut s, ids) = with_a_straggler(4);
     let by_index = |i: u32| ids[i as usize];
