@@ -15,8 +15,8 @@ use flint_scheduler::{
 use flint_wire::{TaskPayload, WireError};
 
 /// A task as the command line names it: `noop`, `sleep:MS`, `echo:TEXT`,
-/// `fail-n-attempts:N`, `large-result:SIZE`, `spin:MS`, or any registered function
-/// `NAME[:INPUT]`.
+/// `fail-n-attempts:N`, `large-result:SIZE`, `spin:MS`, `exit-process:CODE`, or any
+/// registered function `NAME[:INPUT]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskSpec {
     /// The registered task function.

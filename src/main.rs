@@ -65,7 +65,7 @@ struct JobArgs {
     #[arg(long, default_value_t = 10_000)]
     tasks: u32,
     /// What each task runs: noop, sleep:MS, echo:TEXT, fail-n-attempts:N,
-    /// large-result:SIZE, spin:MS.
+    /// large-result:SIZE, spin:MS, exit-process:CODE (ends the executor process).
     #[arg(long, default_value = "noop")]
     task: TaskSpec,
     /// Print one JSON object instead of text.

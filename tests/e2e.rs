@@ -467,6 +467,34 @@ fn the_cli_runs_the_main_job_and_prints_json() {
     assert!(!stderr.contains('\x1b'), "{stderr}");
 }
 
+/// A task that crashes its executor process fails the job after task.maxFailures
+/// attempts, each lost with an executor, instead of taking executor after executor.
+#[test]
+fn a_task_that_crashes_its_executor_fails_the_job_after_max_failures() {
+    let output = Command::new(FLINT)
+        .args(["run", "--executors", "2", "--tasks", "1"])
+        .args(["--task", "exit-process:3"])
+        .args(["--conf", "task.maxFailures=2"])
+        .args(["--conf", "executor.maxNumFailures=20"])
+        .args(["--job-timeout", "60"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Task 0 in stage 0.0 failed 2 times"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ExecutorLostFailure (executor "),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("Max number of executor failures"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn failed_attempts_are_retried_until_they_succeed() {
     let (driver, _cluster, recorder) = cluster(&conf(&[]), 2, 1);

@@ -40,6 +40,7 @@ pub struct InvalidFunctionName {
 /// | `spin` | milliseconds | busy-loops, checking its kill flag |
 /// | `fail-n-attempts` | N | fails while its attempt number is below N, then returns an empty result |
 /// | `large-result` | a size: bytes, or with a `k`, `m` or `g` suffix (KiB, MiB, GiB) | returns that many bytes; byte i is `i % 251` |
+/// | `exit-process` | an exit code, 0 to 255 | ends the executor's whole process with that code at once, as a task that crashes its executor does |
 ///
 /// An input that is not what a built-in expects fails the task with a message saying
 /// what was expected.
@@ -80,13 +81,14 @@ impl TaskRegistry {
     /// A registry with flint's built-in functions (see the table above).
     pub fn with_builtins() -> Self {
         let mut registry = TaskRegistry::new();
-        let builtins: [(&str, Arc<TaskFn>); 6] = [
+        let builtins: [(&str, Arc<TaskFn>); 7] = [
             ("noop", Arc::new(noop)),
             ("echo", Arc::new(echo)),
             ("sleep", Arc::new(sleep)),
             ("spin", Arc::new(spin)),
             ("fail-n-attempts", Arc::new(fail_n_attempts)),
             ("large-result", Arc::new(large_result)),
+            ("exit-process", Arc::new(exit_process)),
         ];
         for (name, function) in builtins {
             registry.functions.insert(name.to_owned(), function);
@@ -201,6 +203,20 @@ fn fail_n_attempts(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError>
     Ok(Bytes::new())
 }
 
+fn exit_process(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+    let code = parse_number(
+        "exit-process",
+        input,
+        "an exit code from 0 to 255, e.g. \"3\"",
+    )?;
+    let code = u8::try_from(code).map_err(|_| {
+        TaskError::failed(format!(
+            "exit-process: exit code {code} is not between 0 and 255"
+        ))
+    })?;
+    std::process::exit(i32::from(code))
+}
+
 fn large_result(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
     let size = parse_size(input).ok_or_else(|| {
         TaskError::failed(format!(
@@ -284,6 +300,7 @@ mod tests {
             registry.names(),
             [
                 "echo",
+                "exit-process",
                 "fail-n-attempts",
                 "large-result",
                 "noop",
@@ -399,6 +416,8 @@ mod tests {
             ("fail-n-attempts", b"two", "number of attempts"),
             ("large-result", b"lots", "size in bytes"),
             ("large-result", b"\xff", "size in bytes"),
+            ("exit-process", b"now", "exit code"),
+            ("exit-process", b"256", "between 0 and 255"),
         ] {
             let registry = TaskRegistry::with_builtins();
             let result = registry.get(name).unwrap()(&ctx, &Bytes::copy_from_slice(input));
