@@ -24,8 +24,11 @@
 //! - status updates go out with `send_deferred`: a runner hands them to the event loop
 //!   ([`StatusSender::flush`]) when its batch is done (before it takes more work or
 //!   sleeps), every [`FLUSH_EVERY`] updates, and whenever the next task might be long (a
-//!   different function, or a task that ran [`DEFER_BELOW`] or more), so that no update
-//!   waits behind a long task. The executor's endpoint also flushes at the end of its
+//!   different function, or a task that ran [`DEFER_BELOW`] or more), so that an update
+//!   rarely waits behind a long task. (It still can: a quick task followed by a long one
+//!   of the same function, in one batch of a one-core executor with launch pipelining,
+//!   leaves its update queued until the long one ends or the next heartbeat flushes,
+//!   whichever comes first.) The executor's endpoint also flushes at the end of its
 //!   batches and after each heartbeat, so that its own frames on the same connection
 //!   never wait for a runner.
 //!
