@@ -644,7 +644,12 @@ fn start(
             cores: options.cores,
             max_message_size: max_payload,
             busy_poll: conf.executor_busy_poll().map_err(bad_conf)?,
-            max_result_size: conf.driver_max_result_size().map_err(bad_conf)?,
+            // The driver's limit, as its cluster manager passes it on; an executor that was
+            // not told keeps every result and leaves the refusal to the driver.
+            max_result_size: match conf.get("driver.maxResultSize") {
+                Some(_) => conf.driver_max_result_size().map_err(bad_conf)?,
+                None => None,
+            },
         },
         registry,
         driver.clone(),

@@ -185,8 +185,10 @@ pub struct ExecutorConfig {
     /// `executor.busyPoll`: how long a runner that ran out of tasks keeps looking for
     /// its next one before it sleeps.
     pub busy_poll: Duration,
-    /// `driver.maxResultSize` in bytes (`None`: no limit): a larger result is dropped
-    /// here, and only its size reported, since the driver would refuse it.
+    /// The driver's `driver.maxResultSize` in bytes, when known (`None`: none): a larger
+    /// result is dropped here, and only its size reported, since the driver would refuse
+    /// it. Set it only to the driver's own value: a smaller one loses results the driver
+    /// would take.
     pub max_result_size: Option<u64>,
 }
 
@@ -199,9 +201,7 @@ impl ExecutorConfig {
             cores,
             max_message_size: flint_wire::DEFAULT_MAX_MESSAGE_SIZE,
             busy_poll: DEFAULT_BUSY_POLL,
-            max_result_size: flint_rpc::Conf::new()
-                .driver_max_result_size()
-                .unwrap_or_default(),
+            max_result_size: None,
         }
     }
 }
@@ -1009,7 +1009,8 @@ impl Inner {
         for (task_id, handle) in ended.drain(..) {
             state.forget(task_id, handle);
         }
-        state.free_cores += std::mem::take(held_cores);
+        let released = std::mem::take(held_cores);
+        state.free_cores += released;
         let mut polled = false;
         loop {
             if take_all && !state.queue.is_empty() {
@@ -1018,21 +1019,20 @@ impl Inner {
                 self.queued.store(0, Ordering::Release);
                 return true;
             }
-            let need = state
-                .queue
-                .front()
-                .map(|job| job.launch.cpus.clamp(1, self.cores));
+            let need = state.queue.front().map(|job| self.cores_needed(job));
             if let Some(need) = need.filter(|&need| need <= state.free_cores) {
                 let job = state.queue.pop_front().expect("a queued job");
                 state.free_cores -= need;
                 *held_cores = need;
                 batch.push_back(job);
                 self.queued.store(state.queue.len(), Ordering::Release);
-                // Cores this runner freed may start more than the task it took.
-                let more = state
-                    .queue
-                    .front()
-                    .is_some_and(|next| next.launch.cpus.clamp(1, self.cores) <= state.free_cores);
+                // Cores this runner freed beyond what it took may start the next task
+                // (launches wake runners themselves).
+                let more = released > need
+                    && state
+                        .queue
+                        .front()
+                        .is_some_and(|next| self.cores_needed(next) <= state.free_cores);
                 drop(state);
                 if more && self.sleeping.load(Ordering::Acquire) > 0 {
                     self.work.notify_one();
@@ -1042,7 +1042,9 @@ impl Inner {
             if state.shutdown {
                 return false;
             }
-            if !polled && !self.busy_poll.is_zero() {
+            // A queued task waiting for cores comes only with a runner's end: no need to
+            // look for it by turning the transport.
+            if !polled && !self.busy_poll.is_zero() && state.queue.is_empty() {
                 // executor.busyPoll: a task that comes within it starts without this
                 // runner going to sleep and being woken.
                 polled = true;
@@ -1068,6 +1070,16 @@ impl Inner {
             self.sleeping.fetch_add(1, Ordering::AcqRel);
             state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
             self.sleeping.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The cores a queued task holds while it runs: its cpus, within the executor's; none
+    /// for a task already killed, which ends at once and must not wait for cores.
+    fn cores_needed(&self, job: &Job) -> u32 {
+        if job.handle.is_killed() {
+            0
+        } else {
+            job.launch.cpus.clamp(1, self.cores)
         }
     }
 
@@ -1334,7 +1346,7 @@ mod tests {
     fn queued_tasks_start_only_when_their_cpus_are_free() {
         let running = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
-        let mut registry = TaskRegistry::new();
+        let mut registry = TaskRegistry::with_builtins();
         {
             let (running, most) = (running.clone(), most.clone());
             registry
@@ -1362,6 +1374,29 @@ mod tests {
         wait_until("every core is free again", || {
             lock(&executor.inner.state).free_cores == 4
         });
+
+        // A queued task that is killed ends at once, without waiting for cores.
+        executor
+            .launch_task(TaskDescription {
+                cpus: 4,
+                ..task(5, "sleep", b"2000")
+            })
+            .unwrap();
+        wait_until("the sleep to start", || {
+            lock(&executor.inner.state).free_cores == 0
+        });
+        executor
+            .launch_task(TaskDescription {
+                cpus: 4,
+                ..task(6, "count", b"")
+            })
+            .unwrap();
+        let killed_at = Instant::now();
+        assert!(executor.kill_task(6, false, "not needed"));
+        let update = rx.recv_timeout(WAIT).unwrap();
+        assert_eq!((update.task_id, update.state), (6, TaskState::Killed));
+        assert!(killed_at.elapsed() < Duration::from_millis(1500));
+        assert!(executor.kill_task(5, false, "done"));
     }
 
     #[test]

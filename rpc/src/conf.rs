@@ -239,8 +239,9 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         "rpc.outbox.maxBytes",
         Some("64m"),
         "Bound on the outgoing bytes queued on one connection (encoded, not yet written): \
-         a send whose frame does not fit is refused; a frame larger than the whole bound is \
-         accepted while less than the bound is queued; bytes when bare; above zero.",
+         a send whose frame does not fit is refused; a reply, or a frame larger than the \
+         whole bound, is accepted while less than the bound is queued; bytes when bare; \
+         above zero.",
     ),
     info(
         "rpc.port",
@@ -1000,8 +1001,9 @@ impl Conf {
 
     /// `rpc.outbox.maxBytes` (flint's own): the bound, in bytes, on the outgoing bytes
     /// queued on one connection: a send whose frame does not fit is refused, except that a
-    /// frame larger than the whole bound, which would never fit, is accepted while less
-    /// than the bound is queued. Default 64 MiB; a bare number is bytes; zero is an error.
+    /// reply (which an asker waits for), or a frame larger than the whole bound (which
+    /// would never fit), is accepted while less than the bound is queued. Default 64 MiB;
+    /// a bare number is bytes; zero is an error.
     pub fn outbox_max_bytes(&self) -> Result<usize, ConfError> {
         let key = RPC_OUTBOX_MAX_BYTES;
         let bytes = self.size_usize(key, EXPECT_POSITIVE_SIZE)?;

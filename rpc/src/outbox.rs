@@ -56,10 +56,11 @@ const FRESH_CAPACITY: usize = 16 * 1024;
 ///
 /// The bytes queued (encoded and not yet written, including those the loop took and is
 /// writing) stay within the limit: a frame that would take them past it is refused
-/// with [`RpcError::OutboxFull`]. The one exception is a frame larger than the whole
-/// limit, which would never fit: it is accepted whenever less than the limit is queued,
-/// so the outbox then holds less than the limit plus that one frame. (The handshake's
-/// few frames, queued by the loop before any other, are not counted against it.)
+/// with [`RpcError::OutboxFull`]. The exceptions are a frame larger than the whole
+/// limit, which would never fit, and a reply, which an asker waits for: each is
+/// accepted whenever less than the limit is queued, so the outbox then holds less than
+/// the limit plus that one frame. (The handshake's few frames, queued by the loop
+/// before any other, are not counted against it.)
 #[derive(Debug)]
 pub struct Outbox {
     key: ConnKey,
@@ -150,9 +151,13 @@ impl Outbox {
         }
         let OutboxState { buf, encoder, .. } = &mut *state;
         let written = encoder.encode(route, message, buf)?;
+        // A reply answers an ask the peer made and waits for: it may take the queue past
+        // the bound by one frame, as an oversized frame may, rather than be refused for
+        // want of room and leave the ask to time out (or be encoded again and again).
+        let is_reply = matches!(route, Route::Reply { .. } | Route::ErrorReply { .. });
         // The frame's size is known only now: one that does not fit is cut off again,
         // which keeps the buffer's capacity.
-        if queued + written > self.limit && written <= self.limit {
+        if queued + written > self.limit && written <= self.limit && !is_reply {
             buf.truncate(buf.len() - written);
             return Err(full());
         }
@@ -316,7 +321,9 @@ mod tests {
     #[test]
     fn a_full_outbox_refuses_and_names_the_limit() {
         let outbox = outbox(1000);
-        let route = Route::Reply { request_id: 1 };
+        let route = Route::OneWay {
+            endpoint: "sink".into(),
+        };
         let mut accepted = 0;
         let error = loop {
             match outbox.push(&route, &Message::Empty) {
@@ -345,9 +352,39 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_goes_while_the_outbox_is_below_the_limit() {
+        let outbox = outbox(1000);
+        let message = Message::Custom {
+            tag: 1,
+            body: bytes::Bytes::from(vec![7u8; 600]),
+        };
+        let one_way = Route::OneWay {
+            endpoint: "sink".into(),
+        };
+        assert!(outbox.push(&one_way, &message).unwrap());
+        // A send that does not fit is refused; a reply of the same size is not.
+        assert!(matches!(
+            outbox.push(&one_way, &message),
+            Err(RpcError::OutboxFull { .. })
+        ));
+        outbox
+            .push(&Route::Reply { request_id: 9 }, &message)
+            .unwrap();
+        let both = outbox.queued();
+        assert!(both > 1000, "{both}");
+        // Once at the limit, a reply waits too.
+        assert!(matches!(
+            outbox.push(&Route::Reply { request_id: 10 }, &message),
+            Err(RpcError::OutboxFull { .. })
+        ));
+    }
+
+    #[test]
     fn a_frame_larger_than_the_limit_goes_while_the_outbox_is_below_it() {
         let outbox = outbox(1000);
-        let route = Route::Reply { request_id: 1 };
+        let route = Route::OneWay {
+            endpoint: "sink".into(),
+        };
         let message = |len: usize| Message::Custom {
             tag: 1,
             body: bytes::Bytes::from(vec![7u8; len]),

@@ -954,12 +954,16 @@ fn a_reply_refused_for_a_full_outbox_can_be_tried_again() {
         body: Bytes::from(vec![0u8; 16 * 1024]),
     };
     let deadline = Instant::now() + Duration::from_secs(20);
-    // Large frames, then frames of the reply's size, until neither fits.
-    for filler in [&big, &custom(2)] {
-        while back.send(filler).is_ok() {
-            assert!(Instant::now() < deadline, "the outbox never filled");
-        }
+    // Frames until one does not fit, then one larger than the whole bound (accepted
+    // while under it): the outbox is now over its bound, where a reply waits too.
+    while back.send(&big).is_ok() {
+        assert!(Instant::now() < deadline, "the outbox never filled");
     }
+    let oversized = Message::Custom {
+        tag: 2,
+        body: Bytes::from(vec![0u8; 80 * 1024]),
+    };
+    back.send(&oversized).unwrap();
     let (reply, error) = reply.try_reply(&custom(3)).unwrap_err();
     assert!(matches!(error, RpcError::OutboxFull { .. }), "{error:?}");
 

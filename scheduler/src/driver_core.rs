@@ -539,14 +539,14 @@ impl DriverCore {
         let Some(task_set) = self.scheduler.task_set_of(task_id) else {
             return true;
         };
-        // A task set that ended (its StageCompleted dropped its tally) keeps no result:
-        // counting one would leave an entry nobody removes.
+        // A task set that ended (its StageCompleted dropped its tally) gets no new tally,
+        // which nobody would remove; a result over the whole limit is still refused.
         if self
             .scheduler
             .task_set(task_set)
             .is_none_or(|manager| manager.is_zombie())
         {
-            return true;
+            return size <= limit;
         }
         let entry = self.result_sizes.entry(task_set).or_default();
         entry.0 = entry.0.saturating_add(size);

@@ -437,8 +437,12 @@ impl TaskSetManager {
                 continue;
             }
             let locations = &self.specs[index as usize].preferred_locations;
-            // Spark launches a copy of a task without preferences as PROCESS_LOCAL: it
-            // must not move the task set's delay scheduling past its local levels.
+            // As Spark does, a copy of a task without preferences launches where NO_PREF
+            // is allowed, and as PROCESS_LOCAL: it must not move the task set's delay
+            // scheduling past its local levels.
+            if locations.is_empty() && !TaskLocality::NoPref.is_allowed_by(max_locality) {
+                continue;
+            }
             let locality = if locations.is_empty()
                 || locations.iter().any(|l| matches!(l, TaskLocation::Executor { executor_id: e, .. } if &**e == executor_id))
             {
