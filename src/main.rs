@@ -166,6 +166,17 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(conf) => conf,
         Err(e) => return fail(e),
     };
+    // Both would leave the job waiting for its timeout with nothing to run it on.
+    if args.executors == 0 {
+        return fail("flint run needs at least 1 executor (--executors)");
+    }
+    let task_cpus = conf.task_cpus().unwrap_or(1);
+    if task_cpus > args.cores as usize {
+        return fail(format!(
+            "each task needs task.cpus={task_cpus} cores, but each executor has --cores {}",
+            args.cores
+        ));
+    }
     let program = match std::env::current_exe() {
         Ok(program) => program,
         Err(e) => {
@@ -189,12 +200,6 @@ fn driver(args: DriverArgs) -> ExitCode {
         Ok(conf) => conf,
         Err(e) => return fail(e),
     };
-    eprintln!(
-        "flint: waiting for {} executor(s) to register with the driver at {}:{} (flint executor --driver HOST:PORT)",
-        args.executors,
-        conf.bind_address().map(|a| a.to_string()).unwrap_or_default(),
-        conf.port().unwrap_or(0)
-    );
     run_and_report(
         &conf,
         args.executors,
@@ -239,7 +244,19 @@ fn run_and_report(
             bar.set_position(done as u64);
         }
     };
+    // Executors that register on their own need the address the driver got (with the
+    // default rpc.port=0, the OS picks the port).
+    let standalone = cores == 0;
+    let mut on_listening = |address: std::net::SocketAddr| {
+        if standalone {
+            eprintln!(
+                "flint: waiting for {executors} executor(s) to register with the driver at \
+                 {address} (flint executor --driver {address})"
+            );
+        }
+    };
     let hooks = JobHooks {
+        listening: Some(&mut on_listening),
         progress: Some(&mut on_progress),
         interrupted: Some(&interrupted),
     };
@@ -305,11 +322,19 @@ fn bench(args: BenchArgs) -> ExitCode {
     }
 }
 
+/// The driver's address: an IPv4 one if the name has any, since a driver binds
+/// 127.0.0.1 (or another IPv4 address) unless told otherwise, and `localhost` often
+/// resolves to ::1 first.
 fn resolve(address: &str) -> Result<SocketAddr, String> {
-    address
+    let addresses: Vec<SocketAddr> = address
         .to_socket_addrs()
         .map_err(|e| format!("bad driver address {address}: {e}"))?
-        .next()
+        .collect();
+    addresses
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addresses.first())
+        .copied()
         .ok_or_else(|| format!("the driver address {address} resolves to nothing"))
 }
 

@@ -495,6 +495,80 @@ fn a_task_that_crashes_its_executor_fails_the_job_after_max_failures() {
     );
 }
 
+/// `flint run` refuses at once a job nothing could run, instead of waiting for its
+/// timeout.
+#[test]
+fn flint_run_refuses_a_job_no_executor_can_run() {
+    for (args, expected) in [
+        (
+            &["--conf", "task.cpus=2"][..],
+            "each task needs task.cpus=2 cores, but each executor has --cores 1",
+        ),
+        (
+            &["--executors", "0"][..],
+            "flint run needs at least 1 executor",
+        ),
+    ] {
+        let started = Instant::now();
+        let output = Command::new(FLINT)
+            .args(["run", "--tasks", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}
+
+/// `flint driver` on the default rpc.port=0 says the address the OS gave it, and an
+/// executor started with that address runs the job.
+#[test]
+fn flint_driver_says_the_address_executors_register_at() {
+    use std::io::{BufRead, BufReader};
+    let mut driver = Command::new(FLINT)
+        .args([
+            "driver",
+            "--executors",
+            "1",
+            "--tasks",
+            "100",
+            "--task",
+            "noop",
+        ])
+        .args(["--json", "--startup-timeout", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = driver.stdout.take().unwrap();
+    let mut stderr = BufReader::new(driver.stderr.take().unwrap());
+    let mut processes = Processes(vec![driver]);
+    let mut line = String::new();
+    let address = loop {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "no address said");
+        if let Some(rest) = line.split("flint executor --driver ").nth(1) {
+            break rest.trim().trim_end_matches(')').to_owned();
+        }
+    };
+    let address: SocketAddr = address.parse().unwrap();
+    assert_ne!(address.port(), 0, "{line}");
+    assert!(
+        line.contains(&format!("with the driver at {address}")),
+        "{line}"
+    );
+    let executor = spawn_executor(address, "1", &[], Stdio::null());
+    processes.0.push(executor);
+    let status = wait_exit(&mut processes.0[0], JOB_TIMEOUT);
+    assert!(status.success());
+    let mut report = String::new();
+    std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut report).unwrap();
+    assert!(report.starts_with("{\"tasks\":100,"), "{report}");
+}
+
 #[test]
 fn failed_attempts_are_retried_until_they_succeed() {
     let (driver, _cluster, recorder) = cluster(&conf(&[]), 2, 1);
@@ -704,6 +778,17 @@ impl Drop for RunGuard {
 
 #[test]
 fn ctrl_c_stops_flint_run_and_every_executor_it_started() {
+    // The terminal's Ctrl-C: a SIGINT to the whole foreground process group.
+    a_signal_stops_flint_run_and_every_executor_it_started("-INT", true);
+}
+
+#[test]
+fn sigterm_stops_flint_run_and_every_executor_it_started() {
+    // `kill PID`, `timeout` or a service manager: a SIGTERM to flint run alone.
+    a_signal_stops_flint_run_and_every_executor_it_started("-TERM", false);
+}
+
+fn a_signal_stops_flint_run_and_every_executor_it_started(signal: &str, to_group: bool) {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
 
@@ -758,8 +843,13 @@ fn ctrl_c_stops_flint_run_and_every_executor_it_started() {
     assert_eq!(guard.executors.len(), 2, "{:?}", guard.executors);
     std::thread::sleep(Duration::from_millis(200));
 
+    let target = if to_group {
+        format!("-{pid}")
+    } else {
+        pid.to_string()
+    };
     let status = Command::new("kill")
-        .args(["-INT", "--", &format!("-{pid}")])
+        .args([signal, "--", &target])
         .status()
         .unwrap();
     assert!(status.success());
@@ -771,7 +861,7 @@ fn ctrl_c_stops_flint_run_and_every_executor_it_started() {
         stderr.contains("flint: interrupted; the driver and its executors were stopped"),
         "{stderr}"
     );
-    // The executors did not get the SIGINT: the driver stopped them, none was lost.
+    // The executors did not get the signal: the driver stopped them, none was lost.
     assert!(!stderr.contains("Lost executor"), "{stderr}");
     assert!(
         stderr.contains("Asking each executor to shut down"),

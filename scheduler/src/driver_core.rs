@@ -338,6 +338,13 @@ impl DriverCore {
         if self.executors.contains_key(&executor_id) {
             return Err(format!("Duplicate executor ID: {executor_id}"));
         }
+        // After StopExecutors it would get no StopExecutor, and be killed at the end of
+        // the cluster manager's grace period instead.
+        if self.stopping {
+            return Err(format!(
+                "The driver is stopping: executor {executor_id} is not needed"
+            ));
+        }
         // A connection speaks for one executor: a second id on it would let one peer
         // hold many ids, and only the last would be removed when it disconnects.
         if let Some(registered) = address.and_then(|a| self.address_to_executor.get(&a)) {
@@ -1191,6 +1198,18 @@ impl DriverCore {
         if let Err(e) = self.cluster_manager.kill_executors(&to_kill) {
             error!("Cannot kill executor(s) {}: {e}", to_kill.join(", "));
         }
+        // Killed on request (not replaced), they are also told to stop themselves: one the
+        // cluster manager did not start (it registered on its own) would otherwise stay
+        // pending removal, and get no task, for as long as it lives. (An executor killed
+        // and replaced for its silence is not: should its network heal, it registers
+        // again.)
+        if !replace {
+            for id in &to_kill {
+                if let Some(executor) = self.executors.get(id.as_str()) {
+                    let _ = executor.endpoint.send(&Message::StopExecutor);
+                }
+            }
+        }
         let result = if replace && self.failure.is_some() {
             // Given up on executors: none is replaced.
             Ok(false)
@@ -1306,6 +1325,20 @@ mod tests {
         "SchedulerBackend is ready for scheduling beginning after reached minRegisteredResourcesRatio: ";
     const WAITED_LINE: &str =
         "SchedulerBackend is ready for scheduling beginning after waiting maxRegisteredResourcesWaitingTime: ";
+
+    #[test]
+    fn no_executor_registers_once_executors_are_told_to_stop() {
+        let t0 = Instant::now();
+        let env = RpcEnv::new(&Conf::new()).unwrap();
+        let core = core(1.0, Duration::from_secs(30), t0);
+        let mut core = core.lock().unwrap();
+        core.register_executor(t0, registration(&env, "1")).unwrap();
+        core.stop_executors();
+        assert_eq!(
+            core.register_executor(t0, registration(&env, "2")),
+            Err("The driver is stopping: executor 2 is not needed".to_owned())
+        );
+    }
 
     #[test]
     fn ready_once_the_ratio_is_reached_or_the_waiting_time_passed() {

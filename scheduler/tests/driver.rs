@@ -443,6 +443,10 @@ fn executor_requests_reach_the_cluster_manager_and_negative_counts_are_refused()
     assert!(logs().contains(Level::WARN, "Executor to kill ghost does not exist!"));
     assert_eq!(*cluster.kills.lock().unwrap(), ["req-1"]);
     assert_eq!(cluster.totals.lock().unwrap().last(), Some(&2));
+    // Told to stop as well, in case the cluster manager did not start it.
+    wait_until("StopExecutor reached the killed executor", || {
+        executor.inbox.count(|m| *m == Message::StopExecutor) == 1
+    });
     drop(executor);
     let other = FakeExecutor::start(driver.address(), "req-2");
     other.register("host-k", 1);
