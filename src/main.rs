@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -226,8 +226,14 @@ fn run_and_report(
     };
     let interrupted = Arc::new(AtomicBool::new(false));
     {
-        let interrupted = interrupted.clone();
-        let _ = ctrlc::set_handler(move || interrupted.store(true, Ordering::Relaxed));
+        // SIGINT (Ctrl-C) and SIGTERM (kill, timeout, a service manager) stop the driver
+        // and its executors in order; a second one ends the process at once. SIGHUP is
+        // left alone, so that nohup still keeps a job running past a logout.
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let _ =
+                signal_hook::flag::register_conditional_shutdown(signal, 130, interrupted.clone());
+            let _ = signal_hook::flag::register(signal, interrupted.clone());
+        }
     }
     let bar = (!job.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(u64::from(job.tasks));
@@ -248,12 +254,19 @@ fn run_and_report(
     // default rpc.port=0, the OS picks the port).
     let standalone = cores == 0;
     let mut on_listening = |address: std::net::SocketAddr| {
-        if standalone {
-            eprintln!(
-                "flint: waiting for {executors} executor(s) to register with the driver at \
-                 {address} (flint executor --driver {address})"
-            );
+        if !standalone {
+            return;
         }
+        // Bound to every interface, it is reached at any of this host's addresses.
+        let reach = if address.ip().is_unspecified() {
+            format!("THIS_HOST:{}", address.port())
+        } else {
+            address.to_string()
+        };
+        eprintln!(
+            "flint: waiting for {executors} executor(s) to register with the driver at \
+             {address} (flint executor --driver {reach})"
+        );
     };
     let hooks = JobHooks {
         listening: Some(&mut on_listening),
@@ -322,20 +335,25 @@ fn bench(args: BenchArgs) -> ExitCode {
     }
 }
 
-/// The driver's address: an IPv4 one if the name has any, since a driver binds
-/// 127.0.0.1 (or another IPv4 address) unless told otherwise, and `localhost` often
-/// resolves to ::1 first.
+/// The driver's address. A name with several addresses (`localhost` is often ::1 and
+/// 127.0.0.1, and a driver binds 127.0.0.1 unless told otherwise) gets the first, IPv4
+/// ones first, that takes a connection; the first of them if none does.
 fn resolve(address: &str) -> Result<SocketAddr, String> {
-    let addresses: Vec<SocketAddr> = address
+    let mut addresses: Vec<SocketAddr> = address
         .to_socket_addrs()
         .map_err(|e| format!("bad driver address {address}: {e}"))?
         .collect();
-    addresses
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or_else(|| addresses.first())
-        .copied()
-        .ok_or_else(|| format!("the driver address {address} resolves to nothing"))
+    addresses.sort_by_key(|a| a.is_ipv6());
+    let first = *addresses
+        .first()
+        .ok_or_else(|| format!("the driver address {address} resolves to nothing"))?;
+    if addresses.len() == 1 {
+        return Ok(first);
+    }
+    Ok(addresses
+        .into_iter()
+        .find(|a| std::net::TcpStream::connect_timeout(a, Duration::from_secs(2)).is_ok())
+        .unwrap_or(first))
 }
 
 fn executor(args: ExecutorArgs) -> ExitCode {

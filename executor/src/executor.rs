@@ -678,38 +678,53 @@ impl Executor {
     /// accepted for the protocol's sake (a Rust thread cannot be interrupted). Returns
     /// whether the task was running here.
     pub fn kill_task(&self, task_id: u64, interrupt_thread: bool, reason: &str) -> bool {
-        // Cloned under the lock: a handle someone holds is not reused for another task.
-        let handle = lock(&self.inner.state).running.get(&task_id).cloned();
-        match handle {
-            Some(handle) if !handle.is_ended() => {
-                info!(
-                    interrupt_thread,
-                    "Executor is trying to kill task (TID {task_id}), reason: {reason}"
-                );
-                handle.kill(reason);
-                true
-            }
-            _ => {
-                debug!("kill of task (TID {task_id}), which is not running here");
-                false
-            }
+        // Killed under the lock, which a runner holds from looking at the queue until it
+        // waits: it sees the kill, or is counted asleep and woken below.
+        let state = lock(&self.inner.state);
+        let handle = state
+            .running
+            .get(&task_id)
+            .filter(|handle| !handle.is_ended());
+        if let Some(handle) = handle {
+            handle.kill(reason);
         }
+        let killed = handle.is_some();
+        drop(state);
+        if killed {
+            info!(
+                interrupt_thread,
+                "Executor is trying to kill task (TID {task_id}), reason: {reason}"
+            );
+            // A queued task waiting for cores ends now that it is killed: a sleeping
+            // runner takes it.
+            self.wake_one_sleeper();
+        } else {
+            debug!("kill of task (TID {task_id}), which is not running here");
+        }
+        killed
     }
 
     /// Asks every task launched and not yet ended to stop, as [`Executor::kill_task`]
     /// does for one. Returns how many were asked.
     pub fn kill_all_tasks(&self, reason: &str) -> usize {
-        // Cloned under the lock, killed outside it (a kill may wake a sleeping task).
-        let handles: Vec<Arc<TaskHandle>> = lock(&self.inner.state)
-            .running
-            .values()
-            .filter(|handle| !handle.is_ended())
-            .cloned()
-            .collect();
-        for handle in &handles {
+        // Killed under the lock, as in kill_task.
+        let state = lock(&self.inner.state);
+        let mut killed = 0;
+        for handle in state.running.values().filter(|handle| !handle.is_ended()) {
             handle.kill(reason);
+            killed += 1;
         }
-        handles.len()
+        drop(state);
+        if killed > 0 && self.inner.sleeping.load(Ordering::Acquire) > 0 {
+            self.inner.work.notify_all();
+        }
+        killed
+    }
+
+    fn wake_one_sleeper(&self) {
+        if self.inner.sleeping.load(Ordering::Acquire) > 0 {
+            self.inner.work.notify_one();
+        }
     }
 
     /// Ids of the tasks launched and not yet ended, sorted.
@@ -1009,8 +1024,7 @@ impl Inner {
         for (task_id, handle) in ended.drain(..) {
             state.forget(task_id, handle);
         }
-        let released = std::mem::take(held_cores);
-        state.free_cores += released;
+        state.free_cores += std::mem::take(held_cores);
         let mut polled = false;
         loop {
             if take_all && !state.queue.is_empty() {
@@ -1019,20 +1033,30 @@ impl Inner {
                 self.queued.store(0, Ordering::Release);
                 return true;
             }
-            let need = state.queue.front().map(|job| self.cores_needed(job));
-            if let Some(need) = need.filter(|&need| need <= state.free_cores) {
-                let job = state.queue.pop_front().expect("a queued job");
+            // The next task in order if its cores are free, else a killed one from anywhere
+            // in the queue (it needs none).
+            let free = state.free_cores;
+            let taken = match state.queue.front().map(|job| self.cores_needed(job)) {
+                Some(need) if need <= free => Some((0, need)),
+                Some(_) => state
+                    .queue
+                    .iter()
+                    .position(|job| job.handle.is_killed())
+                    .map(|position| (position, 0)),
+                None => None,
+            };
+            if let Some((position, need)) = taken {
+                let job = state.queue.remove(position).expect("a queued job");
                 state.free_cores -= need;
                 *held_cores = need;
                 batch.push_back(job);
                 self.queued.store(state.queue.len(), Ordering::Release);
-                // Cores this runner freed beyond what it took may start the next task
-                // (launches wake runners themselves).
-                let more = released > need
-                    && state
-                        .queue
-                        .front()
-                        .is_some_and(|next| self.cores_needed(next) <= state.free_cores);
+                // Each runner that takes a task wakes the next if what is left can start:
+                // a runner woken by a launch may have found no cores then.
+                let more = state
+                    .queue
+                    .front()
+                    .is_some_and(|next| self.cores_needed(next) <= state.free_cores);
                 drop(state);
                 if more && self.sleeping.load(Ordering::Acquire) > 0 {
                     self.work.notify_one();
@@ -1350,10 +1374,11 @@ mod tests {
         {
             let (running, most) = (running.clone(), most.clone());
             registry
-                .register("count", move |_: &TaskContext, _: &Bytes| {
+                .register("count", move |_: &TaskContext, input: &Bytes| {
                     let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(100));
+                    let millis = std::str::from_utf8(input).unwrap_or("").parse();
+                    std::thread::sleep(Duration::from_millis(millis.unwrap_or(100)));
                     running.fetch_sub(1, Ordering::SeqCst);
                     Ok(Bytes::new())
                 })
@@ -1391,12 +1416,40 @@ mod tests {
                 ..task(6, "count", b"")
             })
             .unwrap();
+        // Every other runner asleep (the one the launch woke back asleep too, given a
+        // moment): the kill must wake one.
+        wait_until("the other runners sleep", || {
+            executor.inner.sleeping.load(Ordering::Acquire) == 3
+        });
+        std::thread::sleep(Duration::from_millis(200));
         let killed_at = Instant::now();
         assert!(executor.kill_task(6, false, "not needed"));
         let update = rx.recv_timeout(WAIT).unwrap();
         assert_eq!((update.task_id, update.state), (6, TaskState::Killed));
         assert!(killed_at.elapsed() < Duration::from_millis(1500));
         assert!(executor.kill_task(5, false, "done"));
+        assert_eq!(rx.recv_timeout(WAIT).unwrap().task_id, 5);
+
+        // Four 1-cpu tasks queued behind a 4-cpu one all start when it ends: each runner
+        // that takes one wakes the next.
+        wait_until("every core is free again", || {
+            lock(&executor.inner.state).free_cores == 4
+        });
+        most.store(0, Ordering::SeqCst);
+        let wide = TaskDescription {
+            cpus: 4,
+            ..task(7, "count", b"50")
+        };
+        executor.launch_task(wide).unwrap();
+        for task_id in 8..=11 {
+            executor
+                .launch_task(task(task_id, "count", b"300"))
+                .unwrap();
+        }
+        for _ in 7..=11 {
+            rx.recv_timeout(WAIT).unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 4, "1-cpu tasks at once");
     }
 
     #[test]

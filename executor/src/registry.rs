@@ -40,7 +40,7 @@ pub struct InvalidFunctionName {
 /// | `spin` | milliseconds | busy-loops, checking its kill flag |
 /// | `fail-n-attempts` | N | fails while its attempt number is below N, then returns an empty result |
 /// | `large-result` | a size: bytes, or with a `k`, `m` or `g` suffix (KiB, MiB, GiB) | returns that many bytes; byte i is `i % 251` |
-/// | `exit-process` | an exit code, 0 to 255 | ends the executor's whole process with that code at once, as a task that crashes its executor does |
+/// | `exit-process` | an exit code, 1 to 255 | ends the executor's whole process with that code at once, as a task that crashes its executor does |
 ///
 /// An input that is not what a built-in expects fails the task with a message saying
 /// what was expected.
@@ -207,13 +207,18 @@ fn exit_process(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
     let code = parse_number(
         "exit-process",
         input,
-        "an exit code from 0 to 255, e.g. \"3\"",
+        "an exit code from 1 to 255, e.g. \"3\"",
     )?;
-    let code = u8::try_from(code).map_err(|_| {
-        TaskError::failed(format!(
-            "exit-process: exit code {code} is not between 0 and 255"
-        ))
-    })?;
+    // Not 0: a clean exit is no executor failure, and the task would be launched again
+    // and again on executors that end cleanly.
+    let code = u8::try_from(code)
+        .ok()
+        .filter(|&code| code > 0)
+        .ok_or_else(|| {
+            TaskError::failed(format!(
+                "exit-process: exit code {code} is not between 1 and 255"
+            ))
+        })?;
     std::process::exit(i32::from(code))
 }
 
@@ -417,7 +422,8 @@ mod tests {
             ("large-result", b"lots", "size in bytes"),
             ("large-result", b"\xff", "size in bytes"),
             ("exit-process", b"now", "exit code"),
-            ("exit-process", b"256", "between 0 and 255"),
+            ("exit-process", b"256", "between 1 and 255"),
+            ("exit-process", b"0", "between 1 and 255"),
         ] {
             let registry = TaskRegistry::with_builtins();
             let result = registry.get(name).unwrap()(&ctx, &Bytes::copy_from_slice(input));

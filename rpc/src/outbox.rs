@@ -1,7 +1,8 @@
 //! A connection's outbox: frames encoded by any thread, waiting for the loop to write
 //! them, or written by the sending thread itself when the loop has none of them in flight
 //! ([`Outbox::write_through`]). Bounded by `rpc.outbox.maxBytes`: a frame that does not fit
-//! is refused.
+//! is refused, but for a reply or a frame larger than the bound while under it (see
+//! [`Outbox`]).
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -939,7 +939,12 @@ fn a_reply_refused_for_a_full_outbox_can_be_tried_again() {
         .register("holder", Holder(Mutex::new(handles)))
         .unwrap();
     // An asker that reads nothing until told to: the kernel buffers fill, then the outbox.
+    // Its receive buffer is small, so that the kernel cannot take back much of what the
+    // outbox holds before the reply is tried.
     let mut raw = TcpStream::connect(server.address()).unwrap();
+    socket2::SockRef::from(&raw)
+        .set_recv_buffer_size(4096)
+        .unwrap();
     let ask = frame(
         &Route::Ask {
             request_id: 77,

@@ -546,15 +546,9 @@ impl DriverCore {
         let Some(task_set) = self.scheduler.task_set_of(task_id) else {
             return true;
         };
-        // A task set that ended (its StageCompleted dropped its tally) gets no new tally,
-        // which nobody would remove; a result over the whole limit is still refused.
-        if self
-            .scheduler
-            .task_set(task_set)
-            .is_none_or(|manager| manager.is_zombie())
-        {
-            return size <= limit;
-        }
+        // (A task set that ended keeps being counted, as Spark does, from a fresh tally:
+        // its StageCompleted dropped the old one. The heartbeat timer drops tallies of
+        // task sets that are gone.)
         let entry = self.result_sizes.entry(task_set).or_default();
         entry.0 = entry.0.saturating_add(size);
         entry.1 = entry.1.saturating_add(1);
@@ -1022,6 +1016,11 @@ impl DriverCore {
     /// Removes the executors silent for longer than `network.timeout`; their processes
     /// are killed and replaced (Spark's `killAndReplaceExecutor`).
     pub fn expire_dead_executors(&mut self, now: Instant) {
+        // Late results of a task set that ended may have started a tally again after its
+        // StageCompleted: gone with the task set.
+        let scheduler = &self.scheduler;
+        self.result_sizes
+            .retain(|&task_set, _| scheduler.task_set(task_set).is_some());
         let timeout = self.heartbeats.timeout();
         for expired in self.heartbeats.expire(now) {
             let id = expired.executor_id.to_string();
