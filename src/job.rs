@@ -185,7 +185,7 @@ pub enum JobError {
     /// The configuration is invalid.
     #[error(transparent)]
     Conf(#[from] flint_rpc::conf::ConfError),
-    /// Interrupted (Ctrl-C).
+    /// Interrupted (SIGINT, Ctrl-C, or SIGTERM).
     #[error("interrupted")]
     Interrupted,
 }

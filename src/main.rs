@@ -225,15 +225,19 @@ fn run_and_report(
         job_timeout: Duration::from_secs(job.job_timeout),
     };
     let interrupted = Arc::new(AtomicBool::new(false));
+    let terminated = Arc::new(AtomicBool::new(false));
     {
         // SIGINT (Ctrl-C) and SIGTERM (kill, timeout, a service manager) stop the driver
-        // and its executors in order; a second one ends the process at once. SIGHUP is
-        // left alone, so that nohup still keeps a job running past a logout.
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // and its executors in order; a second one ends the process at once, with the
+        // shell's code for the signal. SIGHUP is left alone, so that nohup still keeps a
+        // job running past a logout.
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        for (signal, code) in [(SIGINT, 130), (SIGTERM, 143)] {
             let _ =
-                signal_hook::flag::register_conditional_shutdown(signal, 130, interrupted.clone());
+                signal_hook::flag::register_conditional_shutdown(signal, code, interrupted.clone());
             let _ = signal_hook::flag::register(signal, interrupted.clone());
         }
+        let _ = signal_hook::flag::register(SIGTERM, terminated.clone());
     }
     let bar = (!job.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(u64::from(job.tasks));
@@ -284,7 +288,12 @@ fn run_and_report(
         }
         Err(JobError::Interrupted) => {
             eprintln!("flint: interrupted; the driver and its executors were stopped");
-            ExitCode::from(130)
+            // 128 + the signal's number, as a shell reports a job a signal ended.
+            if terminated.load(std::sync::atomic::Ordering::Relaxed) {
+                ExitCode::from(143)
+            } else {
+                ExitCode::from(130)
+            }
         }
         Err(e) => fail(format!("the job failed: {e}")),
     }

@@ -779,16 +779,16 @@ impl Drop for RunGuard {
 #[test]
 fn ctrl_c_stops_flint_run_and_every_executor_it_started() {
     // The terminal's Ctrl-C: a SIGINT to the whole foreground process group.
-    a_signal_stops_flint_run_and_every_executor_it_started("-INT", true);
+    a_signal_stops_flint_run_and_every_executor_it_started("-INT", true, 130);
 }
 
 #[test]
 fn sigterm_stops_flint_run_and_every_executor_it_started() {
     // `kill PID`, `timeout` or a service manager: a SIGTERM to flint run alone.
-    a_signal_stops_flint_run_and_every_executor_it_started("-TERM", false);
+    a_signal_stops_flint_run_and_every_executor_it_started("-TERM", false, 143);
 }
 
-fn a_signal_stops_flint_run_and_every_executor_it_started(signal: &str, to_group: bool) {
+fn a_signal_stops_flint_run_and_every_executor_it_started(signal: &str, to_group: bool, code: i32) {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
 
@@ -856,7 +856,7 @@ fn a_signal_stops_flint_run_and_every_executor_it_started(signal: &str, to_group
     let status = wait_exit(&mut guard.run, Duration::from_secs(30));
     reader.join().unwrap();
     let stderr = stderr.lock().unwrap().clone();
-    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert_eq!(status.code(), Some(code), "{stderr}");
     assert!(
         stderr.contains("flint: interrupted; the driver and its executors were stopped"),
         "{stderr}"

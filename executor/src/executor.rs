@@ -689,6 +689,7 @@ impl Executor {
             handle.kill(reason);
         }
         let killed = handle.is_some();
+        let queued = handle.is_some_and(|handle| handle.started_at().is_none());
         drop(state);
         if killed {
             info!(
@@ -697,7 +698,9 @@ impl Executor {
             );
             // A queued task waiting for cores ends now that it is killed: a sleeping
             // runner takes it.
-            self.wake_one_sleeper();
+            if queued {
+                self.wake_one_sleeper();
+            }
         } else {
             debug!("kill of task (TID {task_id}), which is not running here");
         }
@@ -1370,16 +1373,35 @@ mod tests {
     fn queued_tasks_start_only_when_their_cpus_are_free() {
         let running = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicBool::new(false));
         let mut registry = TaskRegistry::with_builtins();
         {
+            // "count:N:MS" waits, at most MS milliseconds, until N count tasks have run at
+            // once.
             let (running, most) = (running.clone(), most.clone());
             registry
                 .register("count", move |_: &TaskContext, input: &Bytes| {
                     let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
-                    let millis = std::str::from_utf8(input).unwrap_or("").parse();
-                    std::thread::sleep(Duration::from_millis(millis.unwrap_or(100)));
+                    let input = std::str::from_utf8(input).unwrap();
+                    let (meet, millis) = input.split_once(':').unwrap();
+                    let meet: usize = meet.parse().unwrap();
+                    let deadline = Instant::now() + Duration::from_millis(millis.parse().unwrap());
+                    while most.load(Ordering::SeqCst) < meet && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                     running.fetch_sub(1, Ordering::SeqCst);
+                    Ok(Bytes::new())
+                })
+                .unwrap();
+            // "gate" runs until the test opens it (at most 10 s).
+            let open = open.clone();
+            registry
+                .register("gate", move |_: &TaskContext, _: &Bytes| {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while !open.load(Ordering::SeqCst) && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                     Ok(Bytes::new())
                 })
                 .unwrap();
@@ -1388,7 +1410,8 @@ mod tests {
         for task_id in 1..=4 {
             let two_cpus = TaskDescription {
                 cpus: 2,
-                ..task(task_id, "count", b"")
+                // All four would meet if they could run at once; two can.
+                ..task(task_id, "count", b"4:300")
             };
             executor.launch_task(two_cpus).unwrap();
         }
@@ -1413,7 +1436,7 @@ mod tests {
         executor
             .launch_task(TaskDescription {
                 cpus: 4,
-                ..task(6, "count", b"")
+                ..task(6, "count", b"1:0")
             })
             .unwrap();
         // Every other runner asleep (the one the launch woke back asleep too, given a
@@ -1438,14 +1461,15 @@ mod tests {
         most.store(0, Ordering::SeqCst);
         let wide = TaskDescription {
             cpus: 4,
-            ..task(7, "count", b"50")
+            ..task(7, "gate", b"")
         };
         executor.launch_task(wide).unwrap();
         for task_id in 8..=11 {
             executor
-                .launch_task(task(task_id, "count", b"300"))
+                .launch_task(task(task_id, "count", b"4:5000"))
                 .unwrap();
         }
+        open.store(true, Ordering::SeqCst);
         for _ in 7..=11 {
             rx.recv_timeout(WAIT).unwrap();
         }

@@ -546,9 +546,8 @@ impl DriverCore {
         let Some(task_set) = self.scheduler.task_set_of(task_id) else {
             return true;
         };
-        // (A task set that ended keeps being counted, as Spark does, from a fresh tally:
-        // its StageCompleted dropped the old one. The heartbeat timer drops tallies of
-        // task sets that are gone.)
+        // A task set that ended keeps its tally, and late results count against it, as in
+        // Spark; the heartbeat timer drops tallies of task sets that are gone.
         let entry = self.result_sizes.entry(task_set).or_default();
         entry.0 = entry.0.saturating_add(size);
         entry.1 = entry.1.saturating_add(1);
@@ -887,7 +886,6 @@ impl DriverCore {
             SchedulerEvent::StageCompleted {
                 task_set, failure, ..
             } => {
-                self.result_sizes.remove(task_set);
                 if let Some(handle) = self.handles.remove(task_set) {
                     handle.finish(failure.clone(), now);
                 }
@@ -1016,8 +1014,7 @@ impl DriverCore {
     /// Removes the executors silent for longer than `network.timeout`; their processes
     /// are killed and replaced (Spark's `killAndReplaceExecutor`).
     pub fn expire_dead_executors(&mut self, now: Instant) {
-        // Late results of a task set that ended may have started a tally again after its
-        // StageCompleted: gone with the task set.
+        // A task set's driver.maxResultSize tally goes with the task set.
         let scheduler = &self.scheduler;
         self.result_sizes
             .retain(|&task_set, _| scheduler.task_set(task_set).is_some());
