@@ -383,6 +383,9 @@ struct State {
     /// free cores (executor.taskPrefetch), and with task.cpus above 1 there are runners
     /// enough to start them.
     free_cores: u32,
+    /// Runners asleep while a queued task waited for cores: only they need a runner that
+    /// frees cores to wake them (others are woken by the next launch).
+    blocked: usize,
     shutdown: bool,
 }
 
@@ -531,6 +534,7 @@ impl Executor {
                 spare: Vec::with_capacity(INITIAL_CAPACITY),
                 live: 0,
                 free_cores: config.cores,
+                blocked: 0,
                 shutdown: false,
             }),
             sleeping: AtomicUsize::new(0),
@@ -1054,14 +1058,16 @@ impl Inner {
                 *held_cores = need;
                 batch.push_back(job);
                 self.queued.store(state.queue.len(), Ordering::Release);
-                // Each runner that takes a task wakes the next if what is left can start:
-                // a runner woken by a launch may have found no cores then.
-                let more = state
-                    .queue
-                    .front()
-                    .is_some_and(|next| self.cores_needed(next) <= state.free_cores);
+                // A runner that takes a task wakes one that sleeps for want of cores if what
+                // is left can start now: each such runner wakes the next. (With one cpu a
+                // task none ever does, and this costs nothing.)
+                let more = state.blocked > 0
+                    && state
+                        .queue
+                        .front()
+                        .is_some_and(|next| self.cores_needed(next) <= state.free_cores);
                 drop(state);
-                if more && self.sleeping.load(Ordering::Acquire) > 0 {
+                if more {
                     self.work.notify_one();
                 }
                 return true;
@@ -1094,9 +1100,12 @@ impl Inner {
             }
             // A sleeping runner leaves the sockets to the event loop's thread.
             *lease = None;
+            let blocked = !state.queue.is_empty();
+            state.blocked += usize::from(blocked);
             self.sleeping.fetch_add(1, Ordering::AcqRel);
             state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
             self.sleeping.fetch_sub(1, Ordering::AcqRel);
+            state.blocked -= usize::from(blocked);
         }
     }
 
