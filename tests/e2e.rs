@@ -510,8 +510,10 @@ fn flint_run_refuses_a_job_no_executor_can_run() {
         ),
     ] {
         let started = Instant::now();
+        // Bounded however it goes: were the job not refused, it would time out here.
         let output = Command::new(FLINT)
             .args(["run", "--tasks", "1"])
+            .args(["--startup-timeout", "20", "--job-timeout", "20"])
             .args(args)
             .output()
             .unwrap();
