@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{spawn_executor, task, wait_until, Processes, Recorder, FLINT};
+use common::{spawn_executor, task, wait_exit, wait_until, Processes, Recorder, FLINT};
 use flint::job::{local_cluster, run_job, JobError, JobHooks, JobSpec};
 use flint::rpc::Conf;
 use flint::scheduler::cluster_manager::ClusterManagerError;
@@ -98,21 +98,6 @@ fn cluster(conf: &Conf, executors: usize, cores: u32) -> (Driver, SharedCluster,
         .wait_for_executors(executors, REGISTER_TIMEOUT)
         .unwrap();
     (driver, shared, recorder)
-}
-
-fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "process {} did not exit",
-            child.id()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::FLINT;
+use common::{wait_exit, wait_until, FLINT};
 use flint::rpc::{Conf, RpcEnv};
 use flint::wire::{Message, TaskDescription, TaskPayload, EXECUTOR_ENDPOINT};
 
@@ -122,19 +122,7 @@ impl Hosts {
 
     /// Waits for child `index` to exit, at most `timeout`.
     fn wait(&mut self, index: usize, timeout: Duration) -> ExitStatus {
-        let child = &mut self.children[index];
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "process {} did not exit within {timeout:?}",
-                child.id()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_exit(&mut self.children[index], timeout)
     }
 
     /// Limits host `i`'s link to `rate` (tc's token bucket, e.g. "24mbit") each way:
@@ -263,7 +251,7 @@ fn start_driver(
         args.extend(["--conf", pair]);
     }
     let driver = hosts.spawn(0, "driver", Path::new(FLINT), &args);
-    wait_for("the driver listens", REGISTER_TIMEOUT, || {
+    wait_until("the driver listens", REGISTER_TIMEOUT, || {
         if let Some(status) = hosts.children[driver].try_wait().unwrap() {
             panic!(
                 "the driver exited ({status}) before it listened: {}",
@@ -321,14 +309,6 @@ fn json_u64(report: &str, field: &str) -> u64 {
     digits.parse().unwrap()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A job runs on executors on two other hosts; a third host that is not the driver cannot
 /// command them; when the job ends every process exits cleanly.
 #[test]
@@ -341,7 +321,7 @@ fn a_job_runs_on_executors_on_other_hosts_and_only_the_driver_commands_them() {
     let driver = start_driver(&mut hosts, 2, 1_000, "sleep:5", &[]);
     let a = start_executor(&mut hosts, 1, "a", &[]);
     let b = start_executor(&mut hosts, 2, "b", &[]);
-    wait_for("executor a ran tasks", REGISTER_TIMEOUT, || {
+    wait_until("executor a ran tasks", REGISTER_TIMEOUT, || {
         tasks_assigned(&hosts.log("a", "err")) > 0
     });
 
@@ -456,12 +436,12 @@ fn an_executor_whose_host_loses_the_network_is_removed_and_its_task_runs_elsewhe
     let driver = start_driver(&mut hosts, 2, 1_000, "sleep:2", &timeouts);
     let a = start_executor(&mut hosts, 1, "a", &timeouts);
     let b = start_executor(&mut hosts, 2, "b", &timeouts);
-    wait_for("executor a ran 50 tasks", REGISTER_TIMEOUT, || {
+    wait_until("executor a ran 50 tasks", REGISTER_TIMEOUT, || {
         tasks_assigned(&hosts.log("a", "err")) >= 50
     });
     hosts.cut(1);
     let cut_at = Instant::now();
-    wait_for("the driver removes executor a", JOB_TIMEOUT, || {
+    wait_until("the driver removes executor a", JOB_TIMEOUT, || {
         hosts.log("driver", "err").contains("Removing executor a")
     });
     // Its last heartbeat came at most one interval (200 ms) before the cut.

@@ -142,6 +142,16 @@ fn frame(route: &Route, message: &Message) -> BytesMut {
     out
 }
 
+/// A one-way frame to the probe, as raw bytes.
+fn one_way(tag: u32) -> BytesMut {
+    frame(
+        &Route::OneWay {
+            endpoint: "probe".into(),
+        },
+        &custom(tag),
+    )
+}
+
 #[test]
 fn ask_round_trips_and_the_reply_is_read_in_place() {
     let (server, probe) = server_with_probe(&[]);
@@ -338,12 +348,7 @@ fn peer_killed_mid_frame(reset: bool) {
     let (server, probe) = server_with_probe(&[]);
     let mut raw = TcpStream::connect(server.address()).unwrap();
     let local = raw.local_addr().unwrap();
-    let bytes = frame(
-        &Route::OneWay {
-            endpoint: "probe".into(),
-        },
-        &custom(1),
-    );
+    let bytes = one_way(1);
     raw.write_all(&bytes[..bytes.len() / 2]).unwrap();
     probe.wait_for("the raw peer to connect", |seen| {
         seen.contains(&Seen::Connected(local))
@@ -428,21 +433,12 @@ fn oversized_and_garbage_peers_are_cut_off_while_others_are_served() {
     let client = env(&[]);
     let remote = client.handle().endpoint_ref(server.address(), "probe");
     assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
-    let valid = |tag| {
-        frame(
-            &Route::OneWay {
-                endpoint: "probe".into(),
-            },
-            &custom(tag),
-        )
-    };
-
     // A header announcing 2 MiB against a 1 MiB limit: refused from the header alone.
     // A valid frame right behind it must not be delivered either.
-    let mut bytes = valid(7);
+    let mut bytes = one_way(7);
     bytes[12..16].copy_from_slice(&(2u32 << 20).to_le_bytes());
     bytes.truncate(HEADER_LEN);
-    bytes.extend_from_slice(&valid(8));
+    bytes.extend_from_slice(&one_way(8));
     let mut raw = TcpStream::connect(server.address()).unwrap();
     // The server may close before all of it is written: that is what is tested.
     let _ = raw.write_all(&bytes);
@@ -450,7 +446,7 @@ fn oversized_and_garbage_peers_are_cut_off_while_others_are_served() {
 
     // Garbage that is not flint at all, then a valid frame.
     let mut bytes = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n"[..]);
-    bytes.extend_from_slice(&valid(9));
+    bytes.extend_from_slice(&one_way(9));
     let mut raw = TcpStream::connect(server.address()).unwrap();
     let _ = raw.write_all(&bytes);
     assert_closed_by_server(&mut raw);
@@ -499,16 +495,6 @@ fn a_peer_that_never_authenticates_is_cut_off_at_the_handshake_timeout() {
         .count();
     assert_eq!(connected, 1, "the silent peer never counted as connected");
     assert_eq!(server.handle().stats().accepted, 2);
-}
-
-/// A one-way frame to the probe, as raw bytes.
-fn one_way(tag: u32) -> BytesMut {
-    frame(
-        &Route::OneWay {
-            endpoint: "probe".into(),
-        },
-        &custom(tag),
-    )
 }
 
 #[test]

@@ -84,6 +84,22 @@ pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
     }
 }
 
+/// Waits for `child` to exit, at most `timeout`.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {} did not exit within {timeout:?}",
+            child.id()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A serialized task: the built-in `function` with `input`.
 pub fn task(function: &str, input: &str) -> bytes::Bytes {
     TaskPayload::encode(function, input.as_bytes()).unwrap()
