@@ -1011,13 +1011,18 @@ impl DriverCore {
         !known
     }
 
-    /// Removes the executors silent for longer than `network.timeout`; their processes
-    /// are killed and replaced (Spark's `killAndReplaceExecutor`).
-    pub fn expire_dead_executors(&mut self, now: Instant) {
-        // A task set's driver.maxResultSize tally goes with the task set.
+    /// Drops the `driver.maxResultSize` tallies of task sets that are gone (a task set's
+    /// tally outlives its StageCompleted, for late results). Called on the heartbeat
+    /// receiver's timer.
+    pub fn drop_stale_result_tallies(&mut self) {
         let scheduler = &self.scheduler;
         self.result_sizes
             .retain(|&task_set, _| scheduler.task_set(task_set).is_some());
+    }
+
+    /// Removes the executors silent for longer than `network.timeout`; their processes
+    /// are killed and replaced (Spark's `killAndReplaceExecutor`).
+    pub fn expire_dead_executors(&mut self, now: Instant) {
         let timeout = self.heartbeats.timeout();
         for expired in self.heartbeats.expire(now) {
             let id = expired.executor_id.to_string();

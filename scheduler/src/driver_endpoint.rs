@@ -265,6 +265,7 @@ impl Endpoint for HeartbeatReceiver {
         let mut core = lock(&self.core);
         core.expire_dead_executors(now);
         core.poll_cluster_manager(now);
+        core.drop_stale_result_tallies();
     }
 }
 
