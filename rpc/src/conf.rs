@@ -186,7 +186,9 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         Some("120s"),
         "Default timeout of network interactions; the driver expires executors that sent \
          no heartbeat for this long, and a connection that sends nothing for this long in \
-         the middle of a frame is closed; seconds when bare; above zero.",
+         the middle of a frame is closed (and, unless rpc.io.idleTimeout is set, one \
+         from a peer that sends nothing at all for twice as long); seconds when bare; \
+         above zero.",
     ),
     info(
         "rpc.askTimeout",
@@ -213,6 +215,15 @@ const KNOWN_KEYS: &[KeyInfo] = &[
          between polls) after it has worked, before it sleeps in the poller, and how long \
          its thread keeps looking before it parks while threads lent to the loop poll \
          them; microseconds when bare; 0 sleeps at once; at most 1s.",
+    ),
+    info(
+        "rpc.io.idleTimeout",
+        None,
+        "flint's own: how long a connection from a peer may send nothing before it is \
+         closed, so that silent peers cannot hold connections (rpc.io.maxConnections) for \
+         good; seconds when bare; 0 keeps silent connections open; when not set, twice \
+         network.timeout (240s by default), so that a silent executor is expired for its \
+         missed heartbeats first; must be above executor.heartbeatInterval.",
     ),
     info(
         "rpc.io.maxConnections",
@@ -414,6 +425,7 @@ const RPC_ASK_TIMEOUT: &str = optional("rpc.askTimeout");
 const RPC_BIND_ADDRESS: Key = defaulted("rpc.bindAddress");
 const RPC_CONNECT_TIMEOUT: Key = defaulted("rpc.connect.timeout");
 const RPC_IO_BUSY_POLL: Key = defaulted("rpc.io.busyPoll");
+const RPC_IO_IDLE_TIMEOUT: &str = optional("rpc.io.idleTimeout");
 const RPC_IO_MAX_CONNECTIONS: Key = defaulted("rpc.io.maxConnections");
 const RPC_IO_RECEIVE_BUFFER_SIZE: Key = defaulted("rpc.io.receiveBufferSize");
 const RPC_IO_SEND_BUFFER_SIZE: Key = defaulted("rpc.io.sendBufferSize");
@@ -498,6 +510,18 @@ pub enum ConfError {
     HeartbeatNotBelowTimeout {
         /// `network.timeout`.
         network_timeout: Duration,
+        /// `executor.heartbeatInterval`.
+        heartbeat_interval: Duration,
+    },
+    /// Executors' connections would be closed as idle between two of their heartbeats
+    /// (reported by [`Conf::validate`]).
+    #[error(
+        "The value of rpc.io.idleTimeout={idle_timeout:?} must be greater than the value of \
+         executor.heartbeatInterval={heartbeat_interval:?}"
+    )]
+    HeartbeatNotBelowIdleTimeout {
+        /// `rpc.io.idleTimeout`.
+        idle_timeout: Duration,
         /// `executor.heartbeatInterval`.
         heartbeat_interval: Duration,
     },
@@ -858,6 +882,7 @@ impl Conf {
         self.bind_address()?;
         self.connect_timeout()?;
         self.max_connections()?;
+        self.idle_timeout()?;
         self.receive_buffer_size()?;
         self.send_buffer_size()?;
         self.message_max_size()?;
@@ -886,6 +911,14 @@ impl Conf {
                 network_timeout,
                 heartbeat_interval,
             });
+        }
+        if let Some(idle_timeout) = self.idle_timeout()? {
+            if idle_timeout <= heartbeat_interval {
+                return Err(ConfError::HeartbeatNotBelowIdleTimeout {
+                    idle_timeout,
+                    heartbeat_interval,
+                });
+            }
         }
         if self.authenticate()? && self.authenticate_secret().is_none_or(str::is_empty) {
             return Err(ConfError::MissingSecret);
@@ -944,8 +977,9 @@ impl Conf {
 
     /// `network.timeout`: the default network timeout; the driver expires an executor that
     /// sent no heartbeat for this long, and an environment closes a connection that sent
-    /// nothing for this long in the middle of a frame. Default 120s; a bare number is
-    /// seconds; zero is an error.
+    /// nothing for this long in the middle of a frame (and, unless `rpc.io.idleTimeout` is
+    /// set, one from a peer that sent nothing at all for twice as long). Default 120s; a
+    /// bare number is seconds; zero is an error.
     pub fn network_timeout(&self) -> Result<Duration, ConfError> {
         self.positive_duration(NETWORK_TIMEOUT, TimeUnit::Secs)
     }
@@ -1226,6 +1260,25 @@ impl Conf {
         self.count(RPC_IO_MAX_CONNECTIONS, 1)
     }
 
+    /// `rpc.io.idleTimeout` (flint's own): how long a connection from a peer may send
+    /// nothing before the environment closes it; `None` keeps silent connections open.
+    /// When not set, twice [`Conf::network_timeout`]: the driver expires an executor that
+    /// stopped sending heartbeats at the network timeout, with the seeds' reason, before
+    /// its connection is closed. A bare number is seconds; `0` is `None`.
+    /// Without it, peers that connect and say nothing could hold all of
+    /// `rpc.io.maxConnections` and lock everyone else out.
+    pub fn idle_timeout(&self) -> Result<Option<Duration>, ConfError> {
+        match self.entries.get(RPC_IO_IDLE_TIMEOUT) {
+            Some(value) => match parse_duration(value, TimeUnit::Secs) {
+                Ok(timeout) => Ok((!timeout.is_zero()).then_some(timeout)),
+                Err(e) => Err(e.into_conf(RPC_IO_IDLE_TIMEOUT, value)),
+            },
+            None => self
+                .network_timeout()
+                .map(|timeout| Some(timeout.saturating_mul(2))),
+        }
+    }
+
     /// `rpc.io.busyPoll` (flint's own): how long an event loop that has just worked keeps
     /// polling its sockets without blocking, yielding the CPU between polls, before it
     /// sleeps in the poller; and how long the loop thread keeps looking, while threads
@@ -1436,7 +1489,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 41);
+        assert_eq!(keys.len(), 42);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);
@@ -2153,6 +2206,21 @@ mod tests {
     }
 
     #[test]
+    fn idle_timeout_is_twice_the_network_timeout_unless_set() {
+        assert_eq!(conf(&[]).idle_timeout(), Ok(Some(Duration::from_secs(240))));
+        let c = conf(&[("network.timeout", "30s")]);
+        assert_eq!(c.idle_timeout(), Ok(Some(Duration::from_secs(60))));
+        let c = conf(&[("network.timeout", "30s"), ("rpc.io.idleTimeout", "45")]);
+        assert_eq!(c.idle_timeout(), Ok(Some(Duration::from_secs(45))));
+        let c = conf(&[("rpc.io.idleTimeout", "0s")]);
+        assert_eq!(c.idle_timeout(), Ok(None));
+        for value in ["-1", "soon", ""] {
+            let c = conf(&[("rpc.io.idleTimeout", value)]);
+            assert_names(c.idle_timeout().unwrap_err(), "rpc.io.idleTimeout", value);
+        }
+    }
+
+    #[test]
     fn validate_checks_every_key_and_the_cross_key_rules() {
         let c = conf(&[("task.cpus", "0")]);
         assert_names(c.validate().unwrap_err(), "task.cpus", "0");
@@ -2175,6 +2243,22 @@ mod tests {
             ("network.timeout", "10s"),
             ("executor.heartbeatInterval", "9999"),
         ]);
+        assert_eq!(c.validate(), Ok(()));
+
+        let c = conf(&[("rpc.io.idleTimeout", "10s")]);
+        let err = c.validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "The value of rpc.io.idleTimeout=10s must be greater than the value of \
+             executor.heartbeatInterval=10s"
+        );
+        let c = conf(&[
+            ("rpc.io.idleTimeout", "2s"),
+            ("executor.heartbeatInterval", "1999ms"),
+        ]);
+        assert_eq!(c.validate(), Ok(()));
+        // Silent connections kept open: nothing to compare.
+        let c = conf(&[("rpc.io.idleTimeout", "0")]);
         assert_eq!(c.validate(), Ok(()));
 
         let c = conf(&[("authenticate", "true")]);

@@ -57,6 +57,9 @@ pub struct Settings {
     pub max_connections: usize,
     /// How long a connection may send nothing in the middle of a frame (network.timeout).
     pub stalled_frame_timeout: Duration,
+    /// How long a connection from a peer may send nothing at all (rpc.io.idleTimeout);
+    /// `None` keeps it open.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Settings {
@@ -90,6 +93,7 @@ impl Settings {
             busy_poll: conf.rpc_busy_poll()?,
             max_connections: conf.max_connections()?,
             stalled_frame_timeout: conf.network_timeout()?,
+            idle_timeout: conf.idle_timeout()?,
         })
     }
 }

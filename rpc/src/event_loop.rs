@@ -67,6 +67,11 @@ struct Connection {
     /// buffered: a peer that stops in the middle of a frame would otherwise hold what it
     /// sent, up to `rpc.message.maxSize`, for as long as it keeps the connection open.
     frame_deadline: Option<Instant>,
+    /// When a connection from a peer must have sent something by (rpc.io.idleTimeout),
+    /// moved on by every read; `None` for connections this environment opened, and when
+    /// silent peers are kept. Without it, peers that connect and say nothing would hold
+    /// all of `rpc.io.maxConnections`.
+    idle_deadline: Option<Instant>,
     /// Whether endpoints were told of this connection (and so must hear of its end).
     announced: bool,
     /// The loop's wake-up in which this connection was last read, and the bytes read in
@@ -97,6 +102,7 @@ impl Connection {
             handshake: None,
             handshake_deadline: None,
             frame_deadline: None,
+            idle_deadline: None,
             announced: false,
             read_round: 0,
             read_in_round: 0,
@@ -121,15 +127,19 @@ impl Connection {
         self.decoder.set_max_payload(max_payload, MAX_SIZE_KEY);
     }
 
-    /// When the connection must have got further by: connected, authenticated, or sent
-    /// more of the frame under way.
+    /// When the connection must have got further by: connected, authenticated, sent more
+    /// of the frame under way, or sent anything at all.
     fn deadline(&self) -> Option<Instant> {
         match self.state {
             ConnState::Connecting { deadline } => Some(deadline),
-            ConnState::Open => match (self.handshake_deadline, self.frame_deadline) {
-                (Some(handshake), Some(frame)) => Some(handshake.min(frame)),
-                (handshake, frame) => handshake.or(frame),
-            },
+            ConnState::Open => [
+                self.handshake_deadline,
+                self.frame_deadline,
+                self.idle_deadline,
+            ]
+            .into_iter()
+            .flatten()
+            .min(),
         }
     }
 
@@ -147,6 +157,9 @@ impl Connection {
                 timeout: settings.stalled_frame_timeout,
                 buffered: self.decoder.buffered(),
             }),
+            ConnState::Open if passed(self.idle_deadline) => {
+                settings.idle_timeout.map(CloseReason::Idle)
+            }
             ConnState::Open => None,
         }
     }
@@ -166,6 +179,8 @@ enum CloseReason {
         timeout: Duration,
         buffered: usize,
     },
+    /// A peer's connection sent nothing at all for the timeout (rpc.io.idleTimeout).
+    Idle(Duration),
     Stopping,
 }
 
@@ -207,6 +222,11 @@ impl std::fmt::Display for CloseReason {
                 f,
                 "the peer sent nothing for {timeout:?} in the middle of a frame ({buffered} \
                  bytes of it in); the timeout is set by network.timeout"
+            ),
+            CloseReason::Idle(timeout) => write!(
+                f,
+                "the peer sent nothing for {timeout:?}; the timeout is set by \
+                 rpc.io.idleTimeout (twice network.timeout when that is not set)"
             ),
             CloseReason::Stopping => f.write_str("the RPC environment is stopping"),
         }
@@ -690,6 +710,11 @@ impl EventLoop {
                             deadline_after(Instant::now(), self.shared.settings.auth_timeout);
                         conn.start_handshake(handshake, deadline);
                     }
+                    conn.idle_deadline = self
+                        .shared
+                        .settings
+                        .idle_timeout
+                        .map(|timeout| deadline_after(Instant::now(), timeout));
                     self.connections.insert(key, conn);
                     self.incoming += 1;
                     if authenticated {
@@ -879,6 +904,12 @@ impl EventLoop {
                 Ok(0) => Some(CloseReason::EndOfStream),
                 Ok(read) => {
                     conn.read_in_round += read;
+                    if let (Some(deadline), Some(timeout)) = (
+                        conn.idle_deadline.as_mut(),
+                        self.shared.settings.idle_timeout,
+                    ) {
+                        *deadline = deadline_after(self.now, timeout);
+                    }
                     drained = conn.decoder.last_read_was_short() && !conn.peer_closed;
                     None
                 }

@@ -500,8 +500,12 @@ fn a_peer_that_never_authenticates_is_cut_off_at_the_handshake_timeout() {
 #[test]
 fn a_peer_that_stops_in_the_middle_of_a_frame_is_cut_off_at_the_network_timeout() {
     let timeout = Duration::from_secs(2);
-    let (server, probe) =
-        server_with_probe(&["network.timeout=2s", "executor.heartbeatInterval=100ms"]);
+    let (server, probe) = server_with_probe(&[
+        "network.timeout=2s",
+        "executor.heartbeatInterval=100ms",
+        // Silent peers kept: the idle timeout is the next test's.
+        "rpc.io.idleTimeout=0",
+    ]);
     let client = env(&[]);
     let remote = client.handle().endpoint_ref(server.address(), "probe");
     assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
@@ -532,6 +536,62 @@ fn a_peer_that_stops_in_the_middle_of_a_frame_is_cut_off_at_the_network_timeout(
     // The client, whose frames were whole, was served throughout.
     assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
     assert_eq!(client.handle().stats().connected, 1, "no reconnect");
+}
+
+#[test]
+fn a_peer_that_sends_nothing_is_cut_off_at_the_idle_timeout_and_frees_its_place() {
+    let timeout = Duration::from_secs(1);
+    let (server, probe) = server_with_probe(&[
+        "rpc.io.idleTimeout=1s",
+        "executor.heartbeatInterval=100ms",
+        "rpc.io.maxConnections=1",
+    ]);
+    let address = server.address();
+
+    // A peer that connects and says nothing takes the only place: an environment's
+    // ask is refused meanwhile.
+    let connected = Instant::now();
+    let mut silent = TcpStream::connect(address).unwrap();
+    let silent_address = silent.local_addr().unwrap();
+    probe.wait_for("the silent connection", |seen| {
+        seen.contains(&Seen::Connected(silent_address))
+    });
+    let client = env(&["rpc.askTimeout=5s"]);
+    let remote = client.handle().endpoint_ref(address, "probe");
+    assert!(remote.ask(&custom(1)).is_err());
+    assert_eq!(server.handle().stats().refused, 1);
+
+    // Until the timeout passes; then the place is free again.
+    assert_closed_by_server(&mut silent);
+    assert!(connected.elapsed() >= timeout, "{:?}", connected.elapsed());
+    probe.wait_for("the silent peer to go", |seen| {
+        seen.contains(&Seen::Disconnected(silent_address))
+    });
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+
+    // A peer that keeps talking is kept past the timeout, whatever it waits for between
+    // its messages.
+    let talking = Instant::now();
+    for tag in 3..9 {
+        std::thread::sleep(timeout / 3);
+        assert_eq!(tag_of(&remote.ask(&custom(tag)).unwrap()), tag);
+    }
+    assert!(talking.elapsed() >= timeout * 2, "{:?}", talking.elapsed());
+    let stats = client.handle().stats();
+    assert_eq!(stats.connected, 2, "no reconnect while talking: {stats:?}");
+
+    // Once it has been quiet for the timeout, its connection is closed too, and its next
+    // ask opens a new one.
+    std::thread::sleep(timeout + timeout / 2);
+    let disconnections = probe
+        .seen()
+        .iter()
+        .filter(|s| matches!(s, Seen::Disconnected(_)))
+        .count();
+    assert_eq!(disconnections, 2, "{:?}", probe.seen());
+    assert_eq!(tag_of(&remote.ask(&custom(9)).unwrap()), 9);
+    assert_eq!(client.handle().stats().connected, 3);
+    assert_eq!(server.handle().stats().accepted, 3);
 }
 
 #[test]
