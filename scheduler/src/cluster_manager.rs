@@ -68,19 +68,20 @@ pub struct ExitedExecutor {
 
 impl ExitedExecutor {
     /// Whether the exit was abnormal (a non-zero code or a signal): it then counts
-    /// towards `executor.maxNumFailures`, and is taken as caused by the application.
+    /// towards `executor.maxNumFailures`.
     pub fn is_failure(&self) -> bool {
         self.exit_code != 0
     }
 
     /// The loss reason of the executor: Spark's `ExecutorExited`, caused by the
-    /// application unless the process exited with code 0 (as Spark's standalone
-    /// backend takes every exit with a code), so that its running tasks count towards
-    /// `task.maxFailures`.
+    /// application whatever the code, as Spark's standalone backend takes every exit
+    /// with a code, so that its running tasks count towards `task.maxFailures`. An
+    /// executor that exits on its own closes its connection too, and the driver may hear
+    /// of either first: a disconnection always counts, so an exit must count alike.
     pub fn loss_reason(&self) -> ExecutorLossReason {
         ExecutorLossReason::ExecutorExited {
             exit_code: self.exit_code,
-            exit_caused_by_app: self.is_failure(),
+            exit_caused_by_app: true,
             reason: self.message.clone(),
         }
     }
@@ -503,14 +504,15 @@ mod tests {
             manager.exited_executors().is_empty(),
             "executor 2 was killed on purpose"
         );
-        // Normal exits are reported, but are no failure.
+        // Normal exits are reported, and are no failure of the executor; but the tasks
+        // they took with them count, as they would had the disconnection come first.
         let normal = ExitedExecutor {
             executor_id: "3".into(),
             exit_code: 0,
             message: "Command exited with code 0".into(),
         };
         assert!(!normal.is_failure());
-        assert!(!normal.loss_reason().counts_towards_task_failures());
+        assert!(normal.loss_reason().counts_towards_task_failures());
     }
 
     #[test]
