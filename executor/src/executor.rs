@@ -25,10 +25,10 @@
 //!   ([`StatusSender::flush`]) when its batch is done (before it takes more work or
 //!   sleeps), every [`FLUSH_EVERY`] updates, and whenever the next task might be long (a
 //!   different function, or a task that ran [`DEFER_BELOW`] or more), so that an update
-//!   rarely waits behind a long task. (It still can: a quick task followed by a long one
-//!   of the same function, in one batch of a one-core executor with launch pipelining,
-//!   leaves its update queued until the long one ends or the next heartbeat flushes,
-//!   whichever comes first.) The executor's endpoint also flushes at the end of its
+//!   rarely waits behind a long task. When it does (a quick task followed by a long one
+//!   of the same function, in one batch), the event loop's thread writes it within a few
+//!   milliseconds, which it does for a thread lent to it; so a runner defers only while
+//!   lent to the loop. The executor's endpoint also flushes at the end of its
 //!   batches and after each heartbeat, so that its own frames on the same connection
 //!   never wait for a runner.
 //!
@@ -941,8 +941,10 @@ fn runner(inner: Arc<Inner>) {
             }
             // Only a quick task followed by one of the same function leaves its update
             // queued: the next one is likely quick too. The last task of a batch always
-            // flushes.
-            let defer = quick && same_function && unflushed < FLUSH_EVERY;
+            // flushes. Should the next one be long after all, the event loop's thread
+            // writes the update meanwhile, but only while this runner is lent to the loop
+            // (see flint_rpc's turns): a runner that is not flushes at once.
+            let defer = quick && same_function && unflushed < FLUSH_EVERY && lease.is_some();
             if !defer && unflushed > 0 {
                 // With tasks still at hand the event loop writes the updates while they
                 // run; when none is left they are written at once, from here.
@@ -1708,11 +1710,13 @@ mod tests {
         assert!(rx.try_recv().is_err(), "no status update after stop");
     }
 
-    /// Hands deferred updates over only when flushed, as a connection does.
+    /// Hands deferred updates over only when flushed, as a connection does; lends the
+    /// runner to an environment of its own (a runner defers only while lent).
     struct Deferring {
         pending: Mutex<Vec<StatusUpdate>>,
         sent: Mutex<mpsc::Sender<StatusUpdate>>,
         flushes: Arc<AtomicUsize>,
+        lender: flint_rpc::RpcEnv,
     }
 
     impl StatusSender for Deferring {
@@ -1740,6 +1744,10 @@ mod tests {
                 let _ = sent.send(update);
             }
         }
+
+        fn lend_transport(&self) -> Option<LoopLease> {
+            Some(self.lender.handle().lend())
+        }
     }
 
     fn deferring_executor(
@@ -1751,9 +1759,18 @@ mod tests {
             pending: Mutex::new(Vec::new()),
             sent: Mutex::new(tx),
             flushes: flushes.clone(),
+            lender: flint_rpc::RpcEnv::new(&flint_rpc::Conf::default()).unwrap(),
         };
-        let config = ExecutorConfig::new("7", "localhost", cores);
+        let mut config = ExecutorConfig::new("7", "localhost", cores);
+        config.busy_poll = Duration::from_secs(1);
         let executor = Executor::new(config, TaskRegistry::with_builtins(), sender).unwrap();
+        // After a first task the runner polls for the next, lent, for a second: the
+        // tests' tasks come within it.
+        let mut staged = Staged::with_capacity(1);
+        executor.stage(&mut staged, Launch::from_description(task(0, "noop", b"")));
+        executor.commit(&mut staged).unwrap();
+        assert_eq!(rx.recv_timeout(WAIT).unwrap().task_id, 0);
+        flushes.store(0, Ordering::SeqCst);
         (executor, rx, flushes)
     }
 

@@ -788,6 +788,50 @@ fn stop_executor_does_not_wait_for_a_long_task() {
     );
 }
 
+#[test]
+fn a_quick_tasks_update_does_not_wait_for_a_long_task_queued_behind_it() {
+    // Whether the runner polls for its next tasks, turning the event loop (then it is
+    // still polling when they come), or sleeps between batches.
+    for busy_poll in ["1s", "0"] {
+        quick_update_before_long_task(busy_poll);
+    }
+}
+
+fn quick_update_before_long_task(busy_poll: &'static str) {
+    let conf = if busy_poll == "0" {
+        vec!["executor.busyPoll=0", "rpc.io.busyPoll=0"]
+    } else {
+        vec!["executor.busyPoll=1s"]
+    };
+    let harness = Harness::start(Setup {
+        executor_conf: conf,
+        ..Setup::default()
+    });
+    let executor = harness.executor();
+    // A first task, after which the runner polls for the next.
+    harness.launch(task(1, 0, "noop", b""));
+    harness.update(1);
+    // Both launches in one write: the one runner takes them as one batch, and the first,
+    // quick and of the same function as the next, leaves its update queued (deferred).
+    executor
+        .send_deferred(&Message::LaunchTask(task(2, 0, "sleep", b"0")))
+        .unwrap();
+    executor
+        .send_deferred(&Message::LaunchTask(task(3, 0, "sleep", b"8000")))
+        .unwrap();
+    let sent = Instant::now();
+    executor.flush();
+    let update = harness.update(2);
+    assert_eq!(update.state, TaskState::Finished);
+    // Not at the long task's end, nor at the next heartbeat (10 s by default).
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "busy poll {busy_poll}: {:?}",
+        sent.elapsed()
+    );
+    assert!(lock(&harness.state).updates.iter().all(|u| u.task_id != 3));
+}
+
 /// A registry whose "rendezvous" task succeeds only if another one runs at the same
 /// time, waiting for it at most `input` milliseconds.
 fn rendezvous_registry() -> TaskRegistry {

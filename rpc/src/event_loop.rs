@@ -405,6 +405,8 @@ pub(crate) struct EventLoop {
     /// Connections that used up their [`READ_BUDGET`] with bytes still to read: read
     /// again at the next wake-up, which comes at once.
     unfinished_reads: Vec<ConnKey>,
+    /// Room for [`EventLoop::flush_queued`]'s list, kept between calls.
+    queued_keys: Vec<ConnKey>,
     /// The previous wake-up's `unfinished_reads`, being read (kept to reuse its memory).
     resumed_reads: Vec<ConnKey>,
     /// Counts the loop's wake-ups, for the read budget.
@@ -464,6 +466,7 @@ impl EventLoop {
             commands: Vec::new(),
             ended_asks: Vec::new(),
             unfinished_reads: Vec::new(),
+            queued_keys: Vec::new(),
             resumed_reads: Vec::new(),
             round: 0,
             stopping: false,
@@ -554,6 +557,26 @@ impl EventLoop {
                 self.flush(key);
             }
         }
+    }
+
+    /// Writes what every connection's outbox holds, frames queued with
+    /// [`EndpointRef::send_deferred`](crate::EndpointRef::send_deferred) and not flushed
+    /// yet included: for the loop thread about to sleep while a thread lent to the loop
+    /// is busy with something else (a task runner in a long task), whose own flush may be
+    /// far off. Writing a frame before its sender's flush only means fewer frames per
+    /// write.
+    pub(crate) fn flush_queued(&mut self) {
+        let mut keys = std::mem::take(&mut self.queued_keys);
+        keys.extend(
+            self.connections
+                .iter()
+                .filter(|(_, conn)| conn.outbox.queued() > 0)
+                .map(|(&key, _)| key),
+        );
+        for key in keys.drain(..) {
+            self.flush(key);
+        }
+        self.queued_keys = keys;
     }
 
     /// Whether a connection still has bytes to send, or is still being set up to send

@@ -53,6 +53,11 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 /// longest a message then waits, while every lent thread is busy with something else.
 pub(crate) const LEASE_CHECK: Duration = Duration::from_micros(500);
 
+/// How often the loop thread, while a lent thread is busy with something else, writes
+/// what that thread queued and has not flushed: the longest such a frame waits then.
+/// Each look costs a wake-up and `rpc.io.busyPoll` of polling.
+pub(crate) const LENT_FLUSH_CHECK: Duration = Duration::from_millis(5);
+
 /// The token of the sleeper's own waker.
 const WAKE_SLEEPER: Token = Token(1);
 
@@ -372,6 +377,20 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
         if now.saturating_duration_since(since) < busy_poll {
             std::thread::yield_now();
             continue;
+        }
+        let mut wake_at = wake_at;
+        if handover.any_lent() {
+            // A lent thread that stopped turning the loop is busy with something else (a
+            // task runner in a long task), and frames it queued for its own flush (a
+            // quick task's status update) would wait for the end of that: they leave
+            // now, and while it stays lent this thread looks again every
+            // LENT_FLUSH_CHECK.
+            if let Some(core) = cell.lock().as_mut() {
+                let _turning = Turning::enter(&shared);
+                core.flush_queued();
+            }
+            let check = now + LENT_FLUSH_CHECK;
+            wake_at = Some(wake_at.map_or(check, |at| at.min(check)));
         }
         let timeout = wake_at.map(|at| at.saturating_duration_since(now));
         let slept = shared
