@@ -73,28 +73,30 @@ impl Encoder {
         let start = out.len();
         out.extend_from_slice(&[0u8; HEADER_LEN]);
         let envelope = EnvelopeRef { route, message };
+        let mut payload_len = 0;
         let writer = PayloadWriter {
             buf: out,
-            base: start + HEADER_LEN,
+            kept: self.max_payload,
+            len: &mut payload_len,
         };
-        let written = rkyv::api::low::to_bytes_in_with_alloc::<_, _, rancor::Error>(
+        let failure = rkyv::api::low::to_bytes_in_with_alloc::<_, _, rancor::Error>(
             &envelope,
             writer,
             self.arena.acquire(),
-        );
-        if let Err(error) = written {
+        )
+        .err();
+        if payload_len > self.max_payload.min(MAX_ENCODABLE) {
+            out.truncate(start);
+            return Err(WireError::MessageTooLarge {
+                size: payload_len,
+                limit: self.max_payload.min(MAX_ENCODABLE),
+            });
+        }
+        if let Some(error) = failure {
             out.truncate(start);
             return Err(WireError::InvalidPayload {
                 kind: message.kind().name(),
                 reason: error.to_string(),
-            });
-        }
-        let payload_len = out.len() - start - HEADER_LEN;
-        if payload_len > self.max_payload || u32::try_from(payload_len).is_err() {
-            out.truncate(start);
-            return Err(WireError::MessageTooLarge {
-                size: payload_len,
-                limit: self.max_payload,
             });
         }
         let mut header = FrameHeader {
@@ -115,25 +117,48 @@ impl Encoder {
     }
 }
 
+/// The largest payload an encoder writes, whatever its limit: rkyv's relative pointers
+/// are 32-bit signed offsets, and resolving one beyond them panics.
+const MAX_ENCODABLE: usize = i32::MAX as usize;
+
 /// An rkyv writer that appends to a `BytesMut`, with positions counted from the payload's
 /// start so that rkyv's alignment padding is relative to where the payload will sit.
+///
+/// Past `kept` bytes it only counts what it is given, so that a message over the limit
+/// costs no memory beyond it and its error still says how large it is; past
+/// [`MAX_ENCODABLE`] it fails, before rkyv could be asked for an offset it cannot hold.
 struct PayloadWriter<'a> {
     buf: &'a mut BytesMut,
-    base: usize,
+    kept: usize,
+    /// The payload's length so far, kept or only counted (at a failure, the length the
+    /// refused write would have made).
+    len: &'a mut usize,
 }
 
 impl Positional for PayloadWriter<'_> {
     fn pos(&self) -> usize {
-        self.buf.len() - self.base
+        *self.len
     }
 }
 
-impl<E> Writer<E> for PayloadWriter<'_> {
+impl<E: rancor::Source> Writer<E> for PayloadWriter<'_> {
     fn write(&mut self, bytes: &[u8]) -> Result<(), E> {
-        self.buf.extend_from_slice(bytes);
+        let end = self.len.saturating_add(bytes.len());
+        *self.len = end;
+        if end > MAX_ENCODABLE {
+            return Err(E::new(TooLargeToEncode));
+        }
+        if end <= self.kept {
+            self.buf.extend_from_slice(bytes);
+        }
         Ok(())
     }
 }
+
+/// A payload beyond [`MAX_ENCODABLE`] (reported as [`WireError::MessageTooLarge`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the payload is larger than 2 GiB")]
+struct TooLargeToEncode;
 
 /// An envelope made of borrowed parts, archived exactly as an owned
 /// [`crate::Envelope`] would be; it lets callers encode without cloning their message.

@@ -279,6 +279,107 @@ fn encoder_refuses_a_message_above_the_limit_and_leaves_the_buffer() {
 }
 
 #[test]
+fn a_message_over_the_limit_costs_no_memory_beyond_it_and_says_its_size() {
+    // 64 MiB under a 1 MiB limit: refused with its size, and `out` never holds more than
+    // the limit.
+    let body = bytes::Bytes::from(vec![0u8; 64 << 20]);
+    let message = Message::Custom { tag: 1, body };
+    let exact = {
+        let mut out = BytesMut::new();
+        Encoder::new(usize::MAX)
+            .encode(
+                &Route::OneWay {
+                    endpoint: "e".into(),
+                },
+                &message,
+                &mut out,
+            )
+            .unwrap();
+        out.len() - HEADER_LEN
+    };
+    let mut out = BytesMut::new();
+    let error = Encoder::new(1 << 20)
+        .encode(
+            &Route::OneWay {
+                endpoint: "e".into(),
+            },
+            &message,
+            &mut out,
+        )
+        .unwrap_err();
+    let WireError::MessageTooLarge { size, limit } = error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(limit, 1 << 20);
+    // The frame's padding is not part of the payload.
+    assert!(
+        size <= exact && size > exact - FRAME_ALIGN,
+        "{size} of {exact}"
+    );
+    assert!(out.is_empty());
+    assert!(out.capacity() < 2 << 20, "{}", out.capacity());
+}
+
+#[test]
+fn a_payload_beyond_what_rkyv_can_address_is_refused_not_a_panic() {
+    // 2 GiB and one byte, zeroed pages the encoder never reads: rkyv's 32-bit offsets
+    // cannot reach past it, whatever the limit.
+    let body = bytes::Bytes::from(vec![0u8; (2 << 30) + 1]);
+    let message = Message::Custom { tag: 1, body };
+    for limit in [128 << 20, usize::MAX] {
+        let mut out = BytesMut::new();
+        let error = Encoder::new(limit)
+            .encode(
+                &Route::OneWay {
+                    endpoint: "e".into(),
+                },
+                &message,
+                &mut out,
+            )
+            .unwrap_err();
+        let WireError::MessageTooLarge { size, limit: said } = error else {
+            panic!("{error:?}");
+        };
+        assert!(size > 2 << 30, "{size}");
+        assert_eq!(said, limit.min(i32::MAX as usize));
+        assert!(out.is_empty());
+    }
+}
+
+#[test]
+fn a_fuzz_input_with_its_crcs_made_right_reaches_validation() {
+    use crate::fuzzing::{decode_stream, StreamInput};
+    let (_, frame) = sample_frames().remove(0);
+    let mut mutated = frame.to_vec();
+    // The whole payload overwritten (no enum has a variant 0xFF), the CRC now wrong.
+    let payload_len = u32::from_le_bytes(mutated[12..16].try_into().unwrap()) as usize;
+    mutated[HEADER_LEN..HEADER_LEN + payload_len].fill(0xFF);
+    let input = |fix_crcs| {
+        StreamInput {
+            read_from: false,
+            uninit: false,
+            fix_crcs,
+            chunks: Vec::new(),
+            stream: &mutated,
+        }
+        .to_bytes()
+    };
+    let refused = decode_stream(&input(false));
+    assert!(
+        matches!(refused.error, Some(WireError::ChecksumMismatch { .. })),
+        "{:?}",
+        refused.error
+    );
+    let fixed = decode_stream(&input(true));
+    assert_eq!(fixed.error, None);
+    assert_eq!(fixed.frames.len(), 1);
+    assert!(
+        fixed.frames[0].envelope().is_err(),
+        "the archive was mutated"
+    );
+}
+
+#[test]
 fn nothing_after_a_bad_frame_is_processed() {
     let frames = sample_frames();
     let mut stream = BytesMut::new();
