@@ -58,6 +58,7 @@ fn main() -> std::io::Result<()> {
         let stream_seed = StreamInput {
             read_from: n % 3 != 0,
             uninit: n % 3 == 2,
+            fix_crcs: false,
             chunks: schedule(n, frame.len()),
             stream: &frame,
         };
@@ -84,14 +85,18 @@ fn main() -> std::io::Result<()> {
         chunk(300, true),
         chunk(1, false),
     ];
-    for (file, read_from, uninit) in [
-        ("seed-all-kinds", true, false),
-        ("seed-all-kinds-uninit", true, true),
-        ("seed-all-kinds-feed", false, false),
+    // The last with each frame's CRC made right before decoding, so that mutations of
+    // its payloads reach validation.
+    for (file, read_from, uninit, fix_crcs) in [
+        ("seed-all-kinds", true, false, false),
+        ("seed-all-kinds-uninit", true, true, false),
+        ("seed-all-kinds-feed", false, false, false),
+        ("seed-all-kinds-fixed-crcs", true, true, true),
     ] {
         let seed = StreamInput {
             read_from,
             uninit,
+            fix_crcs,
             chunks: mixed.clone(),
             stream: &all,
         };

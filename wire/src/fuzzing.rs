@@ -6,6 +6,7 @@
 use bytes::{Bytes, BytesMut};
 use rkyv::rancor;
 
+use crate::header::{padded_frame_len, CRC_START, HEADER_LEN};
 use crate::{
     validate_envelope, AccumulatorUpdate, BlockId, BlockManagerId, Dependency, Encoder, Envelope,
     ExecutorLossReason, Frame, FrameDecoder, Heartbeat, Message, MessageKind, Property,
@@ -38,13 +39,19 @@ pub struct Chunk {
 /// byte 0      mode: bit 0 set = the stream comes through reads from an in-memory reader,
 ///             as in the event loop: FrameDecoder::read_uninit_from if bit 1 is set too
 ///             (as the event loop reads its sockets), else FrameDecoder::read_from;
-///             bit 0 clear = through FrameDecoder::feed
+///             bit 0 clear = through FrameDecoder::feed; bit 2 set = each frame's CRC
+///             is made right before the stream is decoded (see below)
 /// byte 1      n, the number of chunk entries that follow
 /// 2n bytes    the entries, u16 little-endian: bits 0..15 the chunk length (0: the read
 ///             would block, or an empty feed), bit 15 set: leave whole frames in the
 ///             decoder after this chunk
 /// the rest    the byte stream
 /// ```
+///
+/// With bit 2, the header of each frame, from the first on, gets the CRC of the bytes its
+/// length says it covers, as long as they are all there: mutated payloads then get past
+/// the CRC check to the archive's validation (else almost every mutation is refused by
+/// the CRC, and the fuzzer keeps none of them to build on).
 ///
 /// The entries are used in turn and then again from the first, zero-length ones only on
 /// the first pass. With no entry of non-zero length left, the rest of the stream comes
@@ -55,6 +62,8 @@ pub struct StreamInput<'a> {
     pub read_from: bool,
     /// Whether those reads are `read_uninit_from` (else `read_from`).
     pub uninit: bool,
+    /// Whether each frame's CRC is made right before decoding.
+    pub fix_crcs: bool,
     /// The chunk schedule.
     pub chunks: Vec<Chunk>,
     /// The bytes the decoder is given.
@@ -84,6 +93,7 @@ impl<'a> StreamInput<'a> {
         Some(StreamInput {
             read_from: mode & 1 != 0,
             uninit: mode & 3 == 3,
+            fix_crcs: mode & 4 != 0,
             chunks,
             stream,
         })
@@ -96,7 +106,9 @@ impl<'a> StreamInput<'a> {
     /// With more than 255 chunks or a chunk longer than [`MAX_CHUNK`].
     pub fn to_bytes(&self) -> Vec<u8> {
         let count = u8::try_from(self.chunks.len()).expect("at most 255 chunks");
-        let mode = u8::from(self.read_from) | u8::from(self.read_from && self.uninit) << 1;
+        let mode = u8::from(self.read_from)
+            | u8::from(self.read_from && self.uninit) << 1
+            | u8::from(self.fix_crcs) << 2;
         let mut out = vec![mode, count];
         for chunk in &self.chunks {
             assert!(chunk.len <= MAX_CHUNK, "a chunk of {} bytes", chunk.len);
@@ -224,6 +236,26 @@ fn drain(decoder: &mut FrameDecoder, outcome: &mut StreamOutcome) {
     }
 }
 
+/// `stream` with each whole frame's CRC made right, from the first frame on (the first
+/// one whose length runs past the stream's end is left as it is, and what follows it).
+fn with_fixed_crcs(stream: &[u8]) -> Vec<u8> {
+    let mut fixed = stream.to_vec();
+    let mut at = 0;
+    while let Some(header) = fixed.get(at..at + HEADER_LEN) {
+        let payload_len = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+        let covered_end = at
+            .saturating_add(HEADER_LEN)
+            .saturating_add(payload_len as usize);
+        if covered_end > fixed.len() {
+            break;
+        }
+        let crc = crc32fast::hash(&fixed[at + CRC_START..covered_end]);
+        fixed[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
+        at = at.saturating_add(padded_frame_len(payload_len as usize));
+    }
+    fixed
+}
+
 /// The stream fed at once and every frame taken: what any chunking must give.
 fn decode_at_once(stream: &[u8]) -> StreamOutcome {
     let mut decoder = FrameDecoder::new(FUZZ_MAX_PAYLOAD);
@@ -252,9 +284,14 @@ pub fn decode_stream(data: &[u8]) -> StreamOutcome {
         frames: Vec::new(),
         error: None,
     };
-    let Some(input) = StreamInput::parse(data) else {
+    let Some(mut input) = StreamInput::parse(data) else {
         return outcome;
     };
+    let fixed;
+    if input.fix_crcs {
+        fixed = with_fixed_crcs(input.stream);
+        input.stream = &fixed;
+    }
     let mut decoder = FrameDecoder::new(FUZZ_MAX_PAYLOAD);
     let mut schedule = Schedule {
         chunks: &input.chunks,
