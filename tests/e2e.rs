@@ -20,7 +20,7 @@ use flint::scheduler::{
 use flint::wire::TaskState;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
-const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+const JOB_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A local cluster manager the test can still look into once the driver owns it.
 #[derive(Clone)]
@@ -751,6 +751,10 @@ struct RunGuard {
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
+        // A test that failed before it listed them: whatever flint run started so far.
+        if self.executors.is_empty() {
+            self.executors = children_of(self.run.id());
+        }
         let _ = self.run.kill();
         let _ = self.run.wait();
         for pid in &self.executors {

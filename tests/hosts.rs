@@ -318,7 +318,8 @@ fn a_job_runs_on_executors_on_other_hosts_and_only_the_driver_commands_them() {
     };
     // Tasks of 5 ms leave the job running (about 2.5 s) long enough for the stranger's
     // attempt.
-    let driver = start_driver(&mut hosts, 2, 1_000, "sleep:5", &[]);
+    // About 10 s of tasks: the stranger, started in its own namespace, acts well within.
+    let driver = start_driver(&mut hosts, 2, 1_000, "sleep:20", &[]);
     let a = start_executor(&mut hosts, 1, "a", &[]);
     let b = start_executor(&mut hosts, 2, "b", &[]);
     wait_until("executor a ran tasks", REGISTER_TIMEOUT, || {
@@ -435,7 +436,9 @@ fn an_executor_whose_host_loses_the_network_is_removed_and_its_task_runs_elsewhe
     ];
     let driver = start_driver(&mut hosts, 2, 1_000, "sleep:2", &timeouts);
     let a = start_executor(&mut hosts, 1, "a", &timeouts);
-    let b = start_executor(&mut hosts, 2, "b", &timeouts);
+    // b keeps the default executor.heartbeat.maxFailures: three late answers in a row on
+    // a busy machine must not end the executor the job relies on.
+    let b = start_executor(&mut hosts, 2, "b", &timeouts[..3]);
     wait_until("executor a ran 50 tasks", REGISTER_TIMEOUT, || {
         tasks_assigned(&hosts.log("a", "err")) >= 50
     });
@@ -444,10 +447,12 @@ fn an_executor_whose_host_loses_the_network_is_removed_and_its_task_runs_elsewhe
     wait_until("the driver removes executor a", JOB_TIMEOUT, || {
         hosts.log("driver", "err").contains("Removing executor a")
     });
-    // Its last heartbeat came at most one interval (200 ms) before the cut.
+    // Its last heartbeat came about one interval (200 ms) before the cut, more on a busy
+    // machine: half the timeout is a bound that holds (the driver's log names the
+    // timeout it applied).
     let removed_after = cut_at.elapsed();
     assert!(
-        removed_after >= Duration::from_millis(1_700),
+        removed_after >= Duration::from_millis(1_000),
         "removed {removed_after:?} after the cut"
     );
 

@@ -321,10 +321,11 @@ fn a_partitioned_executor_is_expired_its_tasks_run_elsewhere_and_its_late_result
             .starts_with("Executor heartbeat timed out after "),
         "{removed:?}"
     );
-    // Not before network.timeout after the last heartbeat that got through: at most one
-    // interval (100 ms) and the link's delay before the cut.
+    // Not long before network.timeout after the cut: the last heartbeat that got through
+    // came about an interval (100 ms) before it, more on a busy machine, so the bound
+    // leaves half the timeout (the reason's own "after N ms" is checked to pass it).
     assert!(
-        cut_at.elapsed() >= Duration::from_millis(1000 - 100 - 2),
+        cut_at.elapsed() >= Duration::from_millis(500),
         "expired {:?} after the cut",
         cut_at.elapsed()
     );
@@ -340,16 +341,13 @@ fn a_partitioned_executor_is_expired_its_tasks_run_elsewhere_and_its_late_result
         "the expired executor's attempts were lost"
     );
     // The attempt slow-0 had when the link was cut ends over there (at once, or once the
-    // held launch arrives): its update reaches the driver late and is ignored.
+    // held launch arrives): its update reaches the driver late and is ignored. FINISHED
+    // mostly; KILLED when the answer to a heartbeat held by the cut tells slow-0 to
+    // register again before the task ends (it then kills what it runs).
     wait_until(
         "slow-0's late status update was ignored",
         JOB_TIMEOUT,
-        || {
-            logs.contains(
-                tracing::Level::ERROR,
-                "Ignoring update with state FINISHED for TID",
-            )
-        },
+        || logs.contains(tracing::Level::ERROR, "Ignoring update with state "),
     );
     // Told by its next heartbeat's answer that the driver does not know it, slow-0
     // registers again and is offered tasks again.

@@ -540,9 +540,9 @@ fn a_peer_that_stops_in_the_middle_of_a_frame_is_cut_off_at_the_network_timeout(
 
 #[test]
 fn a_peer_that_sends_nothing_is_cut_off_at_the_idle_timeout_and_frees_its_place() {
-    let timeout = Duration::from_secs(1);
+    let timeout = Duration::from_secs(2);
     let (server, probe) = server_with_probe(&[
-        "rpc.io.idleTimeout=1s",
+        "rpc.io.idleTimeout=2s",
         "executor.heartbeatInterval=100ms",
         "rpc.io.maxConnections=1",
     ]);
@@ -573,23 +573,35 @@ fn a_peer_that_sends_nothing_is_cut_off_at_the_idle_timeout_and_frees_its_place(
     // its messages.
     let talking = Instant::now();
     for tag in 3..9 {
-        std::thread::sleep(timeout / 3);
+        std::thread::sleep(timeout / 4);
         assert_eq!(tag_of(&remote.ask(&custom(tag)).unwrap()), tag);
     }
-    assert!(talking.elapsed() >= timeout * 2, "{:?}", talking.elapsed());
+    assert!(talking.elapsed() >= timeout, "{:?}", talking.elapsed());
     let stats = client.handle().stats();
     assert_eq!(stats.connected, 2, "no reconnect while talking: {stats:?}");
 
     // Once it has been quiet for the timeout, its connection is closed too, and its next
     // ask opens a new one.
-    std::thread::sleep(timeout + timeout / 2);
-    let disconnections = probe
-        .seen()
-        .iter()
-        .filter(|s| matches!(s, Seen::Disconnected(_)))
-        .count();
-    assert_eq!(disconnections, 2, "{:?}", probe.seen());
-    assert_eq!(tag_of(&remote.ask(&custom(9)).unwrap()), 9);
+    let quiet = Instant::now();
+    probe.wait_for("the quiet connection to be closed", |seen| {
+        seen.iter()
+            .filter(|s| matches!(s, Seen::Disconnected(_)))
+            .count()
+            == 2
+    });
+    assert!(quiet.elapsed() >= timeout / 2, "{:?}", quiet.elapsed());
+    // An ask that leaves before the client has read the server's close fails with it;
+    // the next goes out on a new connection.
+    let reply = (0..50)
+        .find_map(|_| {
+            let reply = remote.ask(&custom(9)).ok();
+            if reply.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            reply
+        })
+        .expect("an ask gets through on a new connection");
+    assert_eq!(tag_of(&reply), 9);
     assert_eq!(client.handle().stats().connected, 3);
     assert_eq!(server.handle().stats().accepted, 3);
 }
