@@ -1,5 +1,7 @@
 //! Encoding envelopes into frames, appended to a reused buffer.
 
+use std::cell::Cell;
+
 use bytes::BytesMut;
 use rkyv::munge::munge;
 use rkyv::rancor::{self, Fallible};
@@ -73,30 +75,38 @@ impl Encoder {
         let start = out.len();
         out.extend_from_slice(&[0u8; HEADER_LEN]);
         let envelope = EnvelopeRef { route, message };
-        let mut payload_len = 0;
+        let limit = self.max_payload.min(MAX_ENCODABLE);
+        let refused = Cell::new(None);
         let writer = PayloadWriter {
             buf: out,
-            kept: self.max_payload,
-            len: &mut payload_len,
+            base: start + HEADER_LEN,
+            kept_end: start + HEADER_LEN + limit,
+            counted: 0,
+            refused: &refused,
         };
-        let failure = rkyv::api::low::to_bytes_in_with_alloc::<_, _, rancor::Error>(
+        let written = rkyv::api::low::to_bytes_in_with_alloc::<_, _, rancor::Error>(
             &envelope,
             writer,
             self.arena.acquire(),
-        )
-        .err();
-        if payload_len > self.max_payload.min(MAX_ENCODABLE) {
+        );
+        let payload_len = match written {
+            Ok(writer) => writer.pos(),
+            Err(error) => {
+                out.truncate(start);
+                return Err(match refused.get() {
+                    Some(size) => WireError::MessageTooLarge { size, limit },
+                    None => WireError::InvalidPayload {
+                        kind: message.kind().name(),
+                        reason: error.to_string(),
+                    },
+                });
+            }
+        };
+        if payload_len > limit {
             out.truncate(start);
             return Err(WireError::MessageTooLarge {
                 size: payload_len,
-                limit: self.max_payload.min(MAX_ENCODABLE),
-            });
-        }
-        if let Some(error) = failure {
-            out.truncate(start);
-            return Err(WireError::InvalidPayload {
-                kind: message.kind().name(),
-                reason: error.to_string(),
+                limit,
             });
         }
         let mut header = FrameHeader {
@@ -124,34 +134,50 @@ const MAX_ENCODABLE: usize = i32::MAX as usize;
 /// An rkyv writer that appends to a `BytesMut`, with positions counted from the payload's
 /// start so that rkyv's alignment padding is relative to where the payload will sit.
 ///
-/// Past `kept` bytes it only counts what it is given, so that a message over the limit
-/// costs no memory beyond it and its error still says how large it is; past
-/// [`MAX_ENCODABLE`] it fails, before rkyv could be asked for an offset it cannot hold.
+/// Past the encoder's limit it only counts what it is given, so that a message over it
+/// costs no memory beyond the limit and its error still says how large it is; past
+/// [`MAX_ENCODABLE`] it fails (and says how far it got in `refused`), before rkyv could
+/// be asked for an offset it cannot hold.
 struct PayloadWriter<'a> {
     buf: &'a mut BytesMut,
-    kept: usize,
-    /// The payload's length so far, kept or only counted (at a failure, the length the
-    /// refused write would have made).
-    len: &'a mut usize,
+    base: usize,
+    /// The buffer's length that the payload may fill, `base` + at most `MAX_ENCODABLE`
+    /// bytes; 0 once bytes are only counted.
+    kept_end: usize,
+    /// Bytes past what was kept, counted only.
+    counted: usize,
+    refused: &'a Cell<Option<usize>>,
+}
+
+impl PayloadWriter<'_> {
+    /// A write that takes the payload past what is kept.
+    #[cold]
+    fn count_only<E: rancor::Source>(&mut self, len: usize) -> Result<(), E> {
+        let end = self.pos().saturating_add(len);
+        if end > MAX_ENCODABLE {
+            self.refused.set(Some(end));
+            return Err(E::new(TooLargeToEncode));
+        }
+        self.counted = end - (self.buf.len() - self.base);
+        self.kept_end = 0;
+        Ok(())
+    }
 }
 
 impl Positional for PayloadWriter<'_> {
     fn pos(&self) -> usize {
-        *self.len
+        self.buf.len() - self.base + self.counted
     }
 }
 
 impl<E: rancor::Source> Writer<E> for PayloadWriter<'_> {
+    #[inline]
     fn write(&mut self, bytes: &[u8]) -> Result<(), E> {
-        let end = self.len.saturating_add(bytes.len());
-        *self.len = end;
-        if end > MAX_ENCODABLE {
-            return Err(E::new(TooLargeToEncode));
-        }
-        if end <= self.kept {
+        if self.buf.len() + bytes.len() <= self.kept_end {
             self.buf.extend_from_slice(bytes);
+            return Ok(());
         }
-        Ok(())
+        self.count_only(bytes.len())
     }
 }
 
