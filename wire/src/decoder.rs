@@ -277,6 +277,7 @@ impl FrameDecoder {
     pub fn read_from<R: Read + ?Sized>(&mut self, reader: &mut R) -> io::Result<usize> {
         let want = self.prepare_read()?;
         let start = self.buf.len();
+        self.reserve_within_bound(want);
         self.buf.resize(start + want, 0);
         let result = reader.read(&mut self.buf[start..]);
         let got = result.as_ref().map_or(0, |&n| n.min(want));
@@ -294,7 +295,7 @@ impl FrameDecoder {
     ) -> io::Result<usize> {
         let want = self.prepare_read()?;
         let start = self.buf.len();
-        self.buf.reserve(want);
+        self.reserve_within_bound(want);
         let room = &mut self.buf.spare_capacity_mut()[..want];
         let result = reader.read_uninit(room);
         let got = result.as_ref().map_or(0, |&n| n.min(want));
@@ -307,6 +308,24 @@ impl FrameDecoder {
         };
         self.account_read(want, got);
         result
+    }
+
+    /// Makes room for `want` more bytes (which `prepare_read` keeps within
+    /// [`FrameDecoder::buffer_bound`]). Small buffers grow as `BytesMut` grows them; a
+    /// large frame's, which a `Vec` would double past the bound (a 128 MiB frame into 256
+    /// MiB), grows the same way but only up to the bound.
+    fn reserve_within_bound(&mut self, want: usize) {
+        let needed = self.buf.len() + want;
+        if needed <= PREALLOCATE_MAX || self.buf.try_reclaim(want) {
+            self.buf.reserve(want);
+            return;
+        }
+        let capacity = needed
+            .max(self.buf.capacity().saturating_mul(2))
+            .min(self.buffer_bound().max(needed));
+        let mut grown = BytesMut::with_capacity(capacity);
+        grown.extend_from_slice(&self.buf);
+        self.buf = grown;
     }
 
     /// The checks before a read, and the bytes to ask of it: the adaptive read size, or

@@ -380,6 +380,53 @@ fn a_fuzz_input_with_its_crcs_made_right_reaches_validation() {
 }
 
 #[test]
+fn a_large_frame_grows_the_receive_buffer_no_further_than_its_bound() {
+    let message = Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![7u8; 2 << 20]),
+    };
+    let mut frame = BytesMut::new();
+    Encoder::new(usize::MAX)
+        .encode(
+            &Route::OneWay {
+                endpoint: "e".into(),
+            },
+            &message,
+            &mut frame,
+        )
+        .unwrap();
+    let payload_len = u32::from_le_bytes(frame[12..16].try_into().unwrap()) as usize;
+    for uninit in [true, false] {
+        // The limit is the frame's own size: a buffer that doubled to fit it (4 MiB) would
+        // be well past the bound (the frame and one read).
+        let mut decoder = FrameDecoder::new(payload_len);
+        let mut rest: &[u8] = &frame;
+        let mut frames = 0;
+        for _ in 0..1000 {
+            let read = if uninit {
+                decoder.read_uninit_from(&mut rest).unwrap()
+            } else {
+                decoder.read_from(&mut rest).unwrap()
+            };
+            assert!(
+                decoder.buffer_capacity() <= decoder.buffer_bound(),
+                "capacity {} past the bound {}",
+                decoder.buffer_capacity(),
+                decoder.buffer_bound()
+            );
+            while let Some(frame) = decoder.next_frame().unwrap() {
+                assert_eq!(frame.payload().len(), payload_len);
+                frames += 1;
+            }
+            if read == 0 {
+                break;
+            }
+        }
+        assert_eq!(frames, 1);
+    }
+}
+
+#[test]
 fn nothing_after_a_bad_frame_is_processed() {
     let frames = sample_frames();
     let mut stream = BytesMut::new();
