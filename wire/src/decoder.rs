@@ -6,7 +6,9 @@ use bytes::{Bytes, BytesMut};
 use rkyv::rancor;
 
 use crate::error::{WireError, MAX_SIZE_KEY};
-use crate::header::{frame_crc, padded_frame_len, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN};
+use crate::header::{
+    frame_crc, padded_frame_len, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN, MAX_FRAME_PAYLOAD,
+};
 use crate::kind::MessageKind;
 use crate::message::ArchivedEnvelope;
 use crate::read_uninit::ReadUninit;
@@ -144,11 +146,12 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
-    /// A decoder that refuses payloads above `max_payload` bytes (`rpc.message.maxSize`).
+    /// A decoder that refuses payloads above `max_payload` bytes (`rpc.message.maxSize`),
+    /// and above [`MAX_FRAME_PAYLOAD`] whatever `max_payload` says.
     pub fn new(max_payload: usize) -> Self {
         FrameDecoder {
             buf: BytesMut::new(),
-            max_payload,
+            max_payload: max_payload.min(MAX_FRAME_PAYLOAD),
             limit_name: MAX_SIZE_KEY,
             pending: None,
             failure: None,
@@ -158,7 +161,7 @@ impl FrameDecoder {
         }
     }
 
-    /// The payload limit in bytes.
+    /// The payload limit in bytes (at most [`MAX_FRAME_PAYLOAD`]).
     pub fn max_payload(&self) -> usize {
         self.max_payload
     }
@@ -186,7 +189,7 @@ impl FrameDecoder {
     /// assert!(error.to_string().contains("exceeds the handshake frame limit (256 bytes)"));
     /// ```
     pub fn set_max_payload(&mut self, max_payload: usize, limit_name: &'static str) {
-        self.max_payload = max_payload;
+        self.max_payload = max_payload.min(MAX_FRAME_PAYLOAD);
         self.limit_name = limit_name;
     }
 
@@ -380,7 +383,7 @@ impl FrameDecoder {
     /// larger), plus one read of at most 256 KiB. ([`FrameDecoder::feed`] takes whatever
     /// it is given.)
     pub fn buffer_bound(&self) -> usize {
-        let frame = padded_frame_len(self.max_payload.min(u32::MAX as usize));
+        let frame = padded_frame_len(self.max_payload);
         let pending = self.pending.map_or(0, |header| header.frame_len());
         frame.max(pending).saturating_add(MAX_READ)
     }

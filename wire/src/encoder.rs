@@ -10,7 +10,9 @@ use rkyv::ser::{Positional, Writer};
 use rkyv::{Archive, Place, Serialize};
 
 use crate::error::WireError;
-use crate::header::{frame_crc, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN};
+use crate::header::{
+    frame_crc, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN, MAX_FRAME_PAYLOAD,
+};
 use crate::message::{ArchivedEnvelope, Message, Route};
 
 /// Encodes messages into frames.
@@ -127,9 +129,9 @@ impl Encoder {
     }
 }
 
-/// The largest payload an encoder writes, whatever its limit: rkyv's relative pointers
-/// are 32-bit signed offsets, and resolving one beyond them panics.
-const MAX_ENCODABLE: usize = i32::MAX as usize;
+/// The largest payload an encoder writes, whatever its limit: resolving an rkyv relative
+/// pointer beyond it panics.
+const MAX_ENCODABLE: usize = MAX_FRAME_PAYLOAD;
 
 /// An rkyv writer that appends to a `BytesMut`, with positions counted from the payload's
 /// start so that rkyv's alignment padding is relative to where the payload will sit.

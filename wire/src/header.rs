@@ -96,6 +96,11 @@ impl FrameHeader {
     }
 }
 
+/// The largest payload a frame carries, whatever the configured limit: rkyv's relative
+/// pointers are 32-bit signed offsets, so nothing larger can be archived, and a frame's
+/// length then fits a `u32` with its header and padding (on 32-bit targets too).
+pub const MAX_FRAME_PAYLOAD: usize = i32::MAX as usize;
+
 /// Length of a frame with a payload of `payload_len` bytes, rounded up to [`FRAME_ALIGN`].
 pub fn padded_frame_len(payload_len: usize) -> usize {
     (HEADER_LEN + payload_len).next_multiple_of(FRAME_ALIGN)

@@ -113,7 +113,8 @@ pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder};
 pub use encoder::Encoder;
 pub use error::{WireError, MAX_SIZE_KEY};
 pub use header::{
-    padded_frame_len, FrameHeader, FRAME_ALIGN, HEADER_LEN, KNOWN_FLAGS, MAGIC, PROTOCOL_VERSION,
+    padded_frame_len, FrameHeader, FRAME_ALIGN, HEADER_LEN, KNOWN_FLAGS, MAGIC, MAX_FRAME_PAYLOAD,
+    PROTOCOL_VERSION,
 };
 pub use kind::MessageKind;
 pub use message::*;

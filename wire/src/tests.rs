@@ -427,6 +427,25 @@ fn a_large_frame_grows_the_receive_buffer_no_further_than_its_bound() {
 }
 
 #[test]
+fn a_header_announcing_4_gib_is_refused_whatever_the_limit() {
+    let mut header = [0u8; HEADER_LEN];
+    crate::FrameHeader {
+        kind: MessageKind::Custom,
+        flags: 0,
+        payload_len: u32::MAX - 7,
+        crc: 0,
+    }
+    .write(&mut header);
+    let mut decoder = FrameDecoder::new(usize::MAX);
+    assert_eq!(decoder.max_payload(), crate::MAX_FRAME_PAYLOAD);
+    decoder.feed(&header).unwrap();
+    assert!(matches!(
+        decoder.next_frame(),
+        Err(WireError::FrameTooLarge { .. })
+    ));
+}
+
+#[test]
 fn nothing_after_a_bad_frame_is_processed() {
     let frames = sample_frames();
     let mut stream = BytesMut::new();
