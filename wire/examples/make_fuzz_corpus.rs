@@ -59,6 +59,7 @@ fn main() -> std::io::Result<()> {
             read_from: n % 3 != 0,
             uninit: n % 3 == 2,
             fix_crcs: false,
+            small: false,
             chunks: schedule(n, frame.len()),
             stream: &frame,
         };
@@ -97,10 +98,23 @@ fn main() -> std::io::Result<()> {
             read_from,
             uninit,
             fix_crcs,
+            small: false,
             chunks: mixed.clone(),
             stream: &all,
         };
         std::fs::write(stream_dir.join(file), seed.to_bytes())?;
     }
+    // A small decoder (not a seed: its larger frames are refused) given every kind in
+    // reads of up to 64 bytes, frames left waiting for 15 reads in 16: reads reach the
+    // receive buffer's bound (a 512-byte frame and one read).
+    let small = StreamInput {
+        read_from: true,
+        uninit: true,
+        fix_crcs: false,
+        small: true,
+        chunks: (0..16).map(|n| chunk(64, n % 16 != 15)).collect(),
+        stream: &all,
+    };
+    std::fs::write(stream_dir.join("small-decoder-all-kinds"), small.to_bytes())?;
     Ok(())
 }

@@ -140,6 +140,9 @@ pub struct FrameDecoder {
     pending: Option<FrameHeader>,
     failure: Option<WireError>,
     read_size: usize,
+    /// The bounds of `read_size`: [`MIN_READ`] and [`MAX_READ`] but for fuzzing.
+    min_read: usize,
+    max_read: usize,
     /// Whether the last read filled less than the room it offered.
     last_read_short: bool,
     stats: DecoderStats,
@@ -156,6 +159,8 @@ impl FrameDecoder {
             pending: None,
             failure: None,
             read_size: MIN_READ,
+            min_read: MIN_READ,
+            max_read: MAX_READ,
             last_read_short: false,
             stats: DecoderStats::default(),
         }
@@ -348,7 +353,7 @@ impl FrameDecoder {
             // not taken between reads.
             Some(header) => {
                 let missing = header.frame_len().saturating_sub(self.buf.len());
-                self.read_size.max(missing.min(MAX_READ))
+                self.read_size.max(missing.min(self.max_read))
             }
             None => self.read_size,
         };
@@ -372,9 +377,9 @@ impl FrameDecoder {
         self.stats.bytes += got as u64;
         self.last_read_short = got < want;
         self.read_size = if got == want {
-            (want * 2).min(MAX_READ)
+            (want * 2).min(self.max_read)
         } else {
-            (self.read_size / 2).max(MIN_READ)
+            (self.read_size / 2).max(self.min_read)
         };
     }
 
@@ -385,7 +390,17 @@ impl FrameDecoder {
     pub fn buffer_bound(&self) -> usize {
         let frame = padded_frame_len(self.max_payload);
         let pending = self.pending.map_or(0, |header| header.frame_len());
-        frame.max(pending).saturating_add(MAX_READ)
+        frame.max(pending).saturating_add(self.max_read)
+    }
+
+    /// Reads of `min..=max` bytes instead of 4 KiB to 256 KiB, so that a fuzz input of a
+    /// few KiB can reach the buffer's bound. Not part of the API.
+    #[doc(hidden)]
+    pub fn with_read_sizes(mut self, min: usize, max: usize) -> Self {
+        self.min_read = min.max(1);
+        self.max_read = max.max(self.min_read);
+        self.read_size = self.min_read;
+        self
     }
 
     /// Signals the end of the stream: an error if it ended inside a frame.

@@ -17,6 +17,18 @@ use crate::{
 /// Payload limit the fuzz targets decode with: small, so that the limit check is reached.
 pub const FUZZ_MAX_PAYLOAD: usize = 64 * 1024;
 
+/// Payload limit of a `decode_stream` input's small decoder (mode bit 3).
+pub const SMALL_MAX_PAYLOAD: usize = 512;
+
+/// The decoder a `decode_stream` input asks for.
+fn fuzz_decoder(small: bool) -> FrameDecoder {
+    if small {
+        FrameDecoder::new(SMALL_MAX_PAYLOAD).with_read_sizes(16, 64)
+    } else {
+        FrameDecoder::new(FUZZ_MAX_PAYLOAD)
+    }
+}
+
 /// The longest chunk a `decode_stream` input can ask for (15 bits).
 pub const MAX_CHUNK: usize = 0x7FFF;
 
@@ -40,7 +52,9 @@ pub struct Chunk {
 ///             as in the event loop: FrameDecoder::read_uninit_from if bit 1 is set too
 ///             (as the event loop reads its sockets), else FrameDecoder::read_from;
 ///             bit 0 clear = through FrameDecoder::feed; bit 2 set = each frame's CRC
-///             is made right before the stream is decoded (see below)
+///             is made right before the stream is decoded (see below); bit 3 set = a
+///             small decoder: payloads of at most [`SMALL_MAX_PAYLOAD`] bytes and reads
+///             of 16 to 64 bytes, so that reads can fill the receive buffer to its bound
 /// byte 1      n, the number of chunk entries that follow
 /// 2n bytes    the entries, u16 little-endian: bits 0..15 the chunk length (0: the read
 ///             would block, or an empty feed), bit 15 set: leave whole frames in the
@@ -64,6 +78,8 @@ pub struct StreamInput<'a> {
     pub uninit: bool,
     /// Whether each frame's CRC is made right before decoding.
     pub fix_crcs: bool,
+    /// Whether the decoder is a small one (see the format above).
+    pub small: bool,
     /// The chunk schedule.
     pub chunks: Vec<Chunk>,
     /// The bytes the decoder is given.
@@ -94,6 +110,7 @@ impl<'a> StreamInput<'a> {
             read_from: mode & 1 != 0,
             uninit: mode & 3 == 3,
             fix_crcs: mode & 4 != 0,
+            small: mode & 8 != 0,
             chunks,
             stream,
         })
@@ -108,7 +125,8 @@ impl<'a> StreamInput<'a> {
         let count = u8::try_from(self.chunks.len()).expect("at most 255 chunks");
         let mode = u8::from(self.read_from)
             | u8::from(self.read_from && self.uninit) << 1
-            | u8::from(self.fix_crcs) << 2;
+            | u8::from(self.fix_crcs) << 2
+            | u8::from(self.small) << 3;
         let mut out = vec![mode, count];
         for chunk in &self.chunks {
             assert!(chunk.len <= MAX_CHUNK, "a chunk of {} bytes", chunk.len);
@@ -257,8 +275,8 @@ fn with_fixed_crcs(stream: &[u8]) -> Vec<u8> {
 }
 
 /// The stream fed at once and every frame taken: what any chunking must give.
-fn decode_at_once(stream: &[u8]) -> StreamOutcome {
-    let mut decoder = FrameDecoder::new(FUZZ_MAX_PAYLOAD);
+fn decode_at_once(stream: &[u8], small: bool) -> StreamOutcome {
+    let mut decoder = fuzz_decoder(small);
     let mut outcome = StreamOutcome {
         frames: Vec::new(),
         error: None,
@@ -292,7 +310,7 @@ pub fn decode_stream(data: &[u8]) -> StreamOutcome {
         fixed = with_fixed_crcs(input.stream);
         input.stream = &fixed;
     }
-    let mut decoder = FrameDecoder::new(FUZZ_MAX_PAYLOAD);
+    let mut decoder = fuzz_decoder(input.small);
     let mut schedule = Schedule {
         chunks: &input.chunks,
         next: 0,
@@ -376,7 +394,7 @@ pub fn decode_stream(data: &[u8]) -> StreamOutcome {
         assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
         assert_eq!(reader.rest.len(), before);
     }
-    let at_once = decode_at_once(input.stream);
+    let at_once = decode_at_once(input.stream, input.small);
     assert!(
         outcome.same_as(&at_once),
         "chunked: {} frames, {:?}; at once: {} frames, {:?}",

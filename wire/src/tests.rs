@@ -359,6 +359,7 @@ fn a_fuzz_input_with_its_crcs_made_right_reaches_validation() {
             read_from: false,
             uninit: false,
             fix_crcs,
+            small: false,
             chunks: Vec::new(),
             stream: &mutated,
         }
