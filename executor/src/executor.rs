@@ -904,6 +904,12 @@ fn runner(inner: Arc<Inner>) {
         &mut lease,
         &mut held_cores,
     ) {
+        // A runner woken from its sleep holds no lease; with more than one task at hand
+        // it takes one now (it would when it next looks for work), so that its updates
+        // may wait for each other (see `defer` below).
+        if lease.is_none() && batch.len() > 1 && !inner.busy_poll.is_zero() {
+            lease = inner.status.lend_transport();
+        }
         // When a task of the batch ends, the next one starts: one clock read serves both.
         let mut clock = Instant::now();
         while let Some(Job { launch, handle }) = batch.pop_front() {
@@ -943,7 +949,8 @@ fn runner(inner: Arc<Inner>) {
             // queued: the next one is likely quick too. The last task of a batch always
             // flushes. Should the next one be long after all, the event loop's thread
             // writes the update meanwhile, but only while this runner is lent to the loop
-            // (see flint_rpc's turns): a runner that is not flushes at once.
+            // (see flint_rpc's turns): a runner that is not (executor.busyPoll=0) flushes
+            // at once.
             let defer = quick && same_function && unflushed < FLUSH_EVERY && lease.is_some();
             if !defer && unflushed > 0 {
                 // With tasks still at hand the event loop writes the updates while they

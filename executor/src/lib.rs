@@ -45,7 +45,10 @@
 //!   read in place, task handles are reused), and status updates of a run of quick
 //!   tasks leave together: a runner holds an update back only while it runs the next
 //!   task of the same function, after one that took under 20 µs, and never more than 32
-//!   updates nor past the end of its batch (see `tests/no_alloc.rs`).
+//!   updates nor past the end of its batch (see `tests/no_alloc.rs`). Should that next
+//!   task be long after all, the event loop's thread writes the update within a few
+//!   milliseconds. With `executor.busyPoll=0` a runner never lends itself to the loop,
+//!   and so sends each update at once.
 //! - A status update that finds the connection's outbox full is retried for a while
 //!   (back-pressure on the runner) rather than dropped.
 //! - A `FetchBlockChunk` asking for more than a message can carry is served with the

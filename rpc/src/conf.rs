@@ -221,9 +221,10 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         None,
         "flint's own: how long a connection from a peer may send nothing before it is \
          closed, so that silent peers cannot hold connections (rpc.io.maxConnections) for \
-         good; seconds when bare; 0 keeps silent connections open; when not set, twice \
-         network.timeout (240s by default), so that a silent executor is expired for its \
-         missed heartbeats first; must be above executor.heartbeatInterval.",
+         good (not while it is sent bytes); seconds when bare; 0 keeps silent connections \
+         open; when not set, twice network.timeout or rpc.askTimeout, whichever is longer \
+         (240s by default), so that a silent executor is expired for its missed \
+         heartbeats first; must be above executor.heartbeatInterval and the ask timeout.",
     ),
     info(
         "rpc.io.maxConnections",
@@ -524,6 +525,20 @@ pub enum ConfError {
         idle_timeout: Duration,
         /// `executor.heartbeatInterval`.
         heartbeat_interval: Duration,
+    },
+    /// A peer waiting for the reply to an ask would be disconnected as idle first
+    /// (reported by [`Conf::validate`]).
+    #[error(
+        "The value of rpc.io.idleTimeout={idle_timeout:?} must be greater than the value of \
+         {ask_key}={ask_timeout:?}"
+    )]
+    AskNotBelowIdleTimeout {
+        /// `rpc.io.idleTimeout`.
+        idle_timeout: Duration,
+        /// `rpc.askTimeout`, or `network.timeout` when that is not set.
+        ask_key: &'static str,
+        /// The ask timeout.
+        ask_timeout: Duration,
     },
     /// `authenticate` is true but there is no secret to authenticate with
     /// (reported by [`Conf::validate`]).
@@ -919,6 +934,14 @@ impl Conf {
                     heartbeat_interval,
                 });
             }
+            let ask_timeout = self.ask_timeout()?;
+            if idle_timeout <= ask_timeout {
+                return Err(ConfError::AskNotBelowIdleTimeout {
+                    idle_timeout,
+                    ask_key: self.ask_timeout_key(),
+                    ask_timeout,
+                });
+            }
         }
         if self.authenticate()? && self.authenticate_secret().is_none_or(str::is_empty) {
             return Err(ConfError::MissingSecret);
@@ -1262,9 +1285,10 @@ impl Conf {
 
     /// `rpc.io.idleTimeout` (flint's own): how long a connection from a peer may send
     /// nothing before the environment closes it; `None` keeps silent connections open.
-    /// When not set, twice [`Conf::network_timeout`]: the driver expires an executor that
-    /// stopped sending heartbeats at the network timeout, with the seeds' reason, before
-    /// its connection is closed. A bare number is seconds; `0` is `None`.
+    /// When not set, twice [`Conf::network_timeout`] (or the ask timeout, if longer): the
+    /// driver expires an executor that stopped sending heartbeats at the network timeout,
+    /// with the seeds' reason, before its connection is closed, and a peer waiting for a
+    /// reply is not taken for idle. A bare number is seconds; `0` is `None`.
     /// Without it, peers that connect and say nothing could hold all of
     /// `rpc.io.maxConnections` and lock everyone else out.
     pub fn idle_timeout(&self) -> Result<Option<Duration>, ConfError> {
@@ -1273,9 +1297,11 @@ impl Conf {
                 Ok(timeout) => Ok((!timeout.is_zero()).then_some(timeout)),
                 Err(e) => Err(e.into_conf(RPC_IO_IDLE_TIMEOUT, value)),
             },
-            None => self
-                .network_timeout()
-                .map(|timeout| Some(timeout.saturating_mul(2))),
+            None => Ok(Some(
+                self.network_timeout()?
+                    .max(self.ask_timeout()?)
+                    .saturating_mul(2),
+            )),
         }
     }
 
@@ -2210,6 +2236,8 @@ mod tests {
         assert_eq!(conf(&[]).idle_timeout(), Ok(Some(Duration::from_secs(240))));
         let c = conf(&[("network.timeout", "30s")]);
         assert_eq!(c.idle_timeout(), Ok(Some(Duration::from_secs(60))));
+        let c = conf(&[("network.timeout", "30s"), ("rpc.askTimeout", "50s")]);
+        assert_eq!(c.idle_timeout(), Ok(Some(Duration::from_secs(100))));
         let c = conf(&[("network.timeout", "30s"), ("rpc.io.idleTimeout", "45")]);
         assert_eq!(c.idle_timeout(), Ok(Some(Duration::from_secs(45))));
         let c = conf(&[("rpc.io.idleTimeout", "0s")]);
@@ -2255,8 +2283,21 @@ mod tests {
         let c = conf(&[
             ("rpc.io.idleTimeout", "2s"),
             ("executor.heartbeatInterval", "1999ms"),
+            ("rpc.askTimeout", "1999ms"),
         ]);
         assert_eq!(c.validate(), Ok(()));
+        let c = conf(&[("rpc.io.idleTimeout", "120s")]);
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "The value of rpc.io.idleTimeout=120s must be greater than the value of \
+             network.timeout=120s"
+        );
+        let c = conf(&[("rpc.io.idleTimeout", "200s"), ("rpc.askTimeout", "300s")]);
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "The value of rpc.io.idleTimeout=200s must be greater than the value of \
+             rpc.askTimeout=300s"
+        );
         // Silent connections kept open: nothing to compare.
         let c = conf(&[("rpc.io.idleTimeout", "0")]);
         assert_eq!(c.validate(), Ok(()));

@@ -381,7 +381,10 @@ impl RpcEnvHandle {
     /// about a millisecond once lent threads stop turning.
     ///
     /// For a thread that would otherwise poll for its work (a task runner between
-    /// tasks): it then polls the sockets instead, and the loop thread does not. Endpoint
+    /// tasks): it then polls the sockets instead, and the loop thread does not. While the
+    /// lease lasts and the thread does something else, the loop thread writes what the
+    /// thread sent deferred without waiting for its flush, looking every few
+    /// milliseconds. Endpoint
     /// handlers then run on this thread: lend only a thread that holds no lock a handler
     /// takes, to an environment whose handlers do not block (a blocked handler holds up
     /// the lent thread as it would the loop thread).

@@ -144,7 +144,9 @@ impl Connection {
     }
 
     /// Why the connection must be closed at `now`, if one of its deadlines has passed.
-    fn overdue(&self, now: Instant, settings: &Settings) -> Option<CloseReason> {
+    /// A peer that is silent while this side still has bytes for it (a large reply over a
+    /// slow link) is not idle: its idle deadline moves on instead.
+    fn overdue(&mut self, now: Instant, settings: &Settings) -> Option<CloseReason> {
         let passed = |deadline: Option<Instant>| deadline.is_some_and(|d| d <= now);
         match self.state {
             ConnState::Connecting { deadline } => {
@@ -158,7 +160,13 @@ impl Connection {
                 buffered: self.decoder.buffered(),
             }),
             ConnState::Open if passed(self.idle_deadline) => {
-                settings.idle_timeout.map(CloseReason::Idle)
+                let timeout = settings.idle_timeout?;
+                if self.writing.is_empty() && self.outbox.queued() == 0 {
+                    Some(CloseReason::Idle(timeout))
+                } else {
+                    self.idle_deadline = Some(deadline_after(now, timeout));
+                    None
+                }
             }
             ConnState::Open => None,
         }
@@ -226,7 +234,8 @@ impl std::fmt::Display for CloseReason {
             CloseReason::Idle(timeout) => write!(
                 f,
                 "the peer sent nothing for {timeout:?}; the timeout is set by \
-                 rpc.io.idleTimeout (twice network.timeout when that is not set)"
+                 rpc.io.idleTimeout (when not set, twice network.timeout or the ask \
+                 timeout, whichever is longer)"
             ),
             CloseReason::Stopping => f.write_str("the RPC environment is stopping"),
         }
@@ -573,10 +582,15 @@ impl EventLoop {
                 .filter(|(_, conn)| conn.outbox.queued() > 0)
                 .map(|(&key, _)| key),
         );
+        let open = self.connections.len();
         for key in keys.drain(..) {
             self.flush(key);
         }
         self.queued_keys = keys;
+        // A connection closed by a failed write: its handlers may have set timers.
+        if self.connections.len() != open {
+            self.next_deadline = self.compute_next_deadline();
+        }
     }
 
     /// Whether a connection still has bytes to send, or is still being set up to send
@@ -624,7 +638,7 @@ impl EventLoop {
         let settings = &self.shared.settings;
         let late: Vec<(ConnKey, CloseReason)> = self
             .connections
-            .iter()
+            .iter_mut()
             .filter_map(|(&key, c)| Some((key, c.overdue(now, settings)?)))
             .collect();
         for (key, reason) in late {

@@ -31,6 +31,12 @@
 //! - a turn that finds the environment stopping wakes it whatever it is doing: only the
 //!   loop thread shuts the loop down.
 //!
+//! A lent thread that stops turning may also have left frames queued for a flush of its
+//! own that is now far off (a runner's deferred status update, before a long task): the
+//! loop thread, once it has taken the sockets back, writes what outboxes hold when it
+//! finds nothing to do and before it sleeps, and while the lease lasts sleeps at most
+//! [`LENT_FLUSH_CHECK`] at a time to look again.
+//!
 //! Only one thread turns at a time, so endpoints still get one message at a time, and
 //! the thread turning is "the loop" for everything the turn does
 //! ([`Shared::in_loop_turn`](crate::env::Shared::in_loop_turn)).
@@ -54,8 +60,9 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 pub(crate) const LEASE_CHECK: Duration = Duration::from_micros(500);
 
 /// How often the loop thread, while a lent thread is busy with something else, writes
-/// what that thread queued and has not flushed: the longest such a frame waits then.
-/// Each look costs a wake-up and `rpc.io.busyPoll` of polling.
+/// what that thread queued and has not flushed: about the longest such a frame waits
+/// then (after the loop thread noticed, within two [`LEASE_CHECK`]s, that the lent
+/// thread stopped turning). Each look costs a wake-up and a turn.
 pub(crate) const LENT_FLUSH_CHECK: Duration = Duration::from_millis(5);
 
 /// The token of the sleeper's own waker.
@@ -287,11 +294,12 @@ impl Sleeper {
     }
 
     /// Sleeps until the watched poller has events ready, the waker wakes it, or
-    /// `timeout` passes.
-    fn sleep(&mut self, timeout: Option<Duration>) -> std::io::Result<()> {
+    /// `timeout` passes; whether anything woke it before the timeout (a signal counts).
+    fn sleep(&mut self, timeout: Option<Duration>) -> std::io::Result<bool> {
         match self.poll.poll(&mut self.events, timeout) {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
-            result => result,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(e),
+            Ok(()) => Ok(!self.events.is_empty()),
         }
     }
 }
@@ -333,6 +341,8 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
     let _exit = ShutDownOnExit { shared: &shared };
     let busy_poll = shared.settings.busy_poll;
     let mut idle_since: Option<Instant> = None;
+    // The last sleep ended at the lent check's time with nothing ready.
+    let mut check_only = false;
     let mut lenders_watch = LendersWatch::default();
     loop {
         if cell.is_stopping() {
@@ -368,27 +378,35 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
             Turn::Stopping => break,
             Turn::Worked => {
                 idle_since = None;
+                check_only = false;
                 continue;
             }
             Turn::Idle => {}
         }
         let now = Instant::now();
-        let since = *idle_since.get_or_insert(now);
-        if now.saturating_duration_since(since) < busy_poll {
+        // While a thread is lent but no longer turning the loop, it is busy with something
+        // else (a task runner in a long task), and frames it queued for its own flush (a
+        // quick task's status update) would wait for the end of that: this thread writes
+        // them when it finds nothing to do, again before it sleeps, and looks again every
+        // LENT_FLUSH_CHECK while the lease lasts.
+        let lent = handover.any_lent();
+        let mut wake_at = wake_at;
+        let since = match idle_since {
+            Some(since) => since,
+            None => {
+                idle_since = Some(now);
+                if lent {
+                    wake_at = flush_for_lent(&shared).unwrap_or(wake_at);
+                }
+                now
+            }
+        };
+        if !check_only && now.saturating_duration_since(since) < busy_poll {
             std::thread::yield_now();
             continue;
         }
-        let mut wake_at = wake_at;
-        if handover.any_lent() {
-            // A lent thread that stopped turning the loop is busy with something else (a
-            // task runner in a long task), and frames it queued for its own flush (a
-            // quick task's status update) would wait for the end of that: they leave
-            // now, and while it stays lent this thread looks again every
-            // LENT_FLUSH_CHECK.
-            if let Some(core) = cell.lock().as_mut() {
-                let _turning = Turning::enter(&shared);
-                core.flush_queued();
-            }
+        if lent {
+            wake_at = flush_for_lent(&shared).unwrap_or(wake_at);
             let check = now + LENT_FLUSH_CHECK;
             wake_at = Some(wake_at.map_or(check, |at| at.min(check)));
         }
@@ -401,12 +419,30 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
                 })
             })
             .flatten();
-        if let Some(Err(e)) = slept {
-            error!("event loop poll failed: {e}");
-            break;
-        }
+        let woken = match slept {
+            Some(Err(e)) => {
+                error!("event loop poll failed: {e}");
+                break;
+            }
+            Some(Ok(woken)) => woken,
+            None => true,
+        };
+        // Woken by the lent check alone: if the turn finds nothing, back to sleep at once
+        // rather than after a whole rpc.io.busyPoll.
+        check_only = lent && !woken;
         idle_since = None;
     }
+}
+
+/// Writes what the loop's outboxes hold for a lent thread busy elsewhere (see
+/// [`EventLoop::flush_queued`]); the loop's next wake-up after it (a connection it closed
+/// may have moved it), or `None` if the loop is gone.
+fn flush_for_lent(shared: &Shared) -> Option<Option<Instant>> {
+    let mut core = shared.cell.lock();
+    let core = core.as_mut()?;
+    let _turning = Turning::enter(shared);
+    core.flush_queued();
+    Some(core.next_wake())
 }
 
 /// What the loop thread knows of the lent threads' turns.

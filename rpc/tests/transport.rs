@@ -544,6 +544,7 @@ fn a_peer_that_sends_nothing_is_cut_off_at_the_idle_timeout_and_frees_its_place(
     let (server, probe) = server_with_probe(&[
         "rpc.io.idleTimeout=2s",
         "executor.heartbeatInterval=100ms",
+        "rpc.askTimeout=1s",
         "rpc.io.maxConnections=1",
     ]);
     let address = server.address();
