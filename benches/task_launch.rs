@@ -28,8 +28,9 @@
 //! After criterion's figures it prints, from medians measured in the same run: the
 //! one-task job latency over the floor round trip, the free-core floor (executor cores
 //! divided by the floor round trip: the most a scheduler can launch when a task goes
-//! only to a free core), and each throughput against it and against the raw strict
-//! schedule.
+//! only to a free core), and each throughput against it; the throughput without
+//! pipelining also against the raw strict schedule and the loopback bound (only a
+//! schedule without pipelining is bounded by a round trip per task).
 //!
 //! `cargo bench --bench task_launch` (about three minutes). `flint bench` prints the
 //! same figures as a table.

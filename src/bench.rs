@@ -723,6 +723,13 @@ pub fn loopback_cost(frames: FrameSizes, samples: usize) -> std::io::Result<u64>
 /// reads, yielding when there is nothing), as flint's event loops and runners do.
 /// Returns answers per second.
 pub fn raw_strict(frames: FrameSizes, executors: usize, tasks: u64) -> std::io::Result<f64> {
+    if executors == 0 && tasks > 0 {
+        // Nothing would ever answer.
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the raw strict schedule needs at least one executor thread",
+        ));
+    }
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let address = listener.local_addr()?;
     let mut answering = Vec::new();

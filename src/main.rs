@@ -40,13 +40,13 @@ enum Command {
 #[derive(Debug, Args)]
 struct BenchArgs {
     /// Round trips measured for the floor, and one-task jobs for latency.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 5_000, value_parser = at_least_one())]
     samples: usize,
     /// Tasks of each throughput job.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
     tasks: u32,
     /// Executors (of 1 core) of the throughput jobs.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = at_least_one())]
     executors: usize,
     /// executor.taskPrefetch of the pipelined job.
     #[arg(long, default_value_t = 256)]
@@ -307,6 +307,11 @@ fn print_report(report: &JobReport, json: bool) {
     }
 }
 
+/// A count of at least 1: with none, a bench would divide by zero or wait for nothing.
+fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+}
+
 fn bench(args: BenchArgs) -> ExitCode {
     let program = match std::env::current_exe() {
         Ok(program) => program,
@@ -316,9 +321,25 @@ fn bench(args: BenchArgs) -> ExitCode {
             ))
         }
     };
+    // Checked as a whole first, before minutes of measuring.
+    let checked = match parse_conf(&args.conf) {
+        Ok(conf) => conf,
+        Err(e) => return fail(e),
+    };
+    if let Ok(cpus @ 2..) = checked.task_cpus() {
+        return fail(format!(
+            "flint bench runs executors of 1 core, which cannot take tasks of task.cpus={cpus}"
+        ));
+    }
     let mut conf = Vec::new();
     for pair in &args.conf {
         match Conf::parse_pair(pair) {
+            Ok(pair) if pair.0 == "rpc.port" => {
+                return fail(
+                    "flint bench starts several RPC environments in this process, which bind \
+                     ports of their own: rpc.port cannot be set",
+                )
+            }
             Ok(pair) => conf.push(pair),
             Err(e) => return fail(e),
         }

@@ -509,6 +509,50 @@ fn flint_run_refuses_a_job_no_executor_can_run() {
     }
 }
 
+/// `flint bench` refuses at once what would hang it, divide by zero, or fail only after
+/// minutes of measuring.
+#[test]
+fn flint_bench_refuses_settings_it_cannot_measure_with() {
+    for (args, expected) in [
+        (&["--executors", "0"][..], "0 is not in 1.."),
+        (&["--samples", "0"][..], "0 is not in 1.."),
+        (&["--tasks", "0"][..], "0 is not in 1.."),
+        (
+            &["--conf", "task.cpus=2"][..],
+            "cannot take tasks of task.cpus=2",
+        ),
+        (&["--conf", "rpc.port=7000"][..], "rpc.port cannot be set"),
+        (&["--conf", "network.timeout=0"][..], "network.timeout"),
+    ] {
+        let started = Instant::now();
+        let mut child = Command::new(FLINT)
+            .arg("bench")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Bounded however it goes: were it not refused, it would measure for minutes.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("flint bench {args:?} was not refused");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}
+
 /// `flint driver` on the default rpc.port=0 says the address the OS gave it, and an
 /// executor started with that address runs the job.
 #[test]
