@@ -33,9 +33,9 @@
 //!
 //! A lent thread that stops turning may also have left frames queued for a flush of its
 //! own that is now far off (a runner's deferred status update, before a long task): the
-//! loop thread, once it has taken the sockets back, writes what outboxes hold when it
-//! finds nothing to do and before it sleeps, and while the lease lasts sleeps at most
-//! [`LENT_FLUSH_CHECK`] at a time to look again.
+//! loop thread, once it has taken the sockets back, writes what outboxes hold before it
+//! sleeps (and every [`LENT_FLUSH_CHECK`] of a longer `rpc.io.busyPoll`), and while the
+//! lease lasts sleeps at most [`LENT_FLUSH_CHECK`] at a time to look again.
 //!
 //! Only one thread turns at a time, so endpoints still get one message at a time, and
 //! the thread turning is "the loop" for everything the turn does
@@ -343,6 +343,8 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
     let mut idle_since: Option<Instant> = None;
     // The last sleep ended at the lent check's time with nothing ready.
     let mut check_only = false;
+    // When the current busy poll last wrote a lent thread's frames.
+    let mut lent_flushed_at: Option<Instant> = None;
     let mut lenders_watch = LendersWatch::default();
     loop {
         if cell.is_stopping() {
@@ -378,6 +380,7 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
             Turn::Stopping => break,
             Turn::Worked => {
                 idle_since = None;
+                lent_flushed_at = None;
                 check_only = false;
                 continue;
             }
@@ -387,21 +390,19 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
         // While a thread is lent but no longer turning the loop, it is busy with something
         // else (a task runner in a long task), and frames it queued for its own flush (a
         // quick task's status update) would wait for the end of that: this thread writes
-        // them when it finds nothing to do, again before it sleeps, and looks again every
-        // LENT_FLUSH_CHECK while the lease lasts.
+        // them before it sleeps (not as soon as it finds nothing to do, which would cut a
+        // runner's batches of updates short), and looks again every LENT_FLUSH_CHECK
+        // while the lease lasts.
         let lent = handover.any_lent();
         let mut wake_at = wake_at;
-        let since = match idle_since {
-            Some(since) => since,
-            None => {
-                idle_since = Some(now);
-                if lent {
-                    wake_at = flush_for_lent(&shared).unwrap_or(wake_at);
-                }
-                now
-            }
-        };
+        let since = *idle_since.get_or_insert(now);
         if !check_only && now.saturating_duration_since(since) < busy_poll {
+            // A long rpc.io.busyPoll does not hold them back for longer than a sleep would.
+            let last = lent_flushed_at.unwrap_or(since);
+            if lent && now.saturating_duration_since(last) >= LENT_FLUSH_CHECK {
+                flush_for_lent(&shared);
+                lent_flushed_at = Some(now);
+            }
             std::thread::yield_now();
             continue;
         }
@@ -431,6 +432,7 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
         // rather than after a whole rpc.io.busyPoll.
         check_only = lent && !woken;
         idle_since = None;
+        lent_flushed_at = None;
     }
 }
 
