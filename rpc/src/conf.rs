@@ -221,10 +221,11 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         None,
         "flint's own: how long a connection from a peer may send nothing before it is \
          closed, so that silent peers cannot hold connections (rpc.io.maxConnections) for \
-         good (not while it is sent bytes); seconds when bare; 0 keeps silent connections \
-         open; when not set, twice network.timeout or rpc.askTimeout, whichever is longer \
-         (240s by default), so that a silent executor is expired for its missed \
-         heartbeats first; must be above executor.heartbeatInterval and the ask timeout.",
+         good (one that takes what it is sent, however slowly, is not silent); seconds when \
+         bare; 0 keeps silent connections open; when not set, twice network.timeout or \
+         rpc.askTimeout, whichever is longer (240s by default), so that a silent \
+         executor is expired for its missed heartbeats first; must be above \
+         executor.heartbeatInterval and the ask timeout.",
     ),
     info(
         "rpc.io.maxConnections",

@@ -67,9 +67,10 @@ struct Connection {
     /// buffered: a peer that stops in the middle of a frame would otherwise hold what it
     /// sent, up to `rpc.message.maxSize`, for as long as it keeps the connection open.
     frame_deadline: Option<Instant>,
-    /// When a connection from a peer must have sent something by (rpc.io.idleTimeout),
-    /// moved on by every read; `None` for connections this environment opened, and when
-    /// silent peers are kept. Without it, peers that connect and say nothing would hold
+    /// When a connection from a peer must have sent something, or taken something it was
+    /// sent, by (rpc.io.idleTimeout), moved on by every read and every write that made
+    /// progress; `None` for connections this environment opened, and when silent peers
+    /// are kept. Without it, peers that connect and say nothing would hold
     /// all of `rpc.io.maxConnections`.
     idle_deadline: Option<Instant>,
     /// Whether endpoints were told of this connection (and so must hear of its end).
@@ -144,9 +145,7 @@ impl Connection {
     }
 
     /// Why the connection must be closed at `now`, if one of its deadlines has passed.
-    /// A peer that is silent while this side still has bytes for it (a large reply over a
-    /// slow link) is not idle: its idle deadline moves on instead.
-    fn overdue(&mut self, now: Instant, settings: &Settings) -> Option<CloseReason> {
+    fn overdue(&self, now: Instant, settings: &Settings) -> Option<CloseReason> {
         let passed = |deadline: Option<Instant>| deadline.is_some_and(|d| d <= now);
         match self.state {
             ConnState::Connecting { deadline } => {
@@ -160,13 +159,7 @@ impl Connection {
                 buffered: self.decoder.buffered(),
             }),
             ConnState::Open if passed(self.idle_deadline) => {
-                let timeout = settings.idle_timeout?;
-                if self.writing.is_empty() && self.outbox.queued() == 0 {
-                    Some(CloseReason::Idle(timeout))
-                } else {
-                    self.idle_deadline = Some(deadline_after(now, timeout));
-                    None
-                }
+                settings.idle_timeout.map(CloseReason::Idle)
             }
             ConnState::Open => None,
         }
@@ -638,7 +631,7 @@ impl EventLoop {
         let settings = &self.shared.settings;
         let late: Vec<(ConnKey, CloseReason)> = self
             .connections
-            .iter_mut()
+            .iter()
             .filter_map(|(&key, c)| Some((key, c.overdue(now, settings)?)))
             .collect();
         for (key, reason) in late {
@@ -1142,8 +1135,18 @@ impl EventLoop {
                 conn.writing.push_back(bytes);
             }
         }
-        if let Err(e) = write_queued(conn) {
-            self.close(key, CloseReason::Io(e));
+        match write_queued(conn) {
+            // A peer that takes what it is sent, however slowly, is not idle.
+            Ok(true) => {
+                if let (Some(deadline), Some(timeout)) = (
+                    conn.idle_deadline.as_mut(),
+                    self.shared.settings.idle_timeout,
+                ) {
+                    *deadline = deadline_after(self.now, timeout);
+                }
+            }
+            Ok(false) => {}
+            Err(e) => self.close(key, CloseReason::Io(e)),
         }
     }
 
@@ -1264,7 +1267,10 @@ fn send_control(
 }
 
 /// Writes the connection's queued buffers until they are gone or the socket would block.
-fn write_queued(conn: &mut Connection) -> io::Result<()> {
+/// Writes what the connection has queued until done or the socket is full; whether any
+/// bytes left.
+fn write_queued(conn: &mut Connection) -> io::Result<bool> {
+    let mut progressed = false;
     while !conn.writing.is_empty() {
         let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
         let count = conn.writing.len().min(MAX_IOVECS);
@@ -1279,6 +1285,7 @@ fn write_queued(conn: &mut Connection) -> io::Result<()> {
                 ))
             }
             Ok(mut written) => {
+                progressed = true;
                 conn.outbox.written(written);
                 while written > 0 {
                     let front = conn.writing.front_mut().expect("written bytes were queued");
@@ -1293,12 +1300,12 @@ fn write_queued(conn: &mut Connection) -> io::Result<()> {
                     }
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(progressed),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(progressed)
 }
 
 #[cfg(all(test, not(loom)))]

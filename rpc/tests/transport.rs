@@ -608,6 +608,70 @@ fn a_peer_that_sends_nothing_is_cut_off_at_the_idle_timeout_and_frees_its_place(
 }
 
 #[test]
+fn a_peer_that_stops_taking_a_reply_is_cut_off_at_the_idle_timeout_but_a_slow_reader_is_not() {
+    // Long enough that a busy machine does not keep the slow reader off the CPU for it.
+    let timeout = Duration::from_secs(2);
+    let (server, probe) = server_with_probe(&[
+        "rpc.io.idleTimeout=2s",
+        "executor.heartbeatInterval=100ms",
+        "rpc.askTimeout=1s",
+    ]);
+    // An ask whose echoed reply (32 MiB) is far more than the sockets' buffers hold.
+    let ask = |request_id| {
+        frame(
+            &Route::Ask {
+                request_id,
+                endpoint: "probe".into(),
+            },
+            &Message::Custom {
+                tag: 5,
+                body: Bytes::from(vec![5u8; 32 << 20]),
+            },
+        )
+    };
+    let mut stalled = TcpStream::connect(server.address()).unwrap();
+    let stalled_address = stalled.local_addr().unwrap();
+    stalled.write_all(&ask(1)).unwrap();
+    let mut slow = TcpStream::connect(server.address()).unwrap();
+    let slow_address = slow.local_addr().unwrap();
+    slow.write_all(&ask(2)).unwrap();
+
+    // The slow reader takes 256 KiB every 100 ms, for three timeouts: its reply keeps
+    // moving, so it is kept though it sends nothing.
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = vec![0u8; 256 << 10];
+    let started = Instant::now();
+    let mut taken = 0;
+    while started.elapsed() < timeout * 3 {
+        std::thread::sleep(Duration::from_millis(100));
+        let n = slow.read(&mut buf).unwrap();
+        assert!(n > 0, "the slow reader's connection was closed");
+        taken += n;
+    }
+    assert!(taken < 32 << 20, "the reply was still on its way");
+
+    // The one that took nothing was closed before its reply was all sent.
+    probe.wait_for("the stalled reader to be cut off", |seen| {
+        seen.contains(&Seen::Disconnected(stalled_address))
+    });
+    assert!(!probe.seen().contains(&Seen::Disconnected(slow_address)));
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut received = 0usize;
+    loop {
+        match stalled.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => received += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(received < 32 << 20, "{received} bytes of the reply arrived");
+}
+
+#[test]
 fn connections_beyond_rpc_io_max_connections_are_closed_at_once() {
     let (server, probe) = server_with_probe(&["rpc.io.maxConnections=2"]);
     let address = server.address();
