@@ -128,6 +128,14 @@ impl Connection {
         self.decoder.set_max_payload(max_payload, MAX_SIZE_KEY);
     }
 
+    /// Bytes came from the peer, or it took some it was sent, at `now`: a connection from
+    /// a peer is not idle before `now` + `idle_timeout` (rpc.io.idleTimeout).
+    fn moved_at(&mut self, now: Instant, idle_timeout: Option<Duration>) {
+        if let (Some(deadline), Some(timeout)) = (self.idle_deadline.as_mut(), idle_timeout) {
+            *deadline = deadline_after(now, timeout);
+        }
+    }
+
     /// When the connection must have got further by: connected, authenticated, sent more
     /// of the frame under way, or sent anything at all.
     fn deadline(&self) -> Option<Instant> {
@@ -934,12 +942,7 @@ impl EventLoop {
                 Ok(0) => Some(CloseReason::EndOfStream),
                 Ok(read) => {
                     conn.read_in_round += read;
-                    if let (Some(deadline), Some(timeout)) = (
-                        conn.idle_deadline.as_mut(),
-                        self.shared.settings.idle_timeout,
-                    ) {
-                        *deadline = deadline_after(self.now, timeout);
-                    }
+                    conn.moved_at(self.now, self.shared.settings.idle_timeout);
                     drained = conn.decoder.last_read_was_short() && !conn.peer_closed;
                     None
                 }
@@ -1137,14 +1140,7 @@ impl EventLoop {
         }
         match write_queued(conn) {
             // A peer that takes what it is sent, however slowly, is not idle.
-            Ok(true) => {
-                if let (Some(deadline), Some(timeout)) = (
-                    conn.idle_deadline.as_mut(),
-                    self.shared.settings.idle_timeout,
-                ) {
-                    *deadline = deadline_after(self.now, timeout);
-                }
-            }
+            Ok(true) => conn.moved_at(self.now, self.shared.settings.idle_timeout),
             Ok(false) => {}
             Err(e) => self.close(key, CloseReason::Io(e)),
         }

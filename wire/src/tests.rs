@@ -278,6 +278,14 @@ fn encoder_refuses_a_message_above_the_limit_and_leaves_the_buffer() {
     assert_eq!(out, before);
 }
 
+/// `message` encoded one-way to endpoint "e" by an encoder of `limit`, appended to `out`.
+fn encode_one_way(limit: usize, message: &Message, out: &mut BytesMut) -> Result<usize, WireError> {
+    let route = Route::OneWay {
+        endpoint: "e".into(),
+    };
+    Encoder::new(limit).encode(&route, message, out)
+}
+
 #[test]
 fn a_message_over_the_limit_costs_no_memory_beyond_it_and_says_its_size() {
     // 64 MiB under a 1 MiB limit: refused with its size, and `out` never holds more than
@@ -286,27 +294,11 @@ fn a_message_over_the_limit_costs_no_memory_beyond_it_and_says_its_size() {
     let message = Message::Custom { tag: 1, body };
     let exact = {
         let mut out = BytesMut::new();
-        Encoder::new(usize::MAX)
-            .encode(
-                &Route::OneWay {
-                    endpoint: "e".into(),
-                },
-                &message,
-                &mut out,
-            )
-            .unwrap();
+        encode_one_way(usize::MAX, &message, &mut out).unwrap();
         out.len() - HEADER_LEN
     };
     let mut out = BytesMut::new();
-    let error = Encoder::new(1 << 20)
-        .encode(
-            &Route::OneWay {
-                endpoint: "e".into(),
-            },
-            &message,
-            &mut out,
-        )
-        .unwrap_err();
+    let error = encode_one_way(1 << 20, &message, &mut out).unwrap_err();
     let WireError::MessageTooLarge { size, limit } = error else {
         panic!("{error:?}");
     };
@@ -328,15 +320,7 @@ fn a_payload_beyond_what_rkyv_can_address_is_refused_not_a_panic() {
     let message = Message::Custom { tag: 1, body };
     for limit in [128 << 20, usize::MAX] {
         let mut out = BytesMut::new();
-        let error = Encoder::new(limit)
-            .encode(
-                &Route::OneWay {
-                    endpoint: "e".into(),
-                },
-                &message,
-                &mut out,
-            )
-            .unwrap_err();
+        let error = encode_one_way(limit, &message, &mut out).unwrap_err();
         let WireError::MessageTooLarge { size, limit: said } = error else {
             panic!("{error:?}");
         };
@@ -387,15 +371,7 @@ fn a_large_frame_grows_the_receive_buffer_no_further_than_its_bound() {
         body: Bytes::from(vec![7u8; 2 << 20]),
     };
     let mut frame = BytesMut::new();
-    Encoder::new(usize::MAX)
-        .encode(
-            &Route::OneWay {
-                endpoint: "e".into(),
-            },
-            &message,
-            &mut frame,
-        )
-        .unwrap();
+    encode_one_way(usize::MAX, &message, &mut frame).unwrap();
     let payload_len = u32::from_le_bytes(frame[12..16].try_into().unwrap()) as usize;
     for uninit in [true, false] {
         // The limit is the frame's own size: a buffer that doubled to fit it (4 MiB) would
