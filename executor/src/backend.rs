@@ -336,7 +336,7 @@ impl ExecutorEndpoint {
         }
         executor.stage(
             &mut self.staged,
-            Launch::from_archived(incoming.frame(), task),
+            Launch::from_archived(incoming.frame(), task, executor.max_decoded()),
         );
     }
 

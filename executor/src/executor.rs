@@ -63,9 +63,10 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use flint_rpc::{EndpointRef, LoopLease, RpcError};
 use flint_wire::{
-    bytes_to_string, ArchivedDependency, ArchivedTaskDescription, BlockId, Dependency, Frame,
-    Message, Property, SharedStr, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskFailureKind,
-    TaskMetrics, TaskName, TaskOutcome, TaskPayload, TaskState,
+    bytes_to_string, check_decoded_size, ArchivedDependency, ArchivedTaskDescription, BlockId,
+    DecodedSize, Dependency, Frame, Message, Property, SharedStr, StatusUpdate, TaskAccumUpdates,
+    TaskDescription, TaskFailureKind, TaskMetrics, TaskName, TaskOutcome, TaskPayload, TaskState,
+    WireError,
 };
 use rustc_hash::FxHashMap;
 use tracing::{debug, error, info, warn};
@@ -251,24 +252,38 @@ pub(crate) struct Launch {
     cpus: u32,
     name: LaunchName,
     serialized_task: Bytes,
-    extras: Option<Arc<TaskExtras>>,
+    /// Refused if they would take more than `max_decoded` bytes decoded: the task fails.
+    extras: Result<Option<Arc<TaskExtras>>, Box<WireError>>,
 }
 
 impl Launch {
     /// Reads an archived task description in place; allocates only for a task with files,
-    /// jars or properties.
-    pub(crate) fn from_archived(frame: &Frame, task: &ArchivedTaskDescription) -> Launch {
+    /// jars or properties, and for those at most `max_decoded` bytes.
+    pub(crate) fn from_archived(
+        frame: &Frame,
+        task: &ArchivedTaskDescription,
+        max_decoded: usize,
+    ) -> Launch {
         let extras = if task.added_files.is_empty()
             && task.added_jars.is_empty()
             && task.properties.is_empty()
         {
-            None
+            Ok(None)
+        } else if let Err(refused) = check_decoded_size(
+            "its files, jars and properties",
+            task.added_files
+                .decoded_size()
+                .saturating_add(task.added_jars.decoded_size())
+                .saturating_add(task.properties.decoded_size()),
+            max_decoded,
+        ) {
+            Err(Box::new(refused))
         } else {
             let dependency = |d: &ArchivedDependency| Dependency {
                 name: d.name.to_string(),
                 timestamp: d.timestamp.to_native(),
             };
-            TaskExtras::of(
+            Ok(TaskExtras::of(
                 task.added_files.iter().map(dependency).collect(),
                 task.added_jars.iter().map(dependency).collect(),
                 task.properties
@@ -278,7 +293,7 @@ impl Launch {
                         value: p.value.to_string(),
                     })
                     .collect(),
-            )
+            ))
         };
         Launch {
             task_id: task.task_id.to_native(),
@@ -301,7 +316,11 @@ impl Launch {
             cpus: task.cpus,
             name: LaunchName::Given(task.name),
             serialized_task: task.serialized_task,
-            extras: TaskExtras::of(task.added_files, task.added_jars, task.properties),
+            extras: Ok(TaskExtras::of(
+                task.added_files,
+                task.added_jars,
+                task.properties,
+            )),
         }
     }
 
@@ -416,6 +435,9 @@ struct Inner {
     cores: u32,
     /// The largest result sent in its status update.
     direct_limit: usize,
+    /// `rpc.message.maxSize`, which also bounds what a launch's files, jars and
+    /// properties take decoded.
+    max_decoded: usize,
     /// The longest failure or kill text sent in a status update: a longer one is cut, so
     /// that the update always fits in a message.
     text_limit: usize,
@@ -522,6 +544,7 @@ impl Executor {
             hostname: config.hostname,
             cores: config.cores,
             direct_limit: config.max_message_size.saturating_sub(RESULT_OVERHEAD),
+            max_decoded: config.max_message_size,
             text_limit: (config.max_message_size / 2).min(MAX_FAILURE_TEXT),
             max_result_size: config.max_result_size,
             epoch: Instant::now(),
@@ -589,6 +612,12 @@ impl Executor {
     /// The largest result sent in a status update; larger ones go to the block store.
     pub fn direct_result_limit(&self) -> usize {
         self.inner.direct_limit
+    }
+
+    /// The most memory a launch's files, jars and properties may take decoded
+    /// (`rpc.message.maxSize`); a launch whose would take more fails.
+    pub(crate) fn max_decoded(&self) -> usize {
+        self.inner.max_decoded
     }
 
     /// The block store holding results too large for a message.
@@ -1180,7 +1209,11 @@ impl Inner {
             return (ended, false, handle);
         }
         debug!("Running {}", launch.name);
-        let payload = match TaskPayload::parse(&launch.serialized_task) {
+        let parsed = match &launch.extras {
+            Ok(_) => TaskPayload::parse(&launch.serialized_task).map_err(|e| e.to_string()),
+            Err(refused) => Err(refused.to_string()),
+        };
+        let payload = match parsed {
             Ok(payload) => payload,
             Err(e) => {
                 *clock = Instant::now();
@@ -1222,7 +1255,7 @@ impl Inner {
             index: launch.index,
             cpus: launch.cpus,
             executor_id: self.executor_id.clone(),
-            extras: launch.extras.clone(),
+            extras: launch.extras.as_ref().ok().cloned().flatten(),
             handle,
         };
         let result = catch_unwind(AssertUnwindSafe(|| function(&ctx, &input)));
@@ -1890,7 +1923,10 @@ mod tests {
         let (executor, _rx) = executor(1, 1 << 20, TaskRegistry::with_builtins());
         let mut staged = Staged::with_capacity(8);
         let small = launch_frame(task(1, "echo", b"hi"));
-        executor.stage(&mut staged, Launch::from_archived(&small, archived(&small)));
+        executor.stage(
+            &mut staged,
+            Launch::from_archived(&small, archived(&small), 1 << 20),
+        );
         let launch = &staged.jobs[0].launch;
         assert!(!inside(&launch.serialized_task, &small));
         assert_eq!(
@@ -1898,11 +1934,14 @@ mod tests {
             TaskPayload::encode("echo", b"hi").unwrap()
         );
         assert_eq!(launch.name.to_string(), "task 1.0 in stage 0.0 (TID 1)");
-        assert!(launch.extras.is_none());
+        assert!(matches!(launch.extras, Ok(None)));
 
         let input = vec![b'x'; COPY_LIMIT];
         let large = launch_frame(task(2, "echo", &input));
-        executor.stage(&mut staged, Launch::from_archived(&large, archived(&large)));
+        executor.stage(
+            &mut staged,
+            Launch::from_archived(&large, archived(&large), 1 << 20),
+        );
         let launch = &staged.jobs[1].launch;
         assert!(
             inside(&launch.serialized_task, &large),
@@ -1911,6 +1950,53 @@ mod tests {
         assert_eq!(launch.serialized_task.len(), 1 + 4 + COPY_LIMIT);
         assert_eq!(launch.name.to_string(), "task 2.0 in stage 0.0 (TID 2)");
         staged.jobs.clear();
+    }
+
+    #[test]
+    fn a_launch_whose_properties_would_decode_past_the_limit_fails_without_decoding_them() {
+        let limit = 64 << 10;
+        let (executor, rx) = executor(1, limit, TaskRegistry::with_builtins());
+        // Empty properties: 16 bytes each archived, 48 decoded.
+        let mut flood = task(1, "echo", b"hi");
+        flood.properties = vec![
+            Property {
+                key: String::new(),
+                value: String::new(),
+            };
+            limit / 32
+        ];
+        let frame = launch_frame(flood.clone());
+        assert!(frame.payload().len() < limit, "the frame itself is allowed");
+        let mut staged = Staged::with_capacity(2);
+        executor.stage(
+            &mut staged,
+            Launch::from_archived(&frame, archived(&frame), limit),
+        );
+        assert!(staged.jobs[0].launch.extras.is_err());
+        // A few properties within the limit are decoded and the task runs.
+        flood.task_id = 2;
+        flood.properties.truncate(8);
+        let frame = launch_frame(flood);
+        executor.stage(
+            &mut staged,
+            Launch::from_archived(&frame, archived(&frame), limit),
+        );
+        executor.commit(&mut staged).unwrap();
+        let mut updates = [
+            rx.recv_timeout(WAIT).unwrap(),
+            rx.recv_timeout(WAIT).unwrap(),
+        ];
+        updates.sort_by_key(|u| u.task_id);
+        let TaskOutcome::Failure { kind, message, .. } = &updates[0].outcome else {
+            panic!("{:?}", updates[0])
+        };
+        assert_eq!(*kind, TaskFailureKind::Undeserializable);
+        assert!(
+            message.starts_with("Could not deserialize task 1.0 in stage 0.0 (TID 1): its files, jars and properties would take ")
+                && message.ends_with(&format!("more than rpc.message.maxSize ({limit} bytes)")),
+            "{message}"
+        );
+        assert_eq!(updates[1].state, TaskState::Finished, "{:?}", updates[1]);
     }
 
     #[test]
@@ -1951,7 +2037,10 @@ mod tests {
         }];
         let frame = launch_frame(described.clone());
         let mut staged = Staged::with_capacity(2);
-        executor.stage(&mut staged, Launch::from_archived(&frame, archived(&frame)));
+        executor.stage(
+            &mut staged,
+            Launch::from_archived(&frame, archived(&frame), 1 << 20),
+        );
         executor.commit(&mut staged).unwrap();
         executor
             .launch_task(TaskDescription {
@@ -1961,7 +2050,10 @@ mod tests {
             .unwrap();
         let plain = task(3, "describe", b"");
         let frame = launch_frame(plain);
-        executor.stage(&mut staged, Launch::from_archived(&frame, archived(&frame)));
+        executor.stage(
+            &mut staged,
+            Launch::from_archived(&frame, archived(&frame), 1 << 20),
+        );
         executor.commit(&mut staged).unwrap();
         let mut seen = Vec::new();
         for _ in 0..3 {

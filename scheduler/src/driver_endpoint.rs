@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use flint_rpc::{Endpoint, EndpointContext, Incoming, TimerId};
 use flint_wire::{
-    ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome, BlockId, Frame, Message, SharedStr,
-    TaskMetrics, TaskOutcome, TaskState, EXECUTOR_ENDPOINT,
+    check_decoded_size, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome, BlockId,
+    DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome, TaskState, EXECUTOR_ENDPOINT,
 };
 use rkyv::rancor;
 use tracing::{debug, warn};
@@ -28,15 +28,19 @@ pub(crate) struct DriverEndpoint {
     revive_timer: Option<TimerId>,
     /// The scheduler's next timeout (starvation, speculation, locality) and its timer.
     scheduler_timer: Option<(Instant, TimerId)>,
+    /// `rpc.message.maxSize`, which also bounds what a result's accumulators take decoded.
+    max_decoded: usize,
 }
 
 impl DriverEndpoint {
     pub(crate) fn new(core: Arc<Mutex<DriverCore>>, revive_interval: Duration) -> Self {
+        let max_decoded = lock(&core).settings.max_payload;
         DriverEndpoint {
             core,
             revive_interval,
             revive_timer: None,
             scheduler_timer: None,
+            max_decoded,
         }
     }
 
@@ -78,8 +82,12 @@ impl Endpoint for DriverEndpoint {
         let mut core = lock(&core);
         match message.message() {
             ArchivedMessage::StatusUpdate(update) => {
-                let state = TaskState::from(&update.state);
-                let outcome = outcome_from_archived(message.frame(), &update.outcome);
+                let (state, outcome) =
+                    match outcome_from_archived(message.frame(), &update.outcome, self.max_decoded)
+                    {
+                        Ok(outcome) => (TaskState::from(&update.state), outcome),
+                        Err(refused) => (TaskState::Failed, refused),
+                    };
                 core.status_update(
                     now,
                     message.sender(),
@@ -216,14 +224,24 @@ fn is_for_the_driver_process_only(message: &ArchivedMessage) -> bool {
 pub(crate) struct HeartbeatReceiver {
     core: Arc<Mutex<DriverCore>>,
     check_interval: Duration,
+    /// `rpc.message.maxSize`, which also bounds what a heartbeat's task updates take
+    /// decoded.
+    max_decoded: usize,
 }
 
 impl HeartbeatReceiver {
     pub(crate) fn new(core: Arc<Mutex<DriverCore>>) -> Self {
-        let check_interval = lock(&core).heartbeats().check_interval();
+        let (check_interval, max_decoded) = {
+            let core = lock(&core);
+            (
+                core.heartbeats().check_interval(),
+                core.settings.max_payload,
+            )
+        };
         HeartbeatReceiver {
             core,
             check_interval,
+            max_decoded,
         }
     }
 }
@@ -250,10 +268,19 @@ impl Endpoint for HeartbeatReceiver {
             });
             return;
         }
-        // Bounded by rpc.message.maxSize, as the frame it came in; decoded outside the
-        // driver's lock.
-        let updates =
-            rkyv::deserialize::<_, rancor::Error>(&heartbeat.accum_updates).unwrap_or_default();
+        // Decoded outside the driver's lock, and only if that stays within
+        // rpc.message.maxSize: decoded, short names and empty lists take several times
+        // their frame.
+        let size = heartbeat.accum_updates.decoded_size();
+        let updates = match check_decoded_size("its task updates", size, self.max_decoded) {
+            Ok(()) => {
+                rkyv::deserialize::<_, rancor::Error>(&heartbeat.accum_updates).unwrap_or_default()
+            }
+            Err(refused) => {
+                warn!("Ignored the task updates in a heartbeat from executor {executor_id}: {refused}");
+                Vec::new()
+            }
+        };
         let reregister = lock(&self.core).heartbeat(Instant::now(), executor_id, updates);
         let _ = message.reply(&Message::HeartbeatResponse {
             reregister_block_manager: reregister,
@@ -281,9 +308,30 @@ fn metrics_from_archived(metrics: &ArchivedTaskMetrics) -> TaskMetrics {
 }
 
 /// A task's outcome, read from the frame it came in: a result value stays a view of the
-/// frame.
-fn outcome_from_archived(frame: &Frame, outcome: &ArchivedTaskOutcome) -> TaskOutcome {
-    match outcome {
+/// frame. A result whose accumulators would take more than `max_decoded` bytes decoded
+/// is refused: the error is the failure to report for the attempt instead.
+fn outcome_from_archived(
+    frame: &Frame,
+    outcome: &ArchivedTaskOutcome,
+    max_decoded: usize,
+) -> Result<TaskOutcome, TaskOutcome> {
+    if let ArchivedTaskOutcome::Direct {
+        metrics,
+        accumulators,
+        ..
+    } = outcome
+    {
+        let size = accumulators.decoded_size();
+        if let Err(refused) = check_decoded_size("its accumulator updates", size, max_decoded) {
+            return Err(TaskOutcome::Failure {
+                kind: flint_wire::TaskFailureKind::ResultLost,
+                message: format!("TaskResultLost (result lost from block manager): the result was refused: {refused}"),
+                counts_towards_failures: true,
+                metrics: metrics_from_archived(metrics),
+            });
+        }
+    }
+    Ok(match outcome {
         ArchivedTaskOutcome::None => TaskOutcome::None,
         ArchivedTaskOutcome::Direct {
             value,
@@ -323,5 +371,5 @@ fn outcome_from_archived(frame: &Frame, outcome: &ArchivedTaskOutcome) -> TaskOu
             counts_towards_failures: *counts_towards_failures,
             metrics: metrics_from_archived(metrics),
         },
-    }
+    })
 }

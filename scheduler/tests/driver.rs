@@ -1207,3 +1207,76 @@ fn a_large_result_is_fetched_only_for_a_task_running_there() {
     });
     driver.stop().unwrap();
 }
+
+/// 20,000 accumulators with short names: about 640 KB archived, under the test's 1 MiB
+/// `rpc.message.maxSize`, but about 1.4 MB decoded (each name its own heap block).
+fn many_accumulators() -> Vec<AccumulatorUpdate> {
+    (0..20_000)
+        .map(|id| AccumulatorUpdate {
+            id,
+            name: Some("n".into()),
+            value: 1,
+        })
+        .collect()
+}
+
+#[test]
+fn accumulators_that_would_decode_past_the_limit_are_refused_before_they_are_decoded() {
+    let (driver, _, events) = driver(&["rpc.message.maxSize=1"]);
+    let executor = FakeExecutor::start(driver.address(), "acc-1");
+    executor.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 1, 1, noop())).unwrap();
+    wait_until("a launch", || executor.inbox.launched().len() == 1);
+    let task_id = executor.inbox.launched()[0];
+
+    // A heartbeat's: the heartbeat still counts, its updates are dropped.
+    let updates = vec![TaskAccumUpdates {
+        task_id,
+        metrics: TaskMetrics::default(),
+        accumulators: many_accumulators(),
+    }];
+    assert!(!executor.heartbeat_with(driver.address(), updates));
+    assert!(logs().contains(
+        Level::WARN,
+        "Ignored the task updates in a heartbeat from executor acc-1: its task updates would \
+         take "
+    ));
+    assert!(logs().contains(Level::WARN, "more than rpc.message.maxSize (1048576 bytes)"));
+    assert!(!events.any(|e| matches!(e, SchedulerEvent::ExecutorMetricsUpdate { .. })));
+
+    // A result's: the attempt fails and its task runs again.
+    executor
+        .driver
+        .send(&Message::StatusUpdate(StatusUpdate {
+            executor_id: "acc-1".into(),
+            task_id,
+            state: TaskState::Finished,
+            outcome: TaskOutcome::Direct {
+                value: Bytes::from_static(b"x"),
+                metrics: TaskMetrics::default(),
+                accumulators: many_accumulators(),
+            },
+        }))
+        .unwrap();
+    wait_until("the task runs again", || {
+        executor.inbox.launched().len() == 2
+    });
+    assert!(events.any(|e| matches!(
+        e,
+        SchedulerEvent::TaskEnd {
+            reason: flint_scheduler::TaskEndReason::Failed {
+                kind: flint_wire::TaskFailureKind::ResultLost,
+                message,
+                counted: true,
+            },
+            ..
+        } if message.starts_with(
+            "TaskResultLost (result lost from block manager): the result was refused: its \
+             accumulator updates would take "
+        )
+    )));
+    let retry = executor.inbox.launched()[1];
+    executor.report(retry, TaskState::Finished, b"");
+    assert!(handle.wait(WAIT).is_ok());
+    driver.stop().unwrap();
+}

@@ -62,6 +62,20 @@ pub enum WireError {
         /// The configured limit in bytes.
         limit: usize,
     },
+    /// A list in a valid message would take more memory decoded than the limit allows;
+    /// it was not decoded.
+    #[error(
+        "{what} would take {size} bytes decoded, more than {key} ({limit} bytes)",
+        key = MAX_SIZE_KEY
+    )]
+    DecodedTooLarge {
+        /// What was refused, for the message.
+        what: &'static str,
+        /// Bytes its decoded form would take.
+        size: usize,
+        /// The configured limit in bytes.
+        limit: usize,
+    },
     /// The CRC in the header does not match the bytes that arrived.
     #[error(
         "frame checksum mismatch: header carries {expected:#010x}, bytes give {computed:#010x}"

@@ -1,0 +1,179 @@
+//! `DecodedSize` bounds what decoding a list really allocates, and not loosely: for
+//! every list flint decodes into owned values (a heartbeat's task updates, a result's
+//! accumulators, a launch's files, jars and properties), with names from none to long,
+//! the bytes the allocator is asked for while decoding are at most the estimate, and the
+//! estimate exceeds them by no more than one allocator block per allocation.
+
+mod common;
+
+use bytes::{Bytes, BytesMut};
+use flint_wire::fuzzing::{sample_message, sample_route};
+use flint_wire::{
+    AccumulatorUpdate, ArchivedMessage, ArchivedTaskOutcome, DecodedSize, Dependency, Encoder,
+    Frame, FrameDecoder, Message, MessageKind, Property, StatusUpdate, TaskAccumUpdates,
+    TaskMetrics, TaskOutcome, TaskState,
+};
+use rkyv::rancor;
+
+#[global_allocator]
+static ALLOCATOR: common::CountingAllocator = common::CountingAllocator;
+
+/// Names of every kind: none, empty, stored inline when archived, and on the heap.
+fn name(i: usize) -> Option<String> {
+    match i % 5 {
+        0 => None,
+        1 => Some(String::new()),
+        2 => Some("n".into()),
+        3 => Some("exactly8".into()),
+        _ => Some("x".repeat(9 + i % 90)),
+    }
+}
+
+fn accumulators(count: usize) -> Vec<AccumulatorUpdate> {
+    (0..count)
+        .map(|i| AccumulatorUpdate {
+            id: i as u64,
+            name: name(i),
+            value: -(i as i64),
+        })
+        .collect()
+}
+
+const COUNTS: [usize; 5] = [0, 1, 2, 7, 300];
+
+fn frame_of(kind: MessageKind, message: &Message) -> Frame {
+    let mut out = BytesMut::new();
+    Encoder::new(1 << 26)
+        .encode(&sample_route(kind), message, &mut out)
+        .unwrap();
+    let mut decoder = FrameDecoder::new(1 << 26);
+    decoder.feed(&out).unwrap();
+    decoder.next_frame().unwrap().unwrap()
+}
+
+/// Checks the estimate against what `decode` allocates.
+fn check(what: &str, estimate: usize, decode: impl FnOnce()) {
+    let (allocations, bytes) = common::counted(decode);
+    let (allocations, bytes) = (allocations as usize, bytes as usize);
+    assert!(
+        bytes <= estimate,
+        "{what}: decoding asked for {bytes} bytes, more than the estimate {estimate}"
+    );
+    assert!(
+        estimate <= bytes + 32 * allocations,
+        "{what}: estimate {estimate} is loose: {bytes} bytes in {allocations} allocations"
+    );
+}
+
+#[test]
+fn heartbeat_updates_decode_within_their_estimate() {
+    for tasks in COUNTS {
+        for each in COUNTS {
+            let Message::Heartbeat(mut h) = sample_message(MessageKind::Heartbeat) else {
+                unreachable!()
+            };
+            h.accum_updates = (0..tasks)
+                .map(|t| TaskAccumUpdates {
+                    task_id: t as u64,
+                    metrics: TaskMetrics::default(),
+                    accumulators: accumulators(each),
+                })
+                .collect();
+            let frame = frame_of(MessageKind::Heartbeat, &Message::Heartbeat(h.clone()));
+            let ArchivedMessage::Heartbeat(archived) = &frame.envelope().unwrap().message else {
+                unreachable!()
+            };
+            let mut decoded = Vec::new();
+            check(
+                &format!("{tasks} tasks of {each} accumulators"),
+                archived.accum_updates.decoded_size(),
+                || {
+                    decoded = rkyv::deserialize::<Vec<TaskAccumUpdates>, rancor::Error>(
+                        &archived.accum_updates,
+                    )
+                    .unwrap()
+                },
+            );
+            assert_eq!(decoded, h.accum_updates);
+        }
+    }
+}
+
+#[test]
+fn result_accumulators_decode_within_their_estimate() {
+    for count in COUNTS {
+        let update = Message::StatusUpdate(StatusUpdate {
+            executor_id: "e".into(),
+            task_id: 1,
+            state: TaskState::Finished,
+            outcome: TaskOutcome::Direct {
+                value: Bytes::from_static(b"v"),
+                metrics: TaskMetrics::default(),
+                accumulators: accumulators(count),
+            },
+        });
+        let frame = frame_of(MessageKind::StatusUpdate, &update);
+        let ArchivedMessage::StatusUpdate(archived) = &frame.envelope().unwrap().message else {
+            unreachable!()
+        };
+        let ArchivedTaskOutcome::Direct { accumulators, .. } = &archived.outcome else {
+            unreachable!()
+        };
+        let mut decoded = Vec::new();
+        check(
+            &format!("{count} accumulators"),
+            accumulators.decoded_size(),
+            || {
+                decoded = rkyv::deserialize::<Vec<AccumulatorUpdate>, rancor::Error>(accumulators)
+                    .unwrap()
+            },
+        );
+        assert_eq!(decoded.len(), count);
+    }
+}
+
+#[test]
+fn launch_files_jars_and_properties_decode_within_their_estimate() {
+    for count in COUNTS {
+        let Message::LaunchTask(mut task) = sample_message(MessageKind::LaunchTask) else {
+            unreachable!()
+        };
+        let text = |i: usize| name(i).unwrap_or_default();
+        task.added_files = (0..count)
+            .map(|i| Dependency {
+                name: text(i),
+                timestamp: i as i64,
+            })
+            .collect();
+        task.added_jars = task.added_files.iter().rev().cloned().collect();
+        task.properties = (0..count)
+            .map(|i| Property {
+                key: text(i),
+                value: text(i + 2),
+            })
+            .collect();
+        let frame = frame_of(MessageKind::LaunchTask, &Message::LaunchTask(task.clone()));
+        let ArchivedMessage::LaunchTask(archived) = &frame.envelope().unwrap().message else {
+            unreachable!()
+        };
+        let (mut files, mut properties) = (Vec::new(), Vec::new());
+        check(
+            &format!("{count} files"),
+            archived.added_files.decoded_size(),
+            || {
+                files = rkyv::deserialize::<Vec<Dependency>, rancor::Error>(&archived.added_files)
+                    .unwrap()
+            },
+        );
+        check(
+            &format!("{count} properties"),
+            archived.properties.decoded_size(),
+            || {
+                properties =
+                    rkyv::deserialize::<Vec<Property>, rancor::Error>(&archived.properties).unwrap()
+            },
+        );
+        assert_eq!(files, task.added_files);
+        assert_eq!(properties, task.properties);
+    }
+}
