@@ -63,10 +63,10 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use flint_rpc::{EndpointRef, LoopLease, RpcError};
 use flint_wire::{
-    bytes_to_string, check_decoded_size, ArchivedDependency, ArchivedTaskDescription, BlockId,
-    DecodedSize, Dependency, Frame, Message, Property, SharedStr, StatusUpdate, TaskAccumUpdates,
-    TaskDescription, TaskFailureKind, TaskMetrics, TaskName, TaskOutcome, TaskPayload, TaskState,
-    WireError,
+    bytes_to_string, check_decoded_size, cut_text, ArchivedDependency, ArchivedTaskDescription,
+    BlockId, DecodedSize, Dependency, Frame, Message, Property, SharedStr, StatusUpdate,
+    TaskAccumUpdates, TaskDescription, TaskFailureKind, TaskMetrics, TaskName, TaskOutcome,
+    TaskPayload, TaskState, WireError, MAX_FAILURE_TEXT,
 };
 use rustc_hash::FxHashMap;
 use tracing::{debug, error, info, warn};
@@ -108,10 +108,6 @@ const SPARE_HANDLES: usize = 1024;
 /// queued tasks hold it the loop must allocate a new one for every few frames it reads.
 /// Larger launches stay views (no copy), and cost the buffers they pin.
 const COPY_LIMIT: usize = 512;
-
-/// The longest failure or kill text a status update carries (less under a small
-/// `rpc.message.maxSize`).
-const MAX_FAILURE_TEXT: usize = 64 * 1024;
 
 /// Room reserved up front in the task queues, the running-task map and the spare
 /// handles.
@@ -963,7 +959,9 @@ fn runner(inner: Arc<Inner>) {
             } else {
                 let mut outcome = outcome;
                 if let TaskOutcome::Failure { message, .. } = &mut outcome.outcome {
-                    cut_text(message, inner.text_limit);
+                    if message.len() > inner.text_limit {
+                        *message = cut_text(message, inner.text_limit);
+                    }
                 }
                 let message = Message::StatusUpdate(StatusUpdate {
                     executor_id: inner.executor_id.clone(),
@@ -999,21 +997,6 @@ fn runner(inner: Arc<Inner>) {
             unflushed = 0;
         }
     }
-}
-
-/// Cuts `text` to at most `limit` bytes (on a character boundary), saying how much went.
-fn cut_text(text: &mut String, limit: usize) {
-    if text.len() <= limit {
-        return;
-    }
-    let note = format!(" ... ({} bytes cut)", text.len());
-    let mut end = limit.saturating_sub(note.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let cut = text.len() - end;
-    text.truncate(end);
-    text.push_str(&format!(" ... ({cut} bytes cut)"));
 }
 
 /// How a task ended.

@@ -58,6 +58,9 @@ const MAX_CHUNK: usize = 8 * 1024 * 1024;
 /// revive timer.
 const MAX_OFFER_ROUNDS: usize = 4;
 
+/// The longest executor ID, and host name, an executor may register with.
+pub const MAX_EXECUTOR_ID_LEN: usize = 256;
+
 /// The driver's settings, read from the configuration once.
 #[derive(Debug, Clone)]
 pub(crate) struct DriverSettings {
@@ -335,6 +338,15 @@ impl DriverCore {
             address,
             endpoint,
         } = registration;
+        // Every launch to the executor carries its ID: one near rpc.message.maxSize would
+        // push every launch past the limit, and each would abort its task set.
+        if executor_id.len() > MAX_EXECUTOR_ID_LEN || host.len() > MAX_EXECUTOR_ID_LEN {
+            return Err(format!(
+                "Executor ID ({} bytes) or host name ({} bytes) is longer than {MAX_EXECUTOR_ID_LEN} bytes",
+                executor_id.len(),
+                host.len()
+            ));
+        }
         if self.executors.contains_key(&executor_id) {
             return Err(format!("Duplicate executor ID: {executor_id}"));
         }

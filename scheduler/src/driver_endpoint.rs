@@ -6,10 +6,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use flint_rpc::{Endpoint, EndpointContext, Incoming, TimerId};
 use flint_wire::{
-    check_decoded_size, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome, BlockId,
-    DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome, TaskState, EXECUTOR_ENDPOINT,
+    check_decoded_size, cut_text, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome,
+    BlockId, DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome, TaskState,
+    EXECUTOR_ENDPOINT, MAX_FAILURE_TEXT,
 };
 use rkyv::rancor;
 use tracing::{debug, warn};
@@ -307,8 +309,24 @@ fn metrics_from_archived(metrics: &ArchivedTaskMetrics) -> TaskMetrics {
     }
 }
 
-/// A task's outcome, read from the frame it came in: a result value stays a view of the
-/// frame. A result whose accumulators would take more than `max_decoded` bytes decoded
+/// A direct result shorter than this is copied out of its frame.
+const VIEW_AT_LEAST: usize = 64 * 1024;
+
+/// A direct result's value, kept until its job's handle is dropped. A view of the frame
+/// keeps the frame's whole receive buffer alive, which the result's size, all that
+/// `driver.maxResultSize` counts, does not show: a short result is copied, and only one
+/// that is most of its frame (whose buffer, the decoder's for a large frame, holds
+/// little else) stays a view.
+fn result_value(frame: &Frame, value: &[u8]) -> Bytes {
+    if value.len() >= VIEW_AT_LEAST && value.len() * 2 >= frame.payload().len() {
+        frame.bytes_of(value)
+    } else {
+        Bytes::copy_from_slice(value)
+    }
+}
+
+/// A task's outcome, read from the frame it came in: a large result value stays a view of
+/// the frame ([`result_value`]). A result whose accumulators would take more than `max_decoded` bytes decoded
 /// is refused: the error is the failure to report for the attempt instead.
 fn outcome_from_archived(
     frame: &Frame,
@@ -338,7 +356,7 @@ fn outcome_from_archived(
             metrics,
             accumulators,
         } => TaskOutcome::Direct {
-            value: frame.bytes_of(value.as_slice()),
+            value: result_value(frame, value.as_slice()),
             metrics: metrics_from_archived(metrics),
             accumulators: if accumulators.is_empty() {
                 Vec::new()
@@ -367,9 +385,78 @@ fn outcome_from_archived(
         } => TaskOutcome::Failure {
             kind: rkyv::deserialize::<_, rancor::Error>(kind)
                 .unwrap_or(flint_wire::TaskFailureKind::Exception),
-            message: message.to_string(),
+            // The executor cuts its own; a peer that does not is not kept to its word.
+            message: cut_text(message.as_str(), MAX_FAILURE_TEXT),
             counts_towards_failures: *counts_towards_failures,
             metrics: metrics_from_archived(metrics),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use flint_wire::{Encoder, FrameDecoder, Route, StatusUpdate};
+
+    use super::*;
+
+    fn result_frame(value: Vec<u8>, accumulators: u64) -> Frame {
+        let mut out = BytesMut::new();
+        let update = Message::StatusUpdate(StatusUpdate {
+            executor_id: "1".into(),
+            task_id: 1,
+            state: TaskState::Finished,
+            outcome: TaskOutcome::Direct {
+                value: value.into(),
+                metrics: TaskMetrics::default(),
+                accumulators: (0..accumulators)
+                    .map(|id| flint_wire::AccumulatorUpdate {
+                        id,
+                        name: None,
+                        value: 0,
+                    })
+                    .collect(),
+            },
+        });
+        let route = Route::OneWay {
+            endpoint: "CoarseGrainedScheduler".into(),
+        };
+        Encoder::new(1 << 30)
+            .encode(&route, &update, &mut out)
+            .unwrap();
+        let mut decoder = FrameDecoder::new(1 << 30);
+        decoder.feed(&out).unwrap();
+        decoder.next_frame().unwrap().unwrap()
+    }
+
+    fn value_in(frame: &Frame) -> &[u8] {
+        let ArchivedMessage::StatusUpdate(update) = &frame.envelope().unwrap().message else {
+            unreachable!()
+        };
+        let ArchivedTaskOutcome::Direct { value, .. } = &update.outcome else {
+            unreachable!()
+        };
+        value.as_slice()
+    }
+
+    fn is_view(frame: &Frame, value: &Bytes) -> bool {
+        frame.payload().as_ptr_range().contains(&value.as_ptr())
+    }
+
+    #[test]
+    fn a_short_result_is_copied_out_of_its_frame_and_a_large_one_is_not() {
+        // Beside 10,000 accumulators (over 160 KiB), a large value is less than half its
+        // frame: copied too.
+        for (len, accumulators, view) in [
+            (1, 0, false),
+            (VIEW_AT_LEAST - 1, 0, false),
+            (VIEW_AT_LEAST, 0, true),
+            (VIEW_AT_LEAST, 10_000, false),
+        ] {
+            let frame = result_frame(vec![5; len], accumulators);
+            let value = result_value(&frame, value_in(&frame));
+            assert_eq!(value.len(), len);
+            assert_eq!(is_view(&frame, &value), view, "{len} bytes");
+        }
+    }
 }

@@ -14,7 +14,7 @@ use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
 use flint_scheduler::cluster_manager::ClusterManagerError;
 use flint_scheduler::{
     ClusterManager, Driver, DriverError, ExitedExecutor, SchedulerEvent, SchedulerListener,
-    TaskSet, TaskSetHandle, DISASSOCIATED, STALE_EXECUTOR,
+    TaskSet, TaskSetHandle, DISASSOCIATED, MAX_EXECUTOR_ID_LEN, STALE_EXECUTOR,
 };
 use flint_wire::{
     AccumulatorUpdate, ArchivedMessage, Message, RegisterExecutor, StatusUpdate, TaskAccumUpdates,
@@ -237,6 +237,65 @@ fn registration_is_refused_for_a_duplicate_id_and_an_excluded_host() {
     assert!(logs().contains(Level::INFO, "Rejecting reg-2 as it has been blacklisted."));
     assert_eq!(driver.executor_ids(), ["reg-1"]);
     assert_eq!(driver.default_parallelism(), 2);
+    driver.stop().unwrap();
+}
+
+#[test]
+fn registration_is_refused_for_an_id_or_host_name_over_256_bytes() {
+    let (driver, _, _) = driver(&[]);
+    let long = "i".repeat(MAX_EXECUTOR_ID_LEN + 1);
+    let refused = FakeExecutor::start(driver.address(), &long);
+    assert_eq!(
+        refused.register("h", 1),
+        Message::RegisterExecutorFailed {
+            message: "Executor ID (257 bytes) or host name (1 bytes) is longer than 256 bytes"
+                .into()
+        }
+    );
+    let refused = FakeExecutor::start(driver.address(), "short");
+    assert!(matches!(
+        refused.register(&long, 1),
+        Message::RegisterExecutorFailed { message } if message.ends_with("host name (257 bytes) is longer than 256 bytes")
+    ));
+    let longest = FakeExecutor::start(driver.address(), &long[1..]);
+    assert_eq!(longest.register(&long[1..], 1), Message::RegisteredExecutor);
+    let (handle, task_id) = one_task_launched_on(&driver, &longest);
+    longest.report(task_id, TaskState::Finished, b"");
+    assert!(handle.wait(WAIT).is_ok());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_failure_text_longer_than_an_executor_sends_is_cut() {
+    let (driver, _, events) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "cut-1");
+    executor.register("h", 1);
+    let (handle, task_id) = one_task_launched_on(&driver, &executor);
+    executor
+        .driver
+        .send(&Message::StatusUpdate(StatusUpdate {
+            executor_id: "cut-1".into(),
+            task_id,
+            state: TaskState::Failed,
+            outcome: TaskOutcome::Failure {
+                kind: flint_wire::TaskFailureKind::Exception,
+                message: "e".repeat(1 << 20),
+                counts_towards_failures: true,
+                metrics: TaskMetrics::default(),
+            },
+        }))
+        .unwrap();
+    wait_until("the failure", || {
+        events.any(|e| matches!(e, SchedulerEvent::TaskEnd { task_id: t, .. } if *t == task_id))
+    });
+    assert!(events.any(|e| matches!(
+        e,
+        SchedulerEvent::TaskEnd {
+            reason: flint_scheduler::TaskEndReason::Failed { message, .. },
+            ..
+        } if message.len() <= flint_wire::MAX_FAILURE_TEXT && message.ends_with(" bytes cut)")
+    )));
+    drop(handle);
     driver.stop().unwrap();
 }
 

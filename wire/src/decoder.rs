@@ -431,6 +431,9 @@ impl FrameDecoder {
         }
         self.pending = None;
         let frame = self.buf.split_to(frame_len).freeze();
+        if frame_len > self.max_read {
+            self.detach_rest();
+        }
         let payload_end = HEADER_LEN + header.payload_len as usize;
         if frame[payload_end..].iter().any(|&byte| byte != 0) {
             return Err(self.fail(WireError::BadPadding(header.kind.name())));
@@ -453,6 +456,17 @@ impl FrameDecoder {
 }
 
 impl FrameDecoder {
+    /// Moves the bytes after a large frame to a buffer of their own. The large frame's
+    /// allocation was grown for it, and its views keep all of it alive: a small frame
+    /// split from the same allocation, kept by its reader (a task's result), would keep
+    /// it alive too, however little it holds itself.
+    #[cold]
+    fn detach_rest(&mut self) {
+        let mut rest = BytesMut::with_capacity(self.buf.len().max(self.min_read));
+        rest.extend_from_slice(&self.buf);
+        self.buf = rest;
+    }
+
     /// Parses and checks the header at the front of the buffer, if all 16 bytes of it are
     /// in, and makes it the pending one. Call only with no header pending.
     #[inline]

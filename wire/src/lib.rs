@@ -93,6 +93,7 @@ mod decoded_size;
 mod decoder;
 mod encoder;
 mod error;
+mod failure_text;
 #[doc(hidden)]
 pub mod fuzzing;
 mod header;
@@ -114,6 +115,7 @@ pub use decoded_size::{check_decoded_size, heap_block, DecodedSize, Owned};
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder};
 pub use encoder::Encoder;
 pub use error::{WireError, MAX_SIZE_KEY};
+pub use failure_text::{cut_text, MAX_FAILURE_TEXT};
 pub use header::{
     padded_frame_len, FrameHeader, FRAME_ALIGN, HEADER_LEN, KNOWN_FLAGS, MAGIC, MAX_FRAME_PAYLOAD,
     PROTOCOL_VERSION,

@@ -404,6 +404,48 @@ fn a_large_frame_grows_the_receive_buffer_no_further_than_its_bound() {
 }
 
 #[test]
+fn a_frame_after_a_large_one_does_not_share_its_allocation() {
+    let large = Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![7u8; 1 << 20]),
+    };
+    let small = Message::Custom {
+        tag: 2,
+        body: Bytes::from_static(b"small"),
+    };
+    let mut stream = BytesMut::new();
+    let large_len = encode_one_way(usize::MAX, &large, &mut stream).unwrap();
+    encode_one_way(usize::MAX, &small, &mut stream).unwrap();
+    for uninit in [true, false] {
+        let mut decoder = FrameDecoder::new(2 << 20);
+        let mut rest: &[u8] = &stream;
+        let mut frames = Vec::new();
+        for _ in 0..1000 {
+            let read = if uninit {
+                decoder.read_uninit_from(&mut rest).unwrap()
+            } else {
+                decoder.read_from(&mut rest).unwrap()
+            };
+            while let Some(frame) = decoder.next_frame().unwrap() {
+                frames.push(frame);
+            }
+            if read == 0 {
+                break;
+            }
+        }
+        assert_eq!(frames.len(), 2);
+        // In the large frame's allocation, the small frame's payload would start right
+        // after the large frame's end.
+        let after_large = frames[0].payload().as_ptr().wrapping_add(large_len);
+        assert_ne!(frames[1].payload().as_ptr(), after_large, "uninit {uninit}");
+        assert_eq!(
+            &frames[1].payload()[..],
+            &stream[large_len + HEADER_LEN..][..frames[1].payload().len()]
+        );
+    }
+}
+
+#[test]
 fn a_header_announcing_4_gib_is_refused_whatever_the_limit() {
     let mut header = [0u8; HEADER_LEN];
     crate::FrameHeader {
