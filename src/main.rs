@@ -401,7 +401,9 @@ fn executor(args: ExecutorArgs) -> ExitCode {
     let options = ExecutorOptions::new(driver, executor_id, args.hostname, args.cores);
     let exit = run_executor(&conf, options, TaskRegistry::with_builtins());
     let code = exit.code();
-    if code != 0 {
+    // The executor logged why it exits (the seeds' "Executor self-exiting due to : ..."),
+    // unless that log is filtered out: only then is the reason printed here.
+    if code != 0 && !tracing::enabled!(target: "flint_executor::backend", tracing::Level::ERROR) {
         eprintln!("flint executor: {exit}");
     }
     ExitCode::from(u8::try_from(code).unwrap_or(1))

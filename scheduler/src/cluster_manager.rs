@@ -23,6 +23,7 @@
 use flint_rpc::timer::deadline_after;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -171,6 +172,11 @@ impl ClusterManager for StandaloneExecutors {
 /// crate offering `PR_SET_PDEATHSIG` without unsafe code): a driver killed outright
 /// leaves its executors to notice the closed connection, after which they exit on their
 /// own (the executor's `DriverLost` exit).
+///
+/// An executor's standard error comes back through a pipe, and a thread of the driver's
+/// copies it to the driver's own a line at a time. A process in a background group that
+/// wrote to the terminal itself would be stopped (`SIGTTOU`) on a terminal set to
+/// `tostop`, and the lines of several executors could run into each other.
 #[derive(Debug)]
 pub struct LocalClusterManager {
     program: PathBuf,
@@ -278,7 +284,8 @@ impl LocalClusterManager {
             .arg("--hostname")
             .arg(&self.hostname)
             .stdin(Stdio::null())
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
         // Out of the driver's process group: see the type's docs.
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -288,13 +295,21 @@ impl LocalClusterManager {
         if let Some(secret) = &self.secret {
             command.env(SECRET_ENV, secret);
         }
-        let child = command
+        let mut child = command
             .spawn()
             .map_err(|source| ClusterManagerError::Spawn {
                 executor_id: executor_id.clone(),
                 program: self.program.display().to_string(),
                 source,
             })?;
+        if let Some(stderr) = child.stderr.take() {
+            let forwarded = std::thread::Builder::new()
+                .name(format!("executor-{executor_id}-stderr"))
+                .spawn(move || forward_lines(stderr, &mut std::io::stderr()));
+            if let Err(e) = forwarded {
+                warn!("cannot forward the output of executor {executor_id}: {e}");
+            }
+        }
         info!(
             "Started executor {executor_id} (pid {}) with {} cores",
             child.id(),
@@ -312,6 +327,41 @@ impl LocalClusterManager {
         match child.wait() {
             Ok(status) => log_exit(executor_id, status),
             Err(e) => warn!("cannot reap executor {executor_id}: {e}"),
+        }
+    }
+}
+
+/// The longest piece of an executor's output forwarded in one write: a longer line goes
+/// in pieces of this size.
+const MAX_FORWARDED_LINE: usize = 64 * 1024;
+
+/// Copies `from` to `to` a line at a time, each line in one write (which the lock of the
+/// process's standard error keeps whole), until `from` ends or `to` fails.
+fn forward_lines(from: impl Read, to: &mut impl Write) {
+    let mut from = BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        let chunk = match from.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => &[],
+        };
+        if chunk.is_empty() {
+            let _ = to.write_all(&line);
+            return;
+        }
+        let room = MAX_FORWARDED_LINE - line.len();
+        let take = chunk[..chunk.len().min(room)]
+            .iter()
+            .position(|&byte| byte == b'\n')
+            .map_or(chunk.len().min(room), |newline| newline + 1);
+        line.extend_from_slice(&chunk[..take]);
+        from.consume(take);
+        if line.ends_with(b"\n") || line.len() == MAX_FORWARDED_LINE {
+            if to.write_all(&line).is_err() {
+                return;
+            }
+            line.clear();
         }
     }
 }
@@ -513,6 +563,68 @@ mod tests {
         };
         assert!(!normal.is_failure());
         assert!(normal.loss_reason().counts_towards_task_failures());
+    }
+
+    #[test]
+    fn output_is_forwarded_in_whole_lines_and_long_lines_in_pieces() {
+        let long = "x".repeat(MAX_FORWARDED_LINE + 10);
+        let input = format!("one\ntwo\n{long}\nlast, unended");
+        // A reader that gives a byte at a time: lines still go out whole.
+        struct ByteAtATime<'a>(&'a [u8]);
+        impl Read for ByteAtATime<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.len().min(buf.len()).min(1);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        // Records each write separately.
+        #[derive(Default)]
+        struct Writes(Vec<Vec<u8>>);
+        impl Write for Writes {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.push(buf.to_vec());
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        for whole in [true, false] {
+            let mut writes = Writes::default();
+            if whole {
+                forward_lines(input.as_bytes(), &mut writes);
+            } else {
+                forward_lines(ByteAtATime(input.as_bytes()), &mut writes);
+            }
+            let writes: Vec<String> = writes
+                .0
+                .into_iter()
+                .map(|w| String::from_utf8(w).unwrap())
+                .collect();
+            assert_eq!(writes.len(), 5, "whole {whole}");
+            assert_eq!(writes[0], "one\n");
+            assert_eq!(writes[1], "two\n");
+            assert_eq!(writes[2], long[..MAX_FORWARDED_LINE]);
+            assert_eq!(writes[3], "x".repeat(10) + "\n");
+            assert_eq!(writes[4], "last, unended");
+        }
+    }
+
+    #[test]
+    fn an_executor_s_standard_error_is_a_pipe_to_the_driver() {
+        let mut manager = sleeper();
+        manager.start(driver());
+        manager.request_total_executors(1).unwrap();
+        let pid = manager.pid("1").unwrap();
+        let stderr = std::fs::read_link(format!("/proc/{pid}/fd/2")).unwrap();
+        assert!(
+            stderr.to_string_lossy().starts_with("pipe:"),
+            "{}",
+            stderr.display()
+        );
+        manager.stop(Duration::from_millis(50));
     }
 
     #[test]
