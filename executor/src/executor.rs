@@ -55,7 +55,7 @@ use flint_rpc::timer::deadline_after;
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -358,6 +358,8 @@ impl Launch {
 struct Job {
     launch: Launch,
     handle: Arc<TaskHandle>,
+    /// [`Inner::kills_of_all`] when the launch was staged.
+    staged_after_kills: u64,
 }
 
 /// Launches read from one batch of the event loop, not yet handed to the runners, and
@@ -402,6 +404,8 @@ struct State {
     /// frees cores to wake them (others are woken by the next launch).
     blocked: usize,
     shutdown: bool,
+    /// The reason given to the latest [`Executor::kill_all_tasks`].
+    kill_all_reason: String,
 }
 
 impl State {
@@ -456,6 +460,11 @@ struct Inner {
     /// Signalled when a runner exits.
     exited: Condvar,
     stopped: AtomicBool,
+    /// How many times [`Executor::kill_all_tasks`] ran (changed under the `state` lock). A
+    /// launch staged before the latest one, and handed over after it, is killed as it is
+    /// handed over: it came before the reason to kill everything (for a re-registering
+    /// executor, from the driver that has since given up on it), in the same batch.
+    kills_of_all: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -555,6 +564,7 @@ impl Executor {
                 free_cores: config.cores,
                 blocked: 0,
                 shutdown: false,
+                kill_all_reason: String::new(),
             }),
             sleeping: AtomicUsize::new(0),
             busy_poll: config.busy_poll,
@@ -562,6 +572,7 @@ impl Executor {
             work: Condvar::new(),
             exited: Condvar::new(),
             stopped: AtomicBool::new(false),
+            kills_of_all: AtomicU64::new(0),
         });
         let executor = Executor {
             inner,
@@ -641,7 +652,12 @@ impl Executor {
         if let Some(unique) = Arc::get_mut(&mut handle) {
             launch.copy_out_of_frame(&mut unique.scratch);
         }
-        staged.jobs.push(Job { launch, handle });
+        let staged_after_kills = self.inner.kills_of_all.load(Ordering::Acquire);
+        staged.jobs.push(Job {
+            launch,
+            handle,
+            staged_after_kills,
+        });
     }
 
     /// Registers the staged launches as running and queues them, under one lock, takes
@@ -671,8 +687,12 @@ impl Executor {
             return Err(ExecutorError::Stopped);
         }
         let shared = &mut *state;
+        let kills_of_all = inner.kills_of_all.load(Ordering::Acquire);
         for job in staged.jobs.drain(..) {
             let task_id = job.launch.task_id;
+            if job.staged_after_kills != kills_of_all {
+                job.handle.kill(&shared.kill_all_reason);
+            }
             let previous = shared.running.insert(task_id, job.handle.clone());
             if let Some(previous) = previous.filter(|previous| !previous.is_ended()) {
                 // The driver never reuses a TID; should it, the older attempt is forgotten.
@@ -737,10 +757,14 @@ impl Executor {
     }
 
     /// Asks every task launched and not yet ended to stop, as [`Executor::kill_task`]
-    /// does for one. Returns how many were asked.
+    /// does for one. Returns how many were asked; launches read but not yet handed to
+    /// the runners (staged in the same batch of the event loop) are not counted, and are
+    /// killed as they are handed over.
     pub fn kill_all_tasks(&self, reason: &str) -> usize {
         // Killed under the lock, as in kill_task.
-        let state = lock(&self.inner.state);
+        let mut state = lock(&self.inner.state);
+        state.kill_all_reason = reason.to_owned();
+        self.inner.kills_of_all.fetch_add(1, Ordering::AcqRel);
         let mut killed = 0;
         for handle in state.running.values().filter(|handle| !handle.is_ended()) {
             handle.kill(reason);
@@ -937,7 +961,7 @@ fn runner(inner: Arc<Inner>) {
         }
         // When a task of the batch ends, the next one starts: one clock read serves both.
         let mut clock = Instant::now();
-        while let Some(Job { launch, handle }) = batch.pop_front() {
+        while let Some(Job { launch, handle, .. }) = batch.pop_front() {
             let task_id = launch.task_id;
             if inner.stopped.load(Ordering::Acquire) {
                 debug!("task (TID {task_id}) dropped: the executor stops");
@@ -1933,6 +1957,37 @@ mod tests {
         assert_eq!(launch.serialized_task.len(), 1 + 4 + COPY_LIMIT);
         assert_eq!(launch.name.to_string(), "task 2.0 in stage 0.0 (TID 2)");
         staged.jobs.clear();
+    }
+
+    #[test]
+    fn a_launch_staged_before_every_task_is_killed_is_killed_too() {
+        let (executor, rx) = executor(1, 1 << 20, TaskRegistry::with_builtins());
+        let mut staged = Staged::with_capacity(4);
+        let frame = launch_frame(task(1, "echo", b"stale"));
+        executor.stage(
+            &mut staged,
+            Launch::from_archived(&frame, archived(&frame), 1 << 20),
+        );
+        assert_eq!(executor.kill_all_tasks("the driver gave up on it"), 0);
+        // Read after the kill: runs.
+        let frame = launch_frame(task(2, "echo", b"fresh"));
+        executor.stage(
+            &mut staged,
+            Launch::from_archived(&frame, archived(&frame), 1 << 20),
+        );
+        executor.commit(&mut staged).unwrap();
+        let mut updates = [
+            rx.recv_timeout(WAIT).unwrap(),
+            rx.recv_timeout(WAIT).unwrap(),
+        ];
+        updates.sort_by_key(|u| u.task_id);
+        assert_eq!(updates[0].state, TaskState::Killed, "{:?}", updates[0]);
+        assert!(
+            matches!(&updates[0].outcome, TaskOutcome::Failure { message, .. } if message == "the driver gave up on it"),
+            "{:?}",
+            updates[0]
+        );
+        assert_eq!(updates[1].state, TaskState::Finished, "{:?}", updates[1]);
     }
 
     #[test]
