@@ -478,6 +478,12 @@ fn a_task_that_crashes_its_executor_fails_the_job_after_max_failures() {
         !stderr.contains("Max number of executor failures"),
         "{stderr}"
     );
+    // Replacements still starting as the job ends are killed, not left to fail to
+    // register with a driver that is going.
+    assert!(
+        !stderr.contains("Cannot register with driver") && !stderr.contains("is not needed"),
+        "{stderr}"
+    );
 }
 
 /// `flint run` refuses at once a job nothing could run, instead of waiting for its

@@ -21,7 +21,7 @@
 //! ```
 
 use flint_rpc::timer::deadline_after;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -133,6 +133,17 @@ pub trait ClusterManager: Send {
         Vec::new()
     }
 
+    /// Executor `executor_id` registered with the driver. The default ignores it (see
+    /// [`ClusterManager::stopping`]).
+    fn executor_registered(&mut self, _executor_id: &str) {}
+
+    /// The driver is about to ask its executors to stop: no executor is to be started
+    /// from now on. The default does nothing; [`LocalClusterManager`] also kills at once
+    /// the executors that never registered, which the driver cannot ask to stop and which
+    /// hold no task (one starting as a job ends would otherwise try to register with a
+    /// driver that is going, and fail noisily).
+    fn stopping(&mut self) {}
+
     /// Stops every executor it started, giving them `grace` to exit on their own first
     /// (the driver has asked them to stop), then killing the rest.
     fn stop(&mut self, grace: Duration);
@@ -188,6 +199,10 @@ pub struct LocalClusterManager {
     driver: Option<SocketAddr>,
     next_id: u64,
     children: BTreeMap<String, Child>,
+    /// Executors that registered with the driver (see [`ClusterManager::stopping`]).
+    registered: BTreeSet<String>,
+    /// Set by [`ClusterManager::stopping`]: no more executors are started.
+    stopping: bool,
     /// Executors reaped since the last [`ClusterManager::exited_executors`].
     exited: Vec<ExitedExecutor>,
 }
@@ -205,6 +220,8 @@ impl LocalClusterManager {
             driver: None,
             next_id: 1,
             children: BTreeMap::new(),
+            registered: BTreeSet::new(),
+            stopping: false,
             exited: Vec::new(),
         }
     }
@@ -267,6 +284,12 @@ impl LocalClusterManager {
                 true
             }
         });
+        self.forget_registrations_of_the_gone();
+    }
+
+    fn forget_registrations_of_the_gone(&mut self) {
+        let children = &self.children;
+        self.registered.retain(|id| children.contains_key(id));
     }
 
     fn spawn(&mut self, driver: SocketAddr) -> Result<(), ClusterManagerError> {
@@ -381,6 +404,9 @@ impl ClusterManager for LocalClusterManager {
 
     fn request_total_executors(&mut self, total: u32) -> Result<bool, ClusterManagerError> {
         let driver = self.driver.ok_or(ClusterManagerError::NotStarted)?;
+        if self.stopping {
+            return Ok(false);
+        }
         self.reap();
         while self.children.len() < total as usize {
             self.spawn(driver)?;
@@ -394,6 +420,7 @@ impl ClusterManager for LocalClusterManager {
                 Self::kill(executor_id, child);
             }
         }
+        self.forget_registrations_of_the_gone();
         Ok(true)
     }
 
@@ -402,7 +429,26 @@ impl ClusterManager for LocalClusterManager {
         std::mem::take(&mut self.exited)
     }
 
+    fn executor_registered(&mut self, executor_id: &str) {
+        if self.children.contains_key(executor_id) {
+            self.registered.insert(executor_id.to_owned());
+        }
+    }
+
+    fn stopping(&mut self) {
+        self.stopping = true;
+        let (registered, unregistered) = std::mem::take(&mut self.children)
+            .into_iter()
+            .partition(|(executor_id, _)| self.registered.contains(executor_id));
+        self.children = registered;
+        for (executor_id, child) in unregistered {
+            debug!("Executor {executor_id} never registered; killing it");
+            Self::kill(&executor_id, child);
+        }
+    }
+
     fn stop(&mut self, grace: Duration) {
+        self.stopping();
         let deadline = deadline_after(Instant::now(), grace);
         while !self.children.is_empty() && Instant::now() < deadline {
             self.reap();
@@ -628,6 +674,41 @@ mod tests {
     }
 
     #[test]
+    fn stopping_kills_at_once_only_the_executors_that_never_registered() {
+        let mut manager = sleeper();
+        manager.start(driver());
+        manager.request_total_executors(2).unwrap();
+        manager.executor_registered("2");
+        manager.executor_registered("not started here");
+        let [never, registered] = [manager.pid("1").unwrap(), manager.pid("2").unwrap()];
+        let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+        let stopping = std::thread::spawn(move || manager.stop(Duration::from_secs(2)));
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        while alive(never) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            !alive(never),
+            "the executor that never registered is still there"
+        );
+        assert!(
+            alive(registered),
+            "the registered executor was not given its grace"
+        );
+        stopping.join().unwrap();
+        assert!(!alive(registered));
+    }
+
+    #[test]
+    fn a_stopping_manager_starts_no_executor() {
+        let mut manager = sleeper();
+        manager.start(driver());
+        manager.stopping();
+        assert!(!manager.request_total_executors(1).unwrap());
+        assert!(manager.pid("1").is_none());
+    }
+
+    #[test]
     fn executors_run_in_a_process_group_of_their_own() {
         let mut manager = sleeper();
         manager.start(driver());
@@ -665,6 +746,8 @@ mod tests {
             .with_conf([("spark.authenticate.secret", "s3cret"), ("task.cpus", "1")]);
         manager.start(driver());
         manager.request_total_executors(1).unwrap();
+        // Given the grace to write its file.
+        manager.executor_registered("1");
         manager.stop(Duration::from_secs(10));
         let text = std::fs::read_to_string(&out).unwrap();
         let _ = std::fs::remove_file(&out);

@@ -432,6 +432,7 @@ impl Driver {
             return Ok(());
         }
         info!("Shutting down all executors");
+        self.core().cluster_manager_box().stopping();
         let stopping = self
             .endpoint
             .ask(&Message::StopExecutors)

@@ -370,6 +370,7 @@ impl DriverCore {
         }
         let shown_address = address.map_or_else(|| "local".to_owned(), |a| a.to_string());
         info!("Registered executor {endpoint:?} ({shown_address}) with ID {executor_id}");
+        self.cluster_manager.executor_registered(&executor_id);
         if let Some(address) = address {
             self.address_to_executor
                 .insert(address, executor_id.clone());
