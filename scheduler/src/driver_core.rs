@@ -485,13 +485,6 @@ impl DriverCore {
             self.remove_executor(now, executor_id, reason);
             return;
         }
-        if finished && runs_here {
-            // The task's cores are free at once, whatever happens to its result.
-            let cpus = self.settings.task_cpus;
-            if let Some(executor) = self.executors.get_mut(executor_id) {
-                executor.free_slots += cpus;
-            }
-        }
         let mut outcome = outcome;
         // Only an attempt running on this executor has a result to count and fetch: for
         // any other task id the scheduler ignores the update, and a fetch would hold
@@ -529,8 +522,12 @@ impl DriverCore {
             self.scheduler.status_update(now, task_id, state, outcome);
         }
         if finished {
-            if self.executors.contains_key(executor_id) {
-                self.offer_later(executor_id);
+            if let Some(executor) = self.executors.get_mut(executor_id) {
+                // The task's cores are free at once, whatever happens to its result.
+                if runs_here {
+                    executor.free_slots += self.settings.task_cpus;
+                }
+                Self::offer_later_to(executor, &mut self.pending_offers);
             } else {
                 warn!("Ignored task status update ({task_id} state {state}) from unknown executor with ID {executor_id}");
             }
@@ -765,12 +762,10 @@ impl DriverCore {
 
     /// Notes that an executor has free cores to offer, at the end of the current batch
     /// of messages ([`DriverCore::flush_offers`]).
-    fn offer_later(&mut self, executor_id: &str) {
-        if let Some(executor) = self.executors.get_mut(executor_id) {
-            if !executor.offer_pending {
-                executor.offer_pending = true;
-                self.pending_offers.push(executor.id.clone());
-            }
+    fn offer_later_to(executor: &mut ExecutorData, pending_offers: &mut Vec<SharedStr>) {
+        if !executor.offer_pending {
+            executor.offer_pending = true;
+            pending_offers.push(executor.id.clone());
         }
     }
 

@@ -5,9 +5,10 @@
 use std::fmt;
 
 use rkyv::rancor::{Fallible, Source};
+use rkyv::ser::{Positional, Writer};
 use rkyv::string::{ArchivedString, StringResolver};
 use rkyv::with::{ArchiveWith, DeserializeWith, SerializeWith};
-use rkyv::{Place, SerializeUnsized};
+use rkyv::Place;
 
 use crate::shared_str::SharedStr;
 
@@ -91,36 +92,53 @@ impl NameBuffer {
 
     fn as_str(&self) -> &str {
         // Only ASCII digits and text were written.
-        std::str::from_utf8(&self.bytes[self.start..]).unwrap_or_default()
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+}
+
+impl NameBuffer {
+    /// `task {index}.{attempt} in stage {stage_id}.{stage_attempt_id} (TID {task_id})`.
+    fn numbered(
+        index: u32,
+        attempt: u32,
+        stage_id: u32,
+        stage_attempt_id: u32,
+        task_id: u64,
+    ) -> Self {
+        let mut name = NameBuffer::new();
+        name.prepend(b")");
+        name.prepend_number(task_id);
+        name.prepend(b" (TID ");
+        name.prepend_number(u64::from(stage_attempt_id));
+        name.prepend(b".");
+        name.prepend_number(u64::from(stage_id));
+        name.prepend(b" in stage ");
+        name.prepend_number(u64::from(attempt));
+        name.prepend(b".");
+        name.prepend_number(u64::from(index));
+        name.prepend(b"task ");
+        name
     }
 }
 
 impl TaskName {
     /// Calls `f` with the name as text, formatting a numbered name on the stack.
     pub fn with_str<R>(&self, f: impl FnOnce(&str) -> R) -> R {
-        match self {
-            TaskName::Text(text) => f(text),
+        match *self {
+            TaskName::Text(ref text) => f(text),
             TaskName::Numbered {
                 index,
                 attempt,
                 stage_id,
                 stage_attempt_id,
                 task_id,
-            } => {
-                let mut name = NameBuffer::new();
-                name.prepend(b")");
-                name.prepend_number(*task_id);
-                name.prepend(b" (TID ");
-                name.prepend_number(u64::from(*stage_attempt_id));
-                name.prepend(b".");
-                name.prepend_number(u64::from(*stage_id));
-                name.prepend(b" in stage ");
-                name.prepend_number(u64::from(*attempt));
-                name.prepend(b".");
-                name.prepend_number(u64::from(*index));
-                name.prepend(b"task ");
-                f(name.as_str())
-            }
+            } => f(
+                NameBuffer::numbered(index, attempt, stage_id, stage_attempt_id, task_id).as_str(),
+            ),
         }
     }
 }
@@ -196,32 +214,88 @@ impl From<SharedStr> for TaskName {
 #[derive(Debug)]
 pub struct AsNameString;
 
+/// What serializing a name leaves for resolving it: the string's resolver, and the
+/// length of a numbered name, so that resolving does not count its digits again.
+pub struct NameResolver {
+    string: StringResolver,
+    numbered_len: usize,
+}
+
 impl ArchiveWith<TaskName> for AsNameString {
     type Archived = ArchivedString;
-    type Resolver = StringResolver;
+    type Resolver = NameResolver;
 
-    fn resolve_with(field: &TaskName, resolver: StringResolver, out: Place<ArchivedString>) {
-        // A string too long to be stored inline is resolved from its length alone (its
-        // bytes were written when it was serialized), so a numbered name, which always
-        // is, is not formatted a second time: text of its length stands in for it.
-        let len = field.text_len();
+    fn resolve_with(field: &TaskName, resolver: NameResolver, out: Place<ArchivedString>) {
         match field {
-            TaskName::Numbered { .. } if len > rkyv::string::repr::INLINE_CAPACITY => {
-                ArchivedString::resolve_from_str(&PADDING[..len], resolver, out)
-            }
-            _ => field.with_str(|text| ArchivedString::resolve_from_str(text, resolver, out)),
+            // A numbered name is always too long to be stored inline, and such a string
+            // is resolved from its length alone (its bytes were written when it was
+            // serialized): text of its length stands in for it.
+            TaskName::Numbered { .. } => ArchivedString::resolve_from_str(
+                &PADDING[..resolver.numbered_len],
+                resolver.string,
+                out,
+            ),
+            TaskName::Text(text) => ArchivedString::resolve_from_str(text, resolver.string, out),
         }
+    }
+}
+
+/// A serializer that writes nothing and stands at a given position: what
+/// `ArchivedString::serialize_from_str` is given to make the resolver of a string whose
+/// bytes are written to the real serializer as bytes (rkyv makes a resolver only there).
+struct StandingAt(usize);
+
+impl Fallible for StandingAt {
+    type Error = rkyv::rancor::Error;
+}
+
+impl Positional for StandingAt {
+    fn pos(&self) -> usize {
+        self.0
+    }
+}
+
+impl Writer<rkyv::rancor::Error> for StandingAt {
+    fn write(&mut self, _bytes: &[u8]) -> Result<(), rkyv::rancor::Error> {
+        Ok(())
     }
 }
 
 impl<S> SerializeWith<TaskName, S> for AsNameString
 where
-    S: Fallible + ?Sized,
+    S: Fallible + Writer<S::Error> + ?Sized,
     S::Error: Source,
-    str: SerializeUnsized<S>,
 {
-    fn serialize_with(field: &TaskName, serializer: &mut S) -> Result<StringResolver, S::Error> {
-        field.with_str(|text| ArchivedString::serialize_from_str(text, serializer))
+    fn serialize_with(field: &TaskName, serializer: &mut S) -> Result<NameResolver, S::Error> {
+        match *field {
+            TaskName::Text(ref text) => Ok(NameResolver {
+                string: ArchivedString::serialize_from_str(text, serializer)?,
+                numbered_len: 0,
+            }),
+            TaskName::Numbered {
+                index,
+                attempt,
+                stage_id,
+                stage_attempt_id,
+                task_id,
+            } => {
+                // Written as the bytes they are (ASCII): a `&str` of them would be checked
+                // as UTF-8 first, which costs more than formatting them.
+                let name =
+                    NameBuffer::numbered(index, attempt, stage_id, stage_attempt_id, task_id);
+                let len = name.as_bytes().len();
+                let string = ArchivedString::serialize_from_str(
+                    &PADDING[..len],
+                    &mut StandingAt(serializer.pos()),
+                )
+                .map_err(S::Error::new)?;
+                serializer.write(name.as_bytes())?;
+                Ok(NameResolver {
+                    string,
+                    numbered_len: len,
+                })
+            }
+        }
     }
 }
 
