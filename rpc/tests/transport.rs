@@ -1945,3 +1945,42 @@ fn a_wake_up_taken_by_a_lent_turn_does_not_silence_the_next_one() {
         }
     }
 }
+
+/// CPU time, in clock ticks, of this process's thread named `name` (Linux).
+fn thread_cpu_ticks(name: &str) -> u64 {
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let path = task.unwrap().path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap();
+        // pid (comm) state ... utime stime: the 12th and 13th fields after the comm.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        return fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    }
+    panic!("no thread named {name}");
+}
+
+/// While a lease is held by a thread busy elsewhere, the loop thread wakes every 5 ms to
+/// write what that thread queued. A wake-up that finds nothing to do goes back to sleep
+/// at once: were it followed by a whole `rpc.io.busyPoll` of polling, the loop thread
+/// would poll without end under a long one.
+#[test]
+fn a_lease_held_idle_does_not_keep_the_loop_thread_polling() {
+    let server = env(&["rpc.io.busyPoll=1s"]);
+    let loop_thread = format!("flint-rpc-{}", server.address().port());
+    let lease = server.handle().lend();
+    // The busy poll after the loop's last work runs out.
+    std::thread::sleep(Duration::from_millis(1300));
+    let before = thread_cpu_ticks(&loop_thread);
+    std::thread::sleep(Duration::from_secs(1));
+    let used = thread_cpu_ticks(&loop_thread) - before;
+    // Polling would take most of the second (100 ticks) it is given a CPU for; about
+    // 200 short wake-ups take a tick or two.
+    assert!(
+        used < 30,
+        "the loop thread used {used} ticks of CPU in 1 s while the lease was held idle"
+    );
+    drop(lease);
+}
