@@ -1,6 +1,6 @@
 //! The `flint` command: the main job, a driver, an executor.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -404,7 +404,9 @@ fn executor(args: ExecutorArgs) -> ExitCode {
     // The executor logged why it exits (the seeds' "Executor self-exiting due to : ..."),
     // unless that log is filtered out: only then is the reason printed here.
     if code != 0 && !tracing::enabled!(target: "flint_executor::backend", tracing::Level::ERROR) {
-        eprintln!("flint executor: {exit}");
+        // Not eprintln!, which panics if standard error is gone (the driver that read it
+        // may have exited).
+        let _ = writeln!(std::io::stderr(), "flint executor: {exit}");
     }
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

@@ -145,7 +145,9 @@ pub trait ClusterManager: Send {
     fn stopping(&mut self) {}
 
     /// Stops every executor it started, giving them `grace` to exit on their own first
-    /// (the driver has asked them to stop), then killing the rest.
+    /// (the driver has asked them to stop), then killing the rest. [`LocalClusterManager`]
+    /// gives no grace to executors that never registered (see
+    /// [`ClusterManager::stopping`]).
     fn stop(&mut self, grace: Duration);
 }
 
@@ -203,6 +205,9 @@ pub struct LocalClusterManager {
     registered: BTreeSet<String>,
     /// Set by [`ClusterManager::stopping`]: no more executors are started.
     stopping: bool,
+    /// The threads copying executors' standard error, awaited (briefly) at the end of
+    /// [`ClusterManager::stop`] so that an executor's last lines are not lost.
+    forwarders: Vec<std::thread::JoinHandle<()>>,
     /// Executors reaped since the last [`ClusterManager::exited_executors`].
     exited: Vec<ExitedExecutor>,
 }
@@ -222,6 +227,7 @@ impl LocalClusterManager {
             children: BTreeMap::new(),
             registered: BTreeSet::new(),
             stopping: false,
+            forwarders: Vec::new(),
             exited: Vec::new(),
         }
     }
@@ -329,8 +335,12 @@ impl LocalClusterManager {
             let forwarded = std::thread::Builder::new()
                 .name(format!("executor-{executor_id}-stderr"))
                 .spawn(move || forward_lines(stderr, &mut std::io::stderr()));
-            if let Err(e) = forwarded {
-                warn!("cannot forward the output of executor {executor_id}: {e}");
+            match forwarded {
+                Ok(forwarder) => {
+                    self.forwarders.retain(|f| !f.is_finished());
+                    self.forwarders.push(forwarder);
+                }
+                Err(e) => warn!("cannot forward the output of executor {executor_id}: {e}"),
             }
         }
         info!(
@@ -353,6 +363,9 @@ impl LocalClusterManager {
         }
     }
 }
+
+/// How long a stopping manager waits for executors' last output to be copied.
+const FORWARDERS_GRACE: Duration = Duration::from_millis(500);
 
 /// The longest piece of an executor's output forwarded in one write: a longer line goes
 /// in pieces of this size.
@@ -459,6 +472,17 @@ impl ClusterManager for LocalClusterManager {
         for (executor_id, child) in std::mem::take(&mut self.children) {
             warn!("Executor {executor_id} did not stop within {grace:?}; killing it");
             Self::kill(&executor_id, child);
+        }
+        // Every executor is gone, so its pipe has ended, unless a process it started
+        // still holds it open: the forwarders get a moment, not more.
+        let deadline = deadline_after(Instant::now(), FORWARDERS_GRACE);
+        while self.forwarders.iter().any(|f| !f.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for forwarder in std::mem::take(&mut self.forwarders) {
+            if forwarder.is_finished() {
+                let _ = forwarder.join();
+            }
         }
     }
 }

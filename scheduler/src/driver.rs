@@ -432,7 +432,7 @@ impl Driver {
             return Ok(());
         }
         info!("Shutting down all executors");
-        self.core().cluster_manager_box().stopping();
+        self.core().begin_stopping();
         let stopping = self
             .endpoint
             .ask(&Message::StopExecutors)

@@ -485,6 +485,18 @@ impl DriverCore {
             self.remove_executor(now, executor_id, reason);
             return;
         }
+        if finished {
+            if let Some(executor) = self.executors.get_mut(executor_id) {
+                // The task's cores are free at once, whatever happens to its result (a
+                // failed fetch may make offers before this returns).
+                if runs_here {
+                    executor.free_slots += self.settings.task_cpus;
+                }
+                Self::offer_later_to(executor, &mut self.pending_offers);
+            } else {
+                warn!("Ignored task status update ({task_id} state {state}) from unknown executor with ID {executor_id}");
+            }
+        }
         let mut outcome = outcome;
         // Only an attempt running on this executor has a result to count and fetch: for
         // any other task id the scheduler ignores the update, and a fetch would hold
@@ -520,17 +532,6 @@ impl DriverCore {
                 self.remove_unfetched_block(executor_id, &outcome);
             }
             self.scheduler.status_update(now, task_id, state, outcome);
-        }
-        if finished {
-            if let Some(executor) = self.executors.get_mut(executor_id) {
-                // The task's cores are free at once, whatever happens to its result.
-                if runs_here {
-                    executor.free_slots += self.settings.task_cpus;
-                }
-                Self::offer_later_to(executor, &mut self.pending_offers);
-            } else {
-                warn!("Ignored task status update ({task_id} state {state}) from unknown executor with ID {executor_id}");
-            }
         }
         self.process_actions(now);
     }
@@ -1267,6 +1268,16 @@ impl DriverCore {
         }
     }
 
+    /// The driver is about to stop ([`crate::Driver::stop`], before StopExecutors): no
+    /// more offers, registrations or replacements, and the cluster manager kills the
+    /// executors that never registered ([`ClusterManager::stopping`]). Refusing
+    /// registrations first keeps one already on its way from such an executor from
+    /// being taken, and offered tasks, as it dies.
+    pub fn begin_stopping(&mut self) {
+        self.stopping = true;
+        self.cluster_manager.stopping();
+    }
+
     /// The StopExecutors handler: StopExecutor to every executor. No more offers are
     /// made and no executor is replaced after this.
     pub fn stop_executors(&mut self) {
@@ -1346,6 +1357,19 @@ mod tests {
         assert_eq!(
             core.register_executor(t0, registration(&env, "2")),
             Err("The driver is stopping: executor 2 is not needed".to_owned())
+        );
+    }
+
+    #[test]
+    fn no_executor_registers_once_the_driver_begins_to_stop() {
+        let t0 = Instant::now();
+        let env = RpcEnv::new(&Conf::new()).unwrap();
+        let core = core(1.0, Duration::from_secs(30), t0);
+        let mut core = core.lock().unwrap();
+        core.begin_stopping();
+        assert_eq!(
+            core.register_executor(t0, registration(&env, "3")),
+            Err("The driver is stopping: executor 3 is not needed".to_owned())
         );
     }
 

@@ -309,14 +309,16 @@ fn metrics_from_archived(metrics: &ArchivedTaskMetrics) -> TaskMetrics {
     }
 }
 
-/// A direct result shorter than this is copied out of its frame.
-const VIEW_AT_LEAST: usize = 64 * 1024;
+/// A direct result shorter than this is copied out of its frame: the frame decoder's
+/// largest read, above which a frame has an allocation of its own (the decoder moves
+/// what follows it to a new buffer).
+const VIEW_AT_LEAST: usize = 256 * 1024;
 
 /// A direct result's value, kept until its job's handle is dropped. A view of the frame
-/// keeps the frame's whole receive buffer alive, which the result's size, all that
-/// `driver.maxResultSize` counts, does not show: a short result is copied, and only one
-/// that is most of its frame (whose buffer, the decoder's for a large frame, holds
-/// little else) stays a view.
+/// keeps the frame's whole allocation alive, which the result's size, all that
+/// `driver.maxResultSize` counts, does not show. A result stays a view only when its
+/// frame has an allocation of its own (at most about twice the frame) and the result
+/// is at least half of it: a few times the result's size at most. Others are copied.
 fn result_value(frame: &Frame, value: &[u8]) -> Bytes {
     if value.len() >= VIEW_AT_LEAST && value.len() * 2 >= frame.payload().len() {
         frame.bytes_of(value)
@@ -445,13 +447,13 @@ mod tests {
 
     #[test]
     fn a_short_result_is_copied_out_of_its_frame_and_a_large_one_is_not() {
-        // Beside 10,000 accumulators (over 160 KiB), a large value is less than half its
+        // Beside 20,000 accumulators (over 320 KiB), a large value is less than half its
         // frame: copied too.
         for (len, accumulators, view) in [
             (1, 0, false),
             (VIEW_AT_LEAST - 1, 0, false),
             (VIEW_AT_LEAST, 0, true),
-            (VIEW_AT_LEAST, 10_000, false),
+            (VIEW_AT_LEAST, 20_000, false),
         ] {
             let frame = result_frame(vec![5; len], accumulators);
             let value = result_value(&frame, value_in(&frame));

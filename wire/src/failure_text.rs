@@ -7,7 +7,8 @@
 pub const MAX_FAILURE_TEXT: usize = 64 * 1024;
 
 /// `text`, cut to at most `limit` bytes (on a character boundary) with a note of how
-/// much went; copies only the part kept.
+/// much went; copies only the part kept. Under a limit shorter than the note, the note
+/// alone.
 ///
 /// ```
 /// let cut = flint_wire::cut_text(&"x".repeat(100), 40);
