@@ -320,7 +320,10 @@ const VIEW_AT_LEAST: usize = 256 * 1024;
 /// frame has an allocation of its own (at most about twice the frame) and the result
 /// is at least half of it: a few times the result's size at most. Others are copied.
 fn result_value(frame: &Frame, value: &[u8]) -> Bytes {
-    if value.len() >= VIEW_AT_LEAST && value.len() * 2 >= frame.payload().len() {
+    if value.is_empty() {
+        // A noop's: nothing to copy or keep.
+        Bytes::new()
+    } else if value.len() >= VIEW_AT_LEAST && value.len() * 2 >= frame.payload().len() {
         frame.bytes_of(value)
     } else {
         Bytes::copy_from_slice(value)
