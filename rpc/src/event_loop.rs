@@ -588,8 +588,11 @@ impl EventLoop {
             self.flush(key);
         }
         self.queued_keys = keys;
-        // A connection closed by a failed write: its handlers may have set timers.
+        // A connection closed by a failed write ran handlers (ask callbacks,
+        // on_disconnected): what they handed to the loop from within this turn woke
+        // nobody, and is taken now, and the timers they set move the next deadline.
         if self.connections.len() != open {
+            self.process_commands();
             self.next_deadline = self.compute_next_deadline();
         }
     }

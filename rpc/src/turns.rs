@@ -224,17 +224,21 @@ impl Handover {
     /// The loop thread calls `sleep` (sleeping on its poller until `planned`, a
     /// [`LoopCell::wake_code`]) unless a lent thread turned the loop since it saw
     /// `seen_turns` after its own turn: that turn may have left an earlier deadline, or
-    /// bytes to read, that its planned sleep does not know of. `None` if it did not
-    /// sleep.
+    /// bytes to read, that its planned sleep does not know of. Nor does it sleep if a
+    /// thread was lent since it looked (`lent_seen` false): it planned its sleep without
+    /// the lease's bound (`LENT_FLUSH_CHECK`), and the lease, taken before it was asleep,
+    /// did not wake it. `None` if it did not sleep.
     pub(crate) fn sleep_unless_turned<R>(
         &self,
         seen_turns: u64,
+        lent_seen: bool,
         planned: u64,
         sleep: impl FnOnce() -> R,
     ) -> Option<R> {
         self.planned_wake.store(planned, Ordering::Release);
-        self.state.fetch_or(SLEEPING, Ordering::AcqRel);
-        let slept = (self.lent_turns() == seen_turns).then(sleep);
+        let before = self.state.fetch_or(SLEEPING, Ordering::AcqRel);
+        let unseen_lease = before >= LEASE && !lent_seen;
+        let slept = (!unseen_lease && self.lent_turns() == seen_turns).then(sleep);
         self.state.fetch_and(!SLEEPING, Ordering::AcqRel);
         slept
     }
@@ -415,7 +419,7 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
         let slept = shared
             .handoff
             .sleep_unless_pending(|| {
-                handover.sleep_unless_turned(seen_turns, cell.wake_code(wake_at), || {
+                handover.sleep_unless_turned(seen_turns, lent, cell.wake_code(wake_at), || {
                     sleeper.sleep(timeout)
                 })
             })
@@ -658,7 +662,7 @@ mod tests {
     #[test]
     fn the_first_lease_wakes_a_loop_thread_asleep_on_its_poller() {
         let handover = Handover::new();
-        let slept = handover.sleep_unless_turned(0, u64::MAX, || {
+        let slept = handover.sleep_unless_turned(0, false, u64::MAX, || {
             assert!(handover.lend(), "the first lease wakes it");
             assert!(!handover.lend(), "one wake-up is enough");
         });
@@ -670,7 +674,7 @@ mod tests {
     fn a_lent_turn_wakes_the_sleeper_only_for_an_earlier_wake_up() {
         let handover = Handover::new();
         assert!(!handover.must_wake_sleeper(5), "nobody asleep");
-        handover.sleep_unless_turned(0, 100, || {
+        handover.sleep_unless_turned(0, false, 100, || {
             assert!(
                 handover.must_wake_sleeper(99),
                 "due before the planned wake-up"
@@ -678,7 +682,7 @@ mod tests {
             assert!(!handover.must_wake_sleeper(100));
             assert!(!handover.must_wake_sleeper(u64::MAX), "nothing due");
         });
-        handover.sleep_unless_turned(0, u64::MAX, || {
+        handover.sleep_unless_turned(0, false, u64::MAX, || {
             assert!(handover.must_wake_sleeper(7), "the sleeper had no deadline");
         });
         assert!(!handover.must_wake_sleeper(1), "awake again");
@@ -689,12 +693,28 @@ mod tests {
         let handover = Handover::new();
         let seen = handover.lent_turns();
         handover.count_lent_turn();
-        assert_eq!(handover.sleep_unless_turned(seen, u64::MAX, || ()), None);
+        assert_eq!(
+            handover.sleep_unless_turned(seen, false, u64::MAX, || ()),
+            None
+        );
         let seen = handover.lent_turns();
         assert_eq!(
-            handover.sleep_unless_turned(seen, u64::MAX, || ()),
+            handover.sleep_unless_turned(seen, false, u64::MAX, || ()),
             Some(())
         );
+    }
+
+    #[test]
+    fn the_loop_thread_does_not_sleep_past_a_lease_it_did_not_see() {
+        let handover = Handover::new();
+        // Lent after the loop thread looked, before it was asleep: no wake-up comes.
+        assert!(!handover.lend());
+        assert_eq!(
+            handover.sleep_unless_turned(0, false, u64::MAX, || ()),
+            None
+        );
+        // Seen: its sleep was planned for the lease.
+        assert_eq!(handover.sleep_unless_turned(0, true, 5, || ()), Some(()));
     }
 }
 
@@ -769,9 +789,37 @@ mod loom_models {
                 handover.lent_turns()
             };
             let planned = if seen == 1 { 10 } else { u64::MAX };
-            handover.sleep_unless_turned(seen, planned, || {
+            handover.sleep_unless_turned(seen, false, planned, || {
                 // A sleep with a deadline ends by itself; one without only when woken.
                 if planned == u64::MAX {
+                    loom::thread::park();
+                }
+            });
+            lender.join().unwrap();
+        });
+    }
+
+    /// A thread is lent while the loop thread, having found none, goes to sleep with no
+    /// deadline (modelled as parking); with one seen it sleeps a bounded time (not
+    /// modelled: it ends by itself). Whatever the interleaving, it is never left asleep
+    /// without a bound while the lease lasts: the lease either wakes it, or is seen as it
+    /// goes to sleep and keeps it up.
+    #[test]
+    fn loom_a_lease_taken_as_the_loop_thread_goes_to_sleep_is_never_missed() {
+        loom::model(|| {
+            let handover = Arc::new(Handover::new());
+            let loop_thread = loom::thread::current();
+            let lender = {
+                let (handover, loop_thread) = (handover.clone(), loop_thread.clone());
+                loom::thread::spawn(move || {
+                    if handover.lend() {
+                        loop_thread.unpark();
+                    }
+                })
+            };
+            let lent = handover.any_lent();
+            handover.sleep_unless_turned(0, lent, u64::MAX, || {
+                if !lent {
                     loom::thread::park();
                 }
             });
