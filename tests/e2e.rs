@@ -486,6 +486,40 @@ fn a_task_that_crashes_its_executor_fails_the_job_after_max_failures() {
     );
 }
 
+/// An executor that cannot reach its driver says why once: in its log, in the seeds'
+/// words, or, with that log filtered out, in a line of the CLI's own.
+#[test]
+fn an_executor_says_once_why_it_exits() {
+    // Port 1 on 127.0.0.1: nobody listens, the connection is refused at once.
+    let run = |log: &str| {
+        let output = Command::new(FLINT)
+            .args(["executor", "--driver", "127.0.0.1:1", "--cores", "1"])
+            .env("FLINT_LOG", log)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let logged = run("warn");
+    assert_eq!(
+        logged
+            .matches("Cannot register with driver: 127.0.0.1:1")
+            .count(),
+        1,
+        "{logged}"
+    );
+    assert!(
+        logged.contains("Executor self-exiting due to : "),
+        "{logged}"
+    );
+    let quiet = run("off");
+    assert!(
+        quiet.starts_with("flint executor: Cannot register with driver: 127.0.0.1:1"),
+        "{quiet}"
+    );
+    assert_eq!(quiet.lines().count(), 1, "{quiet}");
+}
+
 /// `flint run` refuses at once a job nothing could run, instead of waiting for its
 /// timeout.
 #[test]
