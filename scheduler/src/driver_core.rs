@@ -443,6 +443,11 @@ impl DriverCore {
     /// The StatusUpdate handler. `sender` is the connection's remote address: an update
     /// is taken only from the connection its executor registered on, and only for a task
     /// that runs on that executor.
+    ///
+    /// Returns the block of a large result that will not be fetched, held by an executor
+    /// the driver does not know (one it removed that has yet to register again): the
+    /// caller asks the sender to remove it, over the connection the update came on, or
+    /// it would stay in that executor's memory for good.
     pub fn status_update(
         &mut self,
         now: Instant,
@@ -451,17 +456,17 @@ impl DriverCore {
         task_id: u64,
         state: TaskState,
         outcome: TaskOutcome,
-    ) {
+    ) -> Option<BlockId> {
         if let Err(why) = self.sender_may_speak_for(sender, executor_id) {
             warn!("Ignored task status update ({task_id} state {state}) {why}");
-            return;
+            return None;
         }
         // Whether the scheduler runs this attempt on this executor: only then does a
         // finished update free its cores, so an attempt is credited once.
         let runs_here = match self.scheduler.executor_of(task_id) {
             Some(runs_on) if &**runs_on != executor_id => {
                 warn!("Ignored task status update ({task_id} state {state}) from executor {executor_id}: the task runs on executor {runs_on}");
-                return;
+                return self.remove_unfetched_block(executor_id, &outcome);
             }
             Some(_) => true,
             None => false,
@@ -469,7 +474,7 @@ impl DriverCore {
         if runs_here && !self.fetches.is_empty() && self.fetches.contains_key(&task_id) {
             // Its result is being fetched: the attempt already ended.
             warn!("Ignored duplicate task status update ({task_id} state {state}) from executor {executor_id}: its result is being fetched");
-            return;
+            return None;
         }
         let finished = state.is_finished();
         if state == TaskState::Lost && runs_here && self.executors.contains_key(executor_id) {
@@ -483,7 +488,7 @@ impl DriverCore {
                 worker_lost: false,
             };
             self.remove_executor(now, executor_id, reason);
-            return;
+            return None;
         }
         if finished {
             if let Some(executor) = self.executors.get_mut(executor_id) {
@@ -498,6 +503,7 @@ impl DriverCore {
             }
         }
         let mut outcome = outcome;
+        let mut unfetched = None;
         // Only an attempt running on this executor has a result to count and fetch: for
         // any other task id the scheduler ignores the update, and a fetch would hold
         // memory for a result nobody waits for.
@@ -508,7 +514,7 @@ impl DriverCore {
                 _ => 0,
             };
             if !self.can_take_result(task_id, size) {
-                self.remove_unfetched_block(executor_id, &outcome);
+                unfetched = self.remove_unfetched_block(executor_id, &outcome);
                 outcome = TaskOutcome::Failure {
                     kind: TaskFailureKind::TaskKilled,
                     message: "Tasks result size has exceeded maxResultSize".to_owned(),
@@ -529,23 +535,28 @@ impl DriverCore {
             }
         } else {
             if state == TaskState::Finished {
-                self.remove_unfetched_block(executor_id, &outcome);
+                unfetched = self.remove_unfetched_block(executor_id, &outcome);
             }
             self.scheduler.status_update(now, task_id, state, outcome);
         }
         self.process_actions(now);
+        unfetched
     }
 
     /// A large result that will not be fetched is removed from its executor's block
-    /// store, which would otherwise keep it until the executor exits.
-    fn remove_unfetched_block(&self, executor_id: &str, outcome: &TaskOutcome) {
-        if let (TaskOutcome::Indirect { block_id, .. }, Some(executor)) =
-            (outcome, self.executors.get(executor_id))
-        {
-            let _ = executor.endpoint.send(&Message::RemoveBlock {
-                block_id: *block_id,
-            });
-        }
+    /// store, which would otherwise keep it until the executor exits. The block, if its
+    /// executor is not one the driver knows (see [`DriverCore::status_update`]).
+    fn remove_unfetched_block(&self, executor_id: &str, outcome: &TaskOutcome) -> Option<BlockId> {
+        let TaskOutcome::Indirect { block_id, .. } = outcome else {
+            return None;
+        };
+        let Some(executor) = self.executors.get(executor_id) else {
+            return Some(*block_id);
+        };
+        let _ = executor.endpoint.send(&Message::RemoveBlock {
+            block_id: *block_id,
+        });
+        None
     }
 
     /// Spark's `canFetchMoreResults`: counts a result against `driver.maxResultSize`,

@@ -90,7 +90,7 @@ impl Endpoint for DriverEndpoint {
                         Ok(outcome) => (TaskState::from(&update.state), outcome),
                         Err(refused) => (TaskState::Failed, refused),
                     };
-                core.status_update(
+                let unfetched = core.status_update(
                     now,
                     message.sender(),
                     update.executor_id.as_str(),
@@ -98,6 +98,10 @@ impl Endpoint for DriverEndpoint {
                     state,
                     outcome,
                 );
+                if let (Some(block_id), Some(_)) = (unfetched, message.sender()) {
+                    let executor = message.sender_ref(EXECUTOR_ENDPOINT);
+                    let _ = executor.send(&Message::RemoveBlock { block_id });
+                }
             }
             ArchivedMessage::RegisterExecutor(registration) => {
                 let executor_id = SharedStr::from(registration.executor_id.as_str());

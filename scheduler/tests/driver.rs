@@ -1339,3 +1339,33 @@ fn accumulators_that_would_decode_past_the_limit_are_refused_before_they_are_dec
     assert!(handle.wait(WAIT).is_ok());
     driver.stop().unwrap();
 }
+
+/// An executor the driver removed, still running, may report a large result before it
+/// registers again: nobody fetches it, and the driver, which no longer knows the
+/// executor, asks over the update's own connection that it be removed.
+#[test]
+fn an_unfetched_result_of_an_executor_the_driver_does_not_know_is_removed() {
+    let (driver, _, _) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "removed-1");
+    let block_id = flint_wire::BlockId::TaskResult { task_id: 515_151 };
+    executor
+        .driver
+        .send(&Message::StatusUpdate(StatusUpdate {
+            executor_id: "removed-1".into(),
+            task_id: 515_151,
+            state: TaskState::Finished,
+            outcome: TaskOutcome::Indirect {
+                block_id,
+                size: 1 << 20,
+                metrics: TaskMetrics::default(),
+            },
+        }))
+        .unwrap();
+    wait_until("the block is removed", || {
+        executor
+            .inbox
+            .count(|m| matches!(m, Message::RemoveBlock { block_id: b } if *b == block_id))
+            == 1
+    });
+    driver.stop().unwrap();
+}
