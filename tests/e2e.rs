@@ -57,6 +57,9 @@ impl ClusterManager for SharedCluster {
     fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
         self.0.lock().unwrap().exited_executors()
     }
+    fn stopping(&mut self, registered: &[String]) {
+        self.0.lock().unwrap().stopping(registered)
+    }
     fn stop(&mut self, grace: Duration) {
         self.0.lock().unwrap().stop(grace)
     }
@@ -77,6 +80,9 @@ impl ClusterManager for Capped {
     }
     fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
         self.0.exited_executors()
+    }
+    fn stopping(&mut self, registered: &[String]) {
+        self.0.stopping(registered)
     }
     fn stop(&mut self, grace: Duration) {
         self.0.stop(grace)

@@ -21,7 +21,7 @@
 //! ```
 
 use flint_rpc::timer::deadline_after;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -133,21 +133,16 @@ pub trait ClusterManager: Send {
         Vec::new()
     }
 
-    /// Executor `executor_id` registered with the driver. The default ignores it (see
-    /// [`ClusterManager::stopping`]).
-    fn executor_registered(&mut self, _executor_id: &str) {}
-
-    /// The driver is about to ask its executors to stop: no executor is to be started
-    /// from now on. The default does nothing; [`LocalClusterManager`] also kills at once
-    /// the executors that never registered, which the driver cannot ask to stop and which
-    /// hold no task (one starting as a job ends would otherwise try to register with a
-    /// driver that is going, and fail noisily).
-    fn stopping(&mut self) {}
+    /// The driver is about to ask its executors to stop; `registered` are those
+    /// registered with it. No executor is to be started from now on. The default does
+    /// nothing; [`LocalClusterManager`] also kills at once the executors it started that
+    /// are not among them: the driver cannot ask them to stop, and they hold no task
+    /// (one starting as a job ends would otherwise try to register with a driver that is
+    /// going, and fail noisily). A cluster manager that wraps another passes this on.
+    fn stopping(&mut self, _registered: &[String]) {}
 
     /// Stops every executor it started, giving them `grace` to exit on their own first
-    /// (the driver has asked them to stop), then killing the rest. [`LocalClusterManager`]
-    /// gives no grace to executors that never registered (see
-    /// [`ClusterManager::stopping`]).
+    /// (the driver has asked them to stop), then killing the rest.
     fn stop(&mut self, grace: Duration);
 }
 
@@ -201,8 +196,6 @@ pub struct LocalClusterManager {
     driver: Option<SocketAddr>,
     next_id: u64,
     children: BTreeMap<String, Child>,
-    /// Executors that registered with the driver (see [`ClusterManager::stopping`]).
-    registered: BTreeSet<String>,
     /// Set by [`ClusterManager::stopping`]: no more executors are started.
     stopping: bool,
     /// The threads copying executors' standard error, awaited (briefly) at the end of
@@ -225,7 +218,6 @@ impl LocalClusterManager {
             driver: None,
             next_id: 1,
             children: BTreeMap::new(),
-            registered: BTreeSet::new(),
             stopping: false,
             forwarders: Vec::new(),
             exited: Vec::new(),
@@ -290,12 +282,6 @@ impl LocalClusterManager {
                 true
             }
         });
-        self.forget_registrations_of_the_gone();
-    }
-
-    fn forget_registrations_of_the_gone(&mut self) {
-        let children = &self.children;
-        self.registered.retain(|id| children.contains_key(id));
     }
 
     fn spawn(&mut self, driver: SocketAddr) -> Result<(), ClusterManagerError> {
@@ -433,7 +419,6 @@ impl ClusterManager for LocalClusterManager {
                 Self::kill(executor_id, child);
             }
         }
-        self.forget_registrations_of_the_gone();
         Ok(true)
     }
 
@@ -442,17 +427,11 @@ impl ClusterManager for LocalClusterManager {
         std::mem::take(&mut self.exited)
     }
 
-    fn executor_registered(&mut self, executor_id: &str) {
-        if self.children.contains_key(executor_id) {
-            self.registered.insert(executor_id.to_owned());
-        }
-    }
-
-    fn stopping(&mut self) {
+    fn stopping(&mut self, registered: &[String]) {
         self.stopping = true;
         let (registered, unregistered) = std::mem::take(&mut self.children)
             .into_iter()
-            .partition(|(executor_id, _)| self.registered.contains(executor_id));
+            .partition(|(executor_id, _)| registered.contains(executor_id));
         self.children = registered;
         for (executor_id, child) in unregistered {
             debug!("Executor {executor_id} never registered; killing it");
@@ -461,7 +440,7 @@ impl ClusterManager for LocalClusterManager {
     }
 
     fn stop(&mut self, grace: Duration) {
-        self.stopping();
+        self.stopping = true;
         let deadline = deadline_after(Instant::now(), grace);
         while !self.children.is_empty() && Instant::now() < deadline {
             self.reap();
@@ -702,24 +681,18 @@ mod tests {
         let mut manager = sleeper();
         manager.start(driver());
         manager.request_total_executors(2).unwrap();
-        manager.executor_registered("2");
-        manager.executor_registered("not started here");
         let [never, registered] = [manager.pid("1").unwrap(), manager.pid("2").unwrap()];
         let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
-        let stopping = std::thread::spawn(move || manager.stop(Duration::from_secs(2)));
-        let deadline = Instant::now() + Duration::from_millis(1500);
-        while alive(never) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        manager.stopping(&["2".to_owned(), "not started here".to_owned()]);
         assert!(
             !alive(never),
             "the executor that never registered is still there"
         );
         assert!(
             alive(registered),
-            "the registered executor was not given its grace"
+            "the registered executor was not left to stop"
         );
-        stopping.join().unwrap();
+        manager.stop(Duration::from_millis(50));
         assert!(!alive(registered));
     }
 
@@ -727,7 +700,7 @@ mod tests {
     fn a_stopping_manager_starts_no_executor() {
         let mut manager = sleeper();
         manager.start(driver());
-        manager.stopping();
+        manager.stopping(&[]);
         assert!(!manager.request_total_executors(1).unwrap());
         assert!(manager.pid("1").is_none());
     }
@@ -770,8 +743,6 @@ mod tests {
             .with_conf([("spark.authenticate.secret", "s3cret"), ("task.cpus", "1")]);
         manager.start(driver());
         manager.request_total_executors(1).unwrap();
-        // Given the grace to write its file.
-        manager.executor_registered("1");
         manager.stop(Duration::from_secs(10));
         let text = std::fs::read_to_string(&out).unwrap();
         let _ = std::fs::remove_file(&out);

@@ -370,7 +370,6 @@ impl DriverCore {
         }
         let shown_address = address.map_or_else(|| "local".to_owned(), |a| a.to_string());
         info!("Registered executor {endpoint:?} ({shown_address}) with ID {executor_id}");
-        self.cluster_manager.executor_registered(&executor_id);
         if let Some(address) = address {
             self.address_to_executor
                 .insert(address, executor_id.clone());
@@ -1286,7 +1285,8 @@ impl DriverCore {
     /// being taken, and offered tasks, as it dies.
     pub fn begin_stopping(&mut self) {
         self.stopping = true;
-        self.cluster_manager.stopping();
+        let registered: Vec<String> = self.executors.keys().map(|id| id.to_string()).collect();
+        self.cluster_manager.stopping(&registered);
     }
 
     /// The StopExecutors handler: StopExecutor to every executor. No more offers are
