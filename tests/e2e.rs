@@ -968,3 +968,150 @@ fn the_one_cpu_strict_schedule_runs_a_job_and_raw_tcp_beside_it() {
         assert!(one.raw_us.is_finite() && one.raw_us > 0.0, "{one:?}");
     }
 }
+
+/// Reads from `stream` until the peer closes it; false if it is still open after 10 s.
+fn closed_by_peer(stream: &mut std::net::TcpStream) -> bool {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut sink = [0u8; 1024];
+    loop {
+        match stream.read(&mut sink) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// One round of what a hostile peer on the same host throws at the driver at `address`,
+/// as `hostile` (an RPC environment of its own). `registered` is an executor of the
+/// job, whose results it forges.
+fn hostile_round(hostile: &flint::rpc::RpcEnv, address: SocketAddr, registered: &str, round: u64) {
+    use flint::wire::{
+        AccumulatorUpdate, FrameHeader, Heartbeat, Message, MessageKind, RegisterExecutor,
+        StatusUpdate, TaskAccumUpdates, TaskOutcome, DRIVER_ENDPOINT, HEADER_LEN,
+        HEARTBEAT_ENDPOINT,
+    };
+    use std::io::Write;
+    // Bytes that are no frame, and a header announcing 4 GiB: each connection is closed.
+    let mut garbage = std::net::TcpStream::connect(address).unwrap();
+    garbage.write_all(&[0x5A; 64]).unwrap();
+    assert!(closed_by_peer(&mut garbage), "garbage was not refused");
+    let mut header = [0u8; HEADER_LEN];
+    FrameHeader {
+        kind: MessageKind::Custom,
+        flags: 0,
+        payload_len: u32::MAX - 7,
+        crc: 0,
+    }
+    .write(&mut header);
+    let mut huge = std::net::TcpStream::connect(address).unwrap();
+    huge.write_all(&header).unwrap();
+    assert!(closed_by_peer(&mut huge), "a 4 GiB header was not refused");
+    // Results forged for the tasks of a registered executor, from another connection.
+    let driver = hostile.handle().endpoint_ref(address, DRIVER_ENDPOINT);
+    for task_id in 0..200 {
+        let _ = driver.send(&Message::StatusUpdate(StatusUpdate {
+            executor_id: registered.into(),
+            task_id,
+            state: TaskState::Finished,
+            outcome: TaskOutcome::Direct {
+                value: bytes::Bytes::from_static(b"forged"),
+                metrics: Default::default(),
+                accumulators: vec![],
+            },
+        }));
+    }
+    // A registration with an ID as long as a message may carry.
+    let refused = driver
+        .ask(&Message::RegisterExecutor(RegisterExecutor {
+            executor_id: "x".repeat(512 << 10).into(),
+            executor_address: hostile.address().to_string(),
+            endpoint_name: "Executor".into(),
+            hostname: "hostile".into(),
+            cores: u32::MAX,
+            log_urls: vec![],
+        }))
+        .unwrap();
+    assert!(
+        matches!(refused.to_message(), Message::RegisterExecutorFailed { .. }),
+        "round {round}"
+    );
+    // A heartbeat whose updates would decode to about 1.4 MB, past the 1 MiB limit.
+    let heartbeats = hostile.handle().endpoint_ref(address, HEARTBEAT_ENDPOINT);
+    let accumulators: Vec<AccumulatorUpdate> = (0..20_000)
+        .map(|id| AccumulatorUpdate {
+            id,
+            name: Some("n".into()),
+            value: 1,
+        })
+        .collect();
+    let _ = heartbeats.ask(&Message::Heartbeat(Heartbeat {
+        executor_id: "hostile".into(),
+        accum_updates: vec![TaskAccumUpdates {
+            task_id: round,
+            metrics: Default::default(),
+            accumulators,
+        }],
+        block_manager_id: flint::wire::BlockManagerId {
+            executor_id: "hostile".into(),
+            host: "hostile".into(),
+            port: 1,
+        },
+    }));
+}
+
+/// A job on real executor processes runs to its end, every result the one its task
+/// made, while a peer on the same host throws at the driver what a hostile one can: bytes
+/// that are no frame, a header announcing 4 GiB, results forged for the tasks of a
+/// registered executor, a registration with an ID as long as a message, and heartbeats
+/// whose updates would decode past `rpc.message.maxSize`.
+#[test]
+fn a_job_runs_to_its_end_while_a_hostile_peer_throws_everything_at_the_driver() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let conf = conf(&["rpc.message.maxSize=1"]);
+    let (driver, _cluster, _) = cluster(&conf, 2, 1);
+    let address = driver.address();
+    let registered = driver.executor_ids()[0].clone();
+    let done = Arc::new(AtomicBool::new(false));
+    let hostile = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let env = flint::rpc::RpcEnv::new(&Conf::new()).unwrap();
+            let mut rounds = 0;
+            // At least one round, however quick the job.
+            while rounds == 0 || (!done.load(Ordering::Acquire) && rounds < 1_000) {
+                hostile_round(&env, address, &registered, rounds);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let outcome = driver
+        .submit(TaskSet::new(1, 1, 20_000, task("echo", "r")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    done.store(true, Ordering::Release);
+    let rounds = hostile.join().unwrap();
+    assert!(rounds >= 1);
+    eprintln!("{rounds} rounds of hostile traffic during the job");
+    assert_eq!(outcome.results.len(), 20_000);
+    assert!(
+        outcome.results.iter().all(|r| &r[..] == b"r"),
+        "a forged result was taken"
+    );
+    assert_eq!(outcome.duplicate_results, 0);
+    assert_eq!(driver.executor_ids().len(), 2, "an executor was lost");
+    // And the driver still serves.
+    let again = driver
+        .submit(TaskSet::new(2, 2, 100, task("echo", "s")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert!(again.results.iter().all(|r| &r[..] == b"s"));
+    driver.stop().unwrap();
+}
