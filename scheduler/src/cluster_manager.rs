@@ -673,6 +673,10 @@ mod tests {
             "{}",
             stderr.display()
         );
+        // Its own pipe, not this process's standard error handed down (which may be a
+        // pipe too, under a test runner).
+        let ours = std::fs::read_link("/proc/self/fd/2").unwrap();
+        assert_ne!(stderr, ours);
         manager.stop(Duration::from_millis(50));
     }
 
