@@ -174,6 +174,26 @@ impl Connection {
     }
 }
 
+/// Events one poll returns at most.
+const POLL_EVENTS: usize = 1024;
+
+#[cfg(not(test))]
+fn poll_events() -> usize {
+    POLL_EVENTS
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The poll's event capacity for loops made on this thread in a unit test: fewer, to
+    /// reach what happens when more sockets are ready than one poll returns.
+    static TEST_POLL_EVENTS: std::cell::Cell<usize> = const { std::cell::Cell::new(POLL_EVENTS) };
+}
+
+#[cfg(test)]
+fn poll_events() -> usize {
+    TEST_POLL_EVENTS.with(std::cell::Cell::get)
+}
+
 /// Why a connection is being closed: decides the log level and what pending asks see.
 enum CloseReason {
     EndOfStream,
@@ -481,7 +501,7 @@ impl EventLoop {
             round: 0,
             stopping: false,
             now: Instant::now(),
-            events: Events::with_capacity(1024),
+            events: Events::with_capacity(poll_events()),
             next_deadline: None,
         })
     }
@@ -646,6 +666,20 @@ impl EventLoop {
             .filter_map(|(&key, c)| Some((key, c.overdue(now, settings)?)))
             .collect();
         for (key, reason) in late {
+            // A peer's bytes may wait in the kernel past a reading deadline while the
+            // loop did not look (it stalled, and this poll returned other sockets' events
+            // first): read them before holding the silence against the peer.
+            let reason = match reason {
+                CloseReason::StalledFrame { .. } | CloseReason::Idle(_) => {
+                    self.read(key);
+                    let settings = &self.shared.settings;
+                    match self.connections.get(&key).map(|c| c.overdue(now, settings)) {
+                        Some(Some(reason)) => reason,
+                        _ => continue,
+                    }
+                }
+                reason => reason,
+            };
             self.close(key, reason);
         }
     }
@@ -1310,6 +1344,87 @@ fn write_queued(conn: &mut Connection) -> io::Result<bool> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// Records the tags of custom messages; tag 99 holds the loop for 1.5 s.
+    #[derive(Clone, Default)]
+    struct Stalling(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
+
+    impl crate::Endpoint for Stalling {
+        fn receive(&mut self, _ctx: &mut crate::EndpointContext<'_>, message: crate::Incoming<'_>) {
+            if let flint_wire::ArchivedMessage::Custom { tag, .. } = message.message() {
+                if *tag == 99 {
+                    std::thread::sleep(Duration::from_millis(1500));
+                }
+                self.0.lock().unwrap().push(tag.to_native());
+            }
+        }
+    }
+
+    fn one_way_frame(tag: u32) -> Vec<u8> {
+        let mut out = bytes::BytesMut::new();
+        let route = flint_wire::Route::OneWay {
+            endpoint: "stalling".into(),
+        };
+        let message = flint_wire::Message::Custom {
+            tag,
+            body: bytes::Bytes::from(vec![7u8; 64]),
+        };
+        flint_wire::Encoder::new(1 << 20)
+            .encode(&route, &message, &mut out)
+            .unwrap();
+        out.to_vec()
+    }
+
+    /// Two peers finish their frames while the loop is held past the stalled-frame
+    /// timeout, and each poll returns one ready socket: the one whose event has not
+    /// come yet when the deadlines are checked has its bytes in the kernel, and is read,
+    /// not cut off as stalled.
+    #[test]
+    fn a_peer_whose_bytes_wait_unread_past_its_deadline_is_read_not_cut_off() {
+        use std::io::Write;
+        TEST_POLL_EVENTS.with(|n| n.set(1));
+        let conf = crate::Conf::from_pairs([
+            "network.timeout=1s",
+            "executor.heartbeatInterval=100ms",
+            "rpc.io.idleTimeout=0",
+        ])
+        .unwrap();
+        let server = crate::RpcEnv::new(&conf).unwrap();
+        TEST_POLL_EVENTS.with(|n| n.set(POLL_EVENTS));
+        let seen = Stalling::default();
+        server.handle().register("stalling", seen.clone()).unwrap();
+        let frames = [one_way_frame(1), one_way_frame(2)];
+        let mut peers: Vec<std::net::TcpStream> = frames
+            .iter()
+            .map(|frame| {
+                let mut peer = std::net::TcpStream::connect(server.address()).unwrap();
+                peer.write_all(&frame[..flint_wire::HEADER_LEN + 8])
+                    .unwrap();
+                peer
+            })
+            .collect();
+        // Both halves read (each connection's stalled-frame deadline set), then the loop
+        // held for 1.5 s by a third peer's message.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut holder = std::net::TcpStream::connect(server.address()).unwrap();
+        holder.write_all(&one_way_frame(99)).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        for (peer, frame) in peers.iter_mut().zip(&frames) {
+            peer.write_all(&frame[flint_wire::HEADER_LEN + 8..])
+                .unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut tags = seen.0.lock().unwrap().clone();
+            tags.sort_unstable();
+            if tags == [1, 2, 99] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "seen only {tags:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(server);
+    }
 
     #[test]
     fn a_peer_s_long_name_is_cut_short_on_a_character_boundary() {
