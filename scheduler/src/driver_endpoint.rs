@@ -30,19 +30,15 @@ pub(crate) struct DriverEndpoint {
     revive_timer: Option<TimerId>,
     /// The scheduler's next timeout (starvation, speculation, locality) and its timer.
     scheduler_timer: Option<(Instant, TimerId)>,
-    /// `rpc.message.maxSize`, which also bounds what a result's accumulators take decoded.
-    max_decoded: usize,
 }
 
 impl DriverEndpoint {
     pub(crate) fn new(core: Arc<Mutex<DriverCore>>, revive_interval: Duration) -> Self {
-        let max_decoded = lock(&core).settings.max_payload;
         DriverEndpoint {
             core,
             revive_interval,
             revive_timer: None,
             scheduler_timer: None,
-            max_decoded,
         }
     }
 
@@ -84,9 +80,10 @@ impl Endpoint for DriverEndpoint {
         let mut core = lock(&core);
         match message.message() {
             ArchivedMessage::StatusUpdate(update) => {
+                // rpc.message.maxSize also bounds what the accumulators take decoded.
+                let max_decoded = core.settings.max_payload;
                 let (state, outcome) =
-                    match outcome_from_archived(message.frame(), &update.outcome, self.max_decoded)
-                    {
+                    match outcome_from_archived(message.frame(), &update.outcome, max_decoded) {
                         Ok(outcome) => (TaskState::from(&update.state), outcome),
                         Err(refused) => (TaskState::Failed, refused),
                     };
@@ -335,8 +332,9 @@ fn result_value(frame: &Frame, value: &[u8]) -> Bytes {
 }
 
 /// A task's outcome, read from the frame it came in: a large result value stays a view of
-/// the frame ([`result_value`]). A result whose accumulators would take more than `max_decoded` bytes decoded
-/// is refused: the error is the failure to report for the attempt instead.
+/// the frame ([`result_value`]). A result whose accumulators would take more than
+/// `max_decoded` bytes decoded is refused: the error is the failure to report for the
+/// attempt instead.
 fn outcome_from_archived(
     frame: &Frame,
     outcome: &ArchivedTaskOutcome,

@@ -23,7 +23,7 @@ use crate::message::{
 /// Bytes a heap block of `len` bytes takes from the allocator: glibc's malloc adds 8
 /// bytes of header, rounds up to 16 and hands out no block under 32. An empty string or
 /// list allocates nothing.
-pub const fn heap_block(len: usize) -> usize {
+pub(crate) const fn heap_block(len: usize) -> usize {
     if len == 0 {
         0
     } else {

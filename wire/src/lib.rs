@@ -111,7 +111,7 @@ mod task_payload;
 mod tests;
 mod units;
 
-pub use decoded_size::{check_decoded_size, heap_block, DecodedSize, Owned};
+pub use decoded_size::{check_decoded_size, DecodedSize, Owned};
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder};
 pub use encoder::Encoder;
 pub use error::{WireError, MAX_SIZE_KEY};
