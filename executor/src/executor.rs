@@ -88,9 +88,11 @@ pub const STOP_GRACE: Duration = Duration::from_secs(3);
 /// The reason given to running tasks when the executor stops.
 pub const STOP_REASON: &str = "Executor is stopping";
 
-/// How long a runner keeps retrying a status update the connection's outbox has no room
-/// for, before it gives the update up.
-const STATUS_RETRY_LIMIT: Duration = Duration::from_secs(30);
+/// How long a runner retries a status update the connection's outbox has no room for
+/// before it says so in the log. It goes on retrying until the executor stops: an update
+/// given up would leave its task running at the driver for good, its cores taken, while
+/// heartbeats still went through.
+const STATUS_RETRY_WARNING: Duration = Duration::from_secs(30);
 
 /// The most status updates a runner leaves queued before it sends them on.
 const FLUSH_EVERY: usize = 32;
@@ -1165,18 +1167,24 @@ impl Inner {
     }
 
     /// Sends a status update deferred (the runner flushes), retrying while the
-    /// connection's outbox is full.
+    /// connection's outbox is full, until the executor stops.
     fn send_status(&self, task_id: u64, message: &Message) {
         let mut started: Option<Instant> = None;
+        let mut warned = false;
         let mut pause = Duration::from_micros(100);
         loop {
             match self.status.send_status_deferred(message) {
                 Ok(()) => return,
-                Err(RpcError::OutboxFull { .. })
-                    if !self.stopped.load(Ordering::Acquire)
-                        && started.get_or_insert_with(Instant::now).elapsed()
-                            < STATUS_RETRY_LIMIT =>
-                {
+                Err(RpcError::OutboxFull { .. }) if !self.stopped.load(Ordering::Acquire) => {
+                    let waited = started.get_or_insert_with(Instant::now).elapsed();
+                    if !warned && waited >= STATUS_RETRY_WARNING {
+                        warned = true;
+                        warn!(
+                            "The status update of task (TID {task_id}) has waited {}s for \
+                             room in the connection to the driver; still trying",
+                            waited.as_secs()
+                        );
+                    }
                     // What this runner queued must leave for the outbox to drain.
                     self.status.flush();
                     std::thread::sleep(pause);
@@ -2106,5 +2114,80 @@ mod tests {
         assert_eq!(seen[0], (1, full.to_owned()));
         assert_eq!(seen[1], (2, full.to_owned()));
         assert_eq!(seen[2], (3, "1 [] [] None None".to_owned()));
+    }
+
+    /// Refuses the first `refusals` sends as a full outbox would, then collects.
+    struct FullFor {
+        refusals: AtomicUsize,
+        calls: AtomicUsize,
+        sent: Mutex<mpsc::Sender<StatusUpdate>>,
+    }
+
+    impl StatusSender for FullFor {
+        fn send_status(&self, message: &Message) -> Result<(), RpcError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let refuse = self
+                .refusals
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if refuse {
+                return Err(RpcError::OutboxFull {
+                    peer: "127.0.0.1:1".parse().unwrap(),
+                    queued: 64 << 20,
+                    limit: 64 << 20,
+                });
+            }
+            let Message::StatusUpdate(update) = message else {
+                panic!("not a status update: {message:?}");
+            };
+            let _ = lock(&self.sent).send(update.clone());
+            Ok(())
+        }
+    }
+
+    fn full_for(refusals: usize) -> (Executor, Arc<FullFor>, mpsc::Receiver<StatusUpdate>) {
+        let (tx, rx) = mpsc::channel();
+        let sender = Arc::new(FullFor {
+            refusals: AtomicUsize::new(refusals),
+            calls: AtomicUsize::new(0),
+            sent: Mutex::new(tx),
+        });
+        let config = ExecutorConfig::new("7", "localhost", 1);
+        let executor =
+            Executor::new(config, TaskRegistry::with_builtins(), sender.clone()).unwrap();
+        (executor, sender, rx)
+    }
+
+    impl StatusSender for Arc<FullFor> {
+        fn send_status(&self, message: &Message) -> Result<(), RpcError> {
+            (**self).send_status(message)
+        }
+    }
+
+    /// A status update is never given up while the executor runs: dropped, its task would
+    /// stay running at the driver for good. One refused for a long stretch still arrives.
+    #[test]
+    fn a_status_update_refused_by_a_full_outbox_is_retried_until_it_goes() {
+        let (executor, sender, rx) = full_for(60);
+        executor.launch_task(task(1, "noop", b"")).unwrap();
+        let update = rx.recv_timeout(WAIT).expect("the update arrives");
+        assert_eq!(update.task_id, 1);
+        assert_eq!(sender.calls.load(Ordering::SeqCst), 61);
+        assert!(executor.stop());
+    }
+
+    /// ... and the retrying ends when the executor stops.
+    #[test]
+    fn a_stop_ends_the_retrying_of_a_status_update() {
+        let (executor, sender, rx) = full_for(usize::MAX);
+        executor.launch_task(task(1, "noop", b"")).unwrap();
+        wait_until("a few refusals", || {
+            sender.calls.load(Ordering::SeqCst) >= 3
+        });
+        assert!(
+            executor.stop_within(WAIT),
+            "the runner is not stuck retrying"
+        );
+        assert!(rx.try_recv().is_err());
     }
 }
