@@ -19,7 +19,7 @@ use crate::driver_endpoint::{DriverEndpoint, HeartbeatReceiver};
 use crate::events::SchedulerListener;
 use crate::job::TaskSetHandle;
 use crate::task_scheduler::TaskScheduler;
-use crate::task_set::TaskSet;
+use crate::task_set::{TaskSet, TaskSetId};
 use crate::SchedulerError;
 
 /// How long [`Driver::stop`] gives executors to exit on their own once asked to.
@@ -73,6 +73,10 @@ pub enum DriverError {
     /// The driver was stopped while a submission waited for it to be ready.
     #[error("the driver was stopped while waiting for executors to register")]
     Stopped,
+    /// A task set was submitted to a driver that is stopping or stopped: nothing would
+    /// run it.
+    #[error("the driver is stopping: task set {0} is not taken")]
+    Stopping(TaskSetId),
 }
 
 /// A running driver.
@@ -206,6 +210,11 @@ impl Driver {
             let mut core = self.core();
             if let Some(failure) = core.failure() {
                 return Err(DriverError::ExecutorsFailed(failure.to_owned()));
+            }
+            // Under the lock that stop takes to begin: a task set is either refused here
+            // or ended by the stop.
+            if core.is_stopping() {
+                return Err(DriverError::Stopping(task_set.id));
             }
             core.submit(Instant::now(), task_set)?
         };
@@ -432,7 +441,7 @@ impl Driver {
             return Ok(());
         }
         info!("Shutting down all executors");
-        self.core().begin_stopping();
+        self.core().begin_stopping(Instant::now());
         let stopping = self
             .endpoint
             .ask(&Message::StopExecutors)

@@ -54,6 +54,9 @@ pub const STALE_EXECUTOR: &str = "Stale executor after cluster manager re-regist
 pub const MESSAGE_OVERHEAD: usize = 64 * 1024;
 /// The most bytes asked for in one block fetch.
 const MAX_CHUNK: usize = 8 * 1024 * 1024;
+/// Why task sets still open when the driver stops end failed.
+pub const DRIVER_STOPPED: &str = "the driver was shut down";
+
 /// Offer rounds one call may run when launches keep failing, before leaving it to the
 /// revive timer.
 const MAX_OFFER_ROUNDS: usize = 4;
@@ -287,6 +290,12 @@ impl DriverCore {
         self.ready_logged || self.is_ready(now)
     }
 
+    /// Whether the driver is stopping ([`DriverCore::begin_stopping`] or StopExecutors):
+    /// no more offers are made.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
     /// Why the driver gave up on executors (`executor.maxNumFailures` reached), if it
     /// has.
     pub fn failure(&self) -> Option<&str> {
@@ -316,7 +325,13 @@ impl DriverCore {
         let id = task_set.id;
         let job_id = task_set.job_id;
         let shared = TaskSetShared::new(task_set.tasks.len(), now);
+        // What earlier task sets left to do (an end, for one) is done before a new one
+        // with the same id can take their place.
+        self.process_actions(now);
         self.scheduler.submit_tasks(now, task_set)?;
+        // A new task set starts its driver.maxResultSize tally afresh, even under the id
+        // of one that ended moments ago.
+        self.result_sizes.remove(&id);
         self.handles.insert(id, shared.clone());
         self.process_actions(now);
         Ok(TaskSetHandle { id, job_id, shared })
@@ -382,11 +397,15 @@ impl DriverCore {
                 self.num_pending_executors
             );
         }
-        let free_slots = cores.saturating_add(
-            self.settings
-                .prefetch
-                .saturating_mul(self.settings.task_cpus),
-        );
+        // Launch pipelining deepens the queue of an executor that can run a task; it
+        // does not make one with fewer cores than task.cpus eligible.
+        let cpus = self.settings.task_cpus;
+        let queue_slots = if cores >= cpus {
+            self.settings.prefetch.saturating_mul(cpus)
+        } else {
+            0
+        };
+        let free_slots = cores.saturating_add(queue_slots);
         self.executors.insert(
             executor_id.clone(),
             ExecutorData {
@@ -403,11 +422,17 @@ impl DriverCore {
         // Posts ExecutorAdded.
         self.scheduler
             .executor_added(executor_id.clone(), host, cores);
-        // The seeds' makeOffers(): every executor's free cores, not only the new one's,
-        // since a new executor changes the locality levels a task set may launch at.
+        Ok(())
+    }
+
+    /// What follows a registration once it is answered: the seeds' `makeOffers()`, every
+    /// executor's free cores, not only the new one's, since a new executor changes the
+    /// locality levels a task set may launch at. After the answer, as in the seeds:
+    /// launches queued first could fill the connection's outbox and have the answer
+    /// refused, and the executor would wait for it until its ask timed out.
+    pub fn offer_after_registration(&mut self, now: Instant) {
         self.make_offers(now);
         self.process_actions(now);
-        Ok(())
     }
 
     // ---- status updates ------------------------------------------------------------
@@ -861,7 +886,7 @@ impl DriverCore {
     /// Carries out what the scheduler asked for: kills, offers, and events for the
     /// listeners and the task set handles.
     pub fn process_actions(&mut self, now: Instant) {
-        for _ in 0..MAX_OFFER_ROUNDS {
+        for round in 0..=MAX_OFFER_ROUNDS {
             let mut revive = false;
             while let Some(action) = self.scheduler.poll_action() {
                 match action {
@@ -876,6 +901,12 @@ impl DriverCore {
                 }
             }
             if !revive {
+                return;
+            }
+            if round == MAX_OFFER_ROUNDS {
+                // The actions of the last round are carried out all the same; the revive
+                // they ask for is left to the next event or the periodic revive.
+                debug!("A revive is left to the next round of offers");
                 return;
             }
             self.make_offers(now);
@@ -1130,8 +1161,9 @@ impl DriverCore {
             return;
         }
         let target = self.target_executors;
-        self.num_pending_executors =
-            (target + self.pending_removals()).saturating_sub(self.num_existing_executors());
+        self.num_pending_executors = target
+            .saturating_add(self.pending_removals())
+            .saturating_sub(self.num_existing_executors());
         if let Err(e) = self.cluster_manager.request_total_executors(target) {
             self.replace_pending = true;
             self.executor_failed(e.to_string());
@@ -1168,7 +1200,9 @@ impl DriverCore {
             "Number of pending executors is now {}",
             self.num_pending_executors
         );
-        let total = (self.num_existing_executors() + self.num_pending_executors)
+        let total = self
+            .num_existing_executors()
+            .saturating_add(self.num_pending_executors)
             .saturating_sub(self.pending_removals());
         self.request_total(total)
     }
@@ -1181,8 +1215,9 @@ impl DriverCore {
             )));
         }
         let total = u32::try_from(total).unwrap_or(u32::MAX);
-        self.num_pending_executors =
-            (total + self.pending_removals()).saturating_sub(self.num_existing_executors());
+        self.num_pending_executors = total
+            .saturating_add(self.pending_removals())
+            .saturating_sub(self.num_existing_executors());
         self.request_total(total)
     }
 
@@ -1237,7 +1272,9 @@ impl DriverCore {
             self.num_pending_executors = self.num_pending_executors.saturating_add(count);
             self.request_total(self.target_executors)
         } else {
-            let total = (self.num_existing_executors() + self.num_pending_executors)
+            let total = self
+                .num_existing_executors()
+                .saturating_add(self.num_pending_executors)
                 .saturating_sub(self.pending_removals());
             self.request_total(total)
         };
@@ -1283,8 +1320,17 @@ impl DriverCore {
     /// executors that never registered ([`ClusterManager::stopping`]). Refusing
     /// registrations first keeps one already on its way from such an executor from
     /// being taken, and offered tasks, as it dies.
-    pub fn begin_stopping(&mut self) {
+    ///
+    /// Task sets still open end, failed ([`DRIVER_STOPPED`]): nothing will run them, and
+    /// whoever waits for one would otherwise wait for all of its timeout.
+    pub fn begin_stopping(&mut self, now: Instant) {
         self.stopping = true;
+        for (id, handle) in self.handles.drain() {
+            handle.finish(
+                Some(format!("Task set {id} cancelled: {DRIVER_STOPPED}")),
+                now,
+            );
+        }
         let registered: Vec<String> = self.executors.keys().map(|id| id.to_string()).collect();
         self.cluster_manager.stopping(&registered);
     }
@@ -1377,7 +1423,7 @@ mod tests {
         let env = RpcEnv::new(&Conf::new()).unwrap();
         let core = core(1.0, Duration::from_secs(30), t0);
         let mut core = core.lock().unwrap();
-        core.begin_stopping();
+        core.begin_stopping(t0);
         assert_eq!(
             core.register_executor(t0, registration(&env, "3")),
             Err("The driver is stopping: executor 3 is not needed".to_owned())

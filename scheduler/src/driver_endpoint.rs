@@ -113,8 +113,12 @@ impl Endpoint for DriverEndpoint {
                     Ok(()) => Message::RegisteredExecutor,
                     Err(reason) => Message::RegisterExecutorFailed { message: reason },
                 };
+                let registered = matches!(reply, Message::RegisteredExecutor);
                 if let Err(e) = message.reply(&reply) {
                     warn!("Cannot answer the registration of executor {executor_id}: {e}");
+                }
+                if registered {
+                    core.offer_after_registration(now);
                 }
             }
             ArchivedMessage::ReviveOffers => core.make_offers(now),
@@ -180,7 +184,11 @@ impl Endpoint for DriverEndpoint {
         let core = self.core.clone();
         let mut core = lock(&core);
         if Some(timer) == self.revive_timer {
+            // A timer's turn has no batch end: what the launches asked for (a task set
+            // aborted for a task over rpc.message.maxSize, its kills, its end) is carried
+            // out here, not at some later message.
             core.make_offers(now);
+            core.process_actions(now);
         } else if self.scheduler_timer.map(|(_, t)| t) == Some(timer) {
             self.scheduler_timer = None;
             core.scheduler.handle_timeout(now);

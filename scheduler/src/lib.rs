@@ -90,7 +90,7 @@ pub use cluster_manager::{
 };
 pub use config::{SchedulerConfig, SpeculationConfig};
 pub use driver::{Driver, DriverError};
-pub use driver_core::{DISASSOCIATED, MAX_EXECUTOR_ID_LEN, STALE_EXECUTOR};
+pub use driver_core::{DISASSOCIATED, DRIVER_STOPPED, MAX_EXECUTOR_ID_LEN, STALE_EXECUTOR};
 pub use error::SchedulerError;
 pub use events::{
     Action, JobResult, SchedulerEvent, SchedulerListener, TaskEndReason, TaskMetricsUpdate,

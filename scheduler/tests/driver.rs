@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::LogCapture;
-use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
+use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv, RpcError};
 use flint_scheduler::cluster_manager::ClusterManagerError;
 use flint_scheduler::{
     ClusterManager, Driver, DriverError, ExitedExecutor, SchedulerEvent, SchedulerListener,
-    TaskSet, TaskSetHandle, DISASSOCIATED, MAX_EXECUTOR_ID_LEN, STALE_EXECUTOR,
+    TaskSet, TaskSetError, TaskSetHandle, DISASSOCIATED, DRIVER_STOPPED, MAX_EXECUTOR_ID_LEN,
+    STALE_EXECUTOR,
 };
 use flint_wire::{
     AccumulatorUpdate, ArchivedMessage, Message, RegisterExecutor, StatusUpdate, TaskAccumUpdates,
@@ -139,17 +140,27 @@ impl FakeExecutor {
     }
 
     fn register(&self, host: &str, cores: u32) -> Message {
-        self.driver
-            .ask(&Message::RegisterExecutor(RegisterExecutor {
-                executor_id: self.id.as_str().into(),
-                executor_address: self.env.address().to_string(),
-                endpoint_name: EXECUTOR_ENDPOINT.into(),
-                hostname: host.into(),
-                cores,
-                log_urls: vec![],
-            }))
-            .unwrap()
-            .to_message()
+        self.register_within(host, cores, WAIT).unwrap()
+    }
+
+    fn register_within(
+        &self,
+        host: &str,
+        cores: u32,
+        timeout: Duration,
+    ) -> Result<Message, RpcError> {
+        let registration = Message::RegisterExecutor(RegisterExecutor {
+            executor_id: self.id.as_str().into(),
+            executor_address: self.env.address().to_string(),
+            endpoint_name: EXECUTOR_ENDPOINT.into(),
+            hostname: host.into(),
+            cores,
+            log_urls: vec![],
+        });
+        Ok(self
+            .driver
+            .ask_timeout(&registration, timeout)?
+            .to_message())
     }
 
     fn report(&self, task_id: u64, state: TaskState, value: &'static [u8]) {
@@ -315,6 +326,59 @@ fn a_status_update_frees_the_core_and_the_next_task_launches_at_once() {
     let outcome = handle.wait(WAIT).unwrap();
     assert_eq!(outcome.results, [&b"done"[..], b"done", b"done"]);
     wait_until("the core is free", || driver.free_slots("su-1") == Some(1));
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_registration_is_answered_before_the_new_executor_gets_tasks_larger_than_its_outbox() {
+    // Launches that fill the connection's outbox before the answer would have it
+    // refused, and the executor would wait for it until its ask timed out.
+    let (driver, _, _) = driver(&["rpc.outbox.maxBytes=64k"]);
+    let input = vec![7u8; 256 << 10];
+    let payload = TaskPayload::encode("noop", &input).unwrap();
+    let _handle = driver.submit(TaskSet::new(0, 0, 2, payload)).unwrap();
+    let executor = FakeExecutor::start(driver.address(), "rg-1");
+    let answer = executor.register_within("h", 2, Duration::from_secs(5));
+    assert!(
+        matches!(answer, Ok(Message::RegisteredExecutor)),
+        "{answer:?}"
+    );
+    wait_until("both launches", || executor.inbox.launched().len() == 2);
+    driver.stop().unwrap();
+}
+
+#[test]
+fn with_prefetch_an_executor_with_fewer_cores_than_a_task_needs_still_gets_none() {
+    let (driver, _, _) = driver(&["executor.taskPrefetch=1", "task.cpus=2"]);
+    let small = FakeExecutor::start(driver.address(), "pf-small");
+    small.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    let large = FakeExecutor::start(driver.address(), "pf-large");
+    large.register("h", 2);
+    wait_until("a launch", || large.inbox.launched().len() == 1);
+    assert!(small.inbox.launched().is_empty(), "1 core, 2 cpus a task");
+    large.report(large.inbox.launched()[0], TaskState::Finished, b"");
+    assert!(handle.wait(WAIT).is_ok());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_task_set_submitted_again_under_the_same_id_starts_its_result_tally_afresh() {
+    static RESULT: [u8; 20 << 10] = [1; 20 << 10];
+    let (driver, _, _) = driver(&["driver.maxResultSize=25k"]);
+    let executor = FakeExecutor::start(driver.address(), "rs-1");
+    executor.register("h", 1);
+    for round in 1..=2 {
+        let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+        wait_until("a launch", || executor.inbox.launched().len() == round);
+        executor.report(
+            executor.inbox.launched()[round - 1],
+            TaskState::Finished,
+            &RESULT,
+        );
+        let outcome = handle.wait(WAIT);
+        assert!(outcome.is_ok(), "round {round}: {outcome:?}");
+    }
     driver.stop().unwrap();
 }
 
@@ -518,6 +582,18 @@ fn executor_requests_reach_the_cluster_manager_and_negative_counts_are_refused()
 }
 
 #[test]
+fn executor_requests_past_what_a_count_holds_ask_for_the_most_it_holds() {
+    let (driver, cluster, _) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "req-max");
+    executor.register("h", 1);
+    assert!(driver.request_executors(i64::MAX).unwrap());
+    assert_eq!(cluster.totals.lock().unwrap().last(), Some(&u32::MAX));
+    assert!(driver.request_total_executors(i64::MAX).unwrap());
+    assert_eq!(cluster.totals.lock().unwrap().last(), Some(&u32::MAX));
+    driver.stop().unwrap();
+}
+
+#[test]
 fn heartbeats_ask_unknown_executors_to_register_and_silent_ones_expire() {
     let (driver, cluster, events) =
         driver(&["network.timeout=2s", "executor.heartbeatInterval=50ms"]);
@@ -588,6 +664,27 @@ fn stop_asks_every_executor_to_stop_and_reset_removes_them_as_stale() {
     }
     assert!(logs().contains(Level::INFO, "Asking each executor to shut down"));
     assert!(logs().contains(Level::INFO, "Shutting down all executors"));
+}
+
+#[test]
+fn a_stop_ends_open_task_sets_and_later_submissions_are_refused() {
+    let (driver, _, _) = driver(&[]);
+    let executor = FakeExecutor::start(driver.address(), "st-open");
+    executor.register("h", 1);
+    let (handle, _) = one_task_launched_on(&driver, &executor);
+    driver.stop().unwrap();
+    // Ended by the stop, not by the wait's timeout.
+    let outcome = handle.wait(WAIT);
+    let Err(TaskSetError::Failed { message, .. }) = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(message.contains(DRIVER_STOPPED), "{message}");
+    let refused = driver.submit(TaskSet::new(1, 0, 1, noop()));
+    assert!(
+        matches!(refused, Err(DriverError::Stopping(_))),
+        "{:?}",
+        refused.map(|h| h.id())
+    );
 }
 
 #[test]
@@ -902,6 +999,28 @@ fn the_periodic_revive_launches_what_no_event_offered() {
     });
     executor.report(executor.inbox.launched()[0], TaskState::Finished, b"");
     assert!(handle.wait(WAIT).is_ok());
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_task_too_large_for_a_periodic_revive_fails_its_task_set_at_once() {
+    // Only the periodic revive can launch here (as above); its launch of a task over
+    // rpc.message.maxSize aborts the task set, and the abort reaches the handle in the
+    // timer's own turn, with no other message to carry it out.
+    let (driver, _, _) = driver(&["scheduler.revive.interval=50ms", "rpc.message.maxSize=1"]);
+    let executor = FakeExecutor::start(driver.address(), "rv-big");
+    executor.register("host-rv-big", 1);
+    driver.exclude_host("host-rv-big");
+    let payload = TaskPayload::encode("noop", &vec![1u8; 2 << 20]).unwrap();
+    let handle = driver.submit(TaskSet::new(0, 0, 1, payload)).unwrap();
+    barrier(&driver);
+    driver.include_host("host-rv-big");
+    let outcome = handle.wait(Duration::from_secs(3));
+    let message = format!("{:?}", outcome.unwrap_err());
+    assert!(
+        message.contains("which exceeds max allowed: rpc.message.maxSize"),
+        "{message}"
+    );
     driver.stop().unwrap();
 }
 
