@@ -125,6 +125,10 @@ struct ExecutorArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // A driver holds a connection, and a descriptor, per executor and more.
+    if let Err(e) = flint_rpc::raise_descriptor_limit() {
+        tracing::debug!("cannot raise the limit on open descriptors: {e}");
+    }
     match cli.command {
         Command::Run(args) => run(args),
         Command::Driver(args) => driver(args),

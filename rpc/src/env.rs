@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use flint_wire::{Message, Route, SharedStr};
 use rustc_hash::FxHashMap;
-use tracing::error;
+use tracing::{error, warn};
 
 use crate::ask::{self, PendingAsks, ReplySlot, Started};
 use crate::conf::{Conf, ASK_TIMEOUT_KEY};
@@ -308,6 +308,29 @@ impl std::fmt::Debug for RpcEnvHandle {
             .finish()
     }
 }
+
+/// Says once per process when `rpc.io.maxConnections` is more than the descriptor limit
+/// allows: connections past the limit then fail in the kernel (and with them whatever
+/// else the process opens), not at flint's cap.
+#[cfg(unix)]
+fn warn_if_short_of_descriptors(max_connections: usize) {
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        let limit = crate::socket::descriptor_limit();
+        if (max_connections as u64).saturating_add(DESCRIPTORS_BESIDE_PEERS) > limit {
+            warn!(
+                "rpc.io.maxConnections ({max_connections}) is more than this process's \
+                 limit of {limit} open descriptors allows; raise the limit (ulimit -n) or \
+                 lower rpc.io.maxConnections"
+            );
+        }
+    });
+}
+
+/// Descriptors a process running an environment needs besides its peers' connections
+/// (its pollers, its listener, its own connections out, files): a margin, not a count.
+#[cfg(unix)]
+const DESCRIPTORS_BESIDE_PEERS: u64 = 64;
 
 impl RpcEnvHandle {
     /// The address this environment listens on.
@@ -766,6 +789,8 @@ impl RpcEnv {
 
     /// As [`RpcEnv::new`], with settings already read.
     pub fn with_settings(settings: Settings) -> Result<RpcEnv, RpcError> {
+        #[cfg(unix)]
+        warn_if_short_of_descriptors(settings.max_connections);
         let listener = crate::socket::listen(settings.bind, &settings.socket)?;
         let address = listener.local_addr()?;
         let poll = mio::Poll::new()?;

@@ -44,6 +44,9 @@ const READ_BUDGET: usize = 256 << 10;
 /// The most often a refused connection (`rpc.io.maxConnections`) is a warning.
 const REFUSAL_WARNING_EVERY: Duration = Duration::from_secs(60);
 
+/// How long after a failed `accept` (out of descriptors, say) the loop tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ConnState {
     Connecting { deadline: Instant },
@@ -425,6 +428,12 @@ pub(crate) struct EventLoop {
     /// When refusing a connection was last a warning, and the refusals since: at most
     /// one warning a minute, however many peers knock.
     refusal_warned: Option<Instant>,
+    /// When to try `accept` again after it failed (out of descriptors, say): the
+    /// listener is edge-triggered, so connections left in its backlog raise no event.
+    accept_retry_at: Option<Instant>,
+    /// Failed accepts since the last warning, and when that was.
+    accept_failures_unwarned: u64,
+    accept_failure_warned: Option<Instant>,
     refused_unwarned: u64,
     endpoints: Endpoints,
     local_decoder: FrameDecoder,
@@ -490,6 +499,9 @@ impl EventLoop {
             connections: FxHashMap::default(),
             incoming: 0,
             refusal_warned: None,
+            accept_retry_at: None,
+            accept_failures_unwarned: 0,
+            accept_failure_warned: None,
             refused_unwarned: 0,
             local_decoder: FrameDecoder::new(max_payload),
             control: Encoder::new(max_payload),
@@ -629,6 +641,9 @@ impl EventLoop {
     /// tells the ask table that the loop turns by then without being woken.
     fn compute_next_deadline(&mut self) -> Option<Instant> {
         let mut next = self.endpoints.timers.next_deadline();
+        if let Some(retry) = self.accept_retry_at {
+            next = Some(next.map_or(retry, |n| n.min(retry)));
+        }
         for deadline in self.connections.values().filter_map(Connection::deadline) {
             next = Some(next.map_or(deadline, |n| n.min(deadline)));
         }
@@ -650,6 +665,10 @@ impl EventLoop {
     }
 
     fn expire(&mut self, now: Instant) {
+        if !self.stopping && self.accept_retry_at.is_some_and(|at| at <= now) {
+            self.accept_retry_at = None;
+            self.accept();
+        }
         self.shared
             .asks
             .lock()
@@ -799,8 +818,23 @@ impl EventLoop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // Out of descriptors and the like: try again on the next event.
-                    warn!("accept failed: {e}");
+                    // Out of descriptors and the like: try again a little later, and say
+                    // so at most once a minute (a peer could otherwise fill the log).
+                    let now = Instant::now();
+                    self.accept_retry_at = Some(now + ACCEPT_RETRY);
+                    self.accept_failures_unwarned += 1;
+                    if self.accept_failure_warned.is_none_or(|warned| {
+                        now.saturating_duration_since(warned) >= REFUSAL_WARNING_EVERY
+                    }) {
+                        warn!(
+                            "accept failed ({} time(s) since the last such warning): {e}; \
+                             trying again every {} ms",
+                            self.accept_failures_unwarned,
+                            ACCEPT_RETRY.as_millis()
+                        );
+                        self.accept_failure_warned = Some(now);
+                        self.accept_failures_unwarned = 0;
+                    }
                     return;
                 }
             }

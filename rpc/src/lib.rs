@@ -86,6 +86,8 @@ pub use conf::Conf;
 pub use endpoint::{Endpoint, EndpointContext, Incoming, Reply, ReplyHandle};
 pub use env::{EndpointRef, RpcEnv, RpcEnvHandle, RpcStats, Settings};
 pub use error::{RpcError, Target, TimeoutSource};
+#[cfg(unix)]
+pub use socket::raise_descriptor_limit;
 pub use socket::SocketOptions;
 pub use timer::TimerId;
 pub use turns::LoopLease;

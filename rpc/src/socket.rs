@@ -81,6 +81,38 @@ fn connect_in_progress(error: &io::Error) -> bool {
     error.kind() == io::ErrorKind::WouldBlock
 }
 
+/// Raises this process's soft limit on open descriptors to its hard limit (at most
+/// 1,048,576), as servers with many peers do: every connection takes a descriptor, and
+/// the usual soft limit, 1,024, is far below `rpc.io.maxConnections`' default. Returns
+/// the soft limit now in force. The `flint` command calls it at start; an application
+/// embedding flint decides for itself.
+///
+/// ```
+/// let limit = flint_rpc::raise_descriptor_limit().unwrap();
+/// assert!(limit >= 1);
+/// ```
+#[cfg(unix)]
+pub fn raise_descriptor_limit() -> io::Result<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    const MOST: u64 = 1 << 20;
+    let mut limit = getrlimit(Resource::Nofile);
+    let current = limit.current.unwrap_or(u64::MAX);
+    let wanted = limit.maximum.unwrap_or(u64::MAX).min(MOST);
+    if current >= wanted {
+        return Ok(current);
+    }
+    limit.current = Some(wanted);
+    setrlimit(Resource::Nofile, limit)?;
+    Ok(wanted)
+}
+
+/// The soft limit on this process's open descriptors.
+#[cfg(unix)]
+pub(crate) fn descriptor_limit() -> u64 {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    limit.current.unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
