@@ -1299,12 +1299,14 @@ impl DriverCore {
     }
 
     /// The seeds' `reset`: forget pending requests and remove every executor as stale.
+    /// They are not replaced: whoever resets (a cluster manager starting over) asks for
+    /// executors again, and numPendingExecutors stays 0.
     pub fn reset(&mut self, now: Instant) {
         self.num_pending_executors = 0;
         self.pending_to_remove.clear();
         let ids: Vec<SharedStr> = self.executors.keys().cloned().collect();
         for id in ids {
-            self.remove_executor(
+            self.lose_executor(
                 now,
                 &id,
                 ExecutorLossReason::SlaveLost {
@@ -1313,6 +1315,7 @@ impl DriverCore {
                 },
             );
         }
+        self.process_actions(now);
     }
 
     /// The driver is about to stop ([`crate::Driver::stop`], before StopExecutors): no

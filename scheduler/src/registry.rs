@@ -99,8 +99,16 @@ impl ExecutorRegistry {
     }
 
     /// Says that `host` is in `rack` (racks are unknown unless said).
+    /// A host said to be in another rack leaves its old one.
     pub fn set_rack(&mut self, host: &SharedStr, rack: &SharedStr) {
-        self.rack_of_host.insert(host.clone(), rack.clone());
+        if let Some(old) = self.rack_of_host.insert(host.clone(), rack.clone()) {
+            if let Some(hosts) = self.hosts_by_rack.get_mut(&old) {
+                hosts.remove(host);
+                if hosts.is_empty() {
+                    self.hosts_by_rack.remove(&old);
+                }
+            }
+        }
         if self.executors_by_host.contains_key(host) {
             self.hosts_by_rack
                 .entry(rack.clone())
@@ -332,6 +340,19 @@ mod tests {
         assert_eq!(registry.remove("a").unwrap().slot, 0);
         assert_eq!(registry.add(&SharedStr::from("c"), &host, 1), (0, true));
         assert_eq!(registry.add(&a, &host, 1), (2, true));
+    }
+
+    #[test]
+    fn a_host_moved_to_another_rack_leaves_the_old_one() {
+        let mut registry = ExecutorRegistry::default();
+        let host = SharedStr::from("h");
+        registry.add(&SharedStr::from("a"), &host, 1);
+        registry.set_rack(&host, &SharedStr::from("r1"));
+        assert!(registry.has_host_alive_on_rack("r1"));
+        registry.set_rack(&host, &SharedStr::from("r2"));
+        assert!(!registry.has_host_alive_on_rack("r1"));
+        assert!(registry.has_host_alive_on_rack("r2"));
+        assert_eq!(registry.rack_of("h").map(|r| &**r), Some("r2"));
     }
 
     #[test]

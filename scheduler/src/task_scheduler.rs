@@ -776,9 +776,13 @@ impl TaskScheduler {
         }
     }
 
-    /// Says which rack a host is in (racks are unknown unless said).
+    /// Says which rack a host is in (racks are unknown unless said). Task sets
+    /// recompute their locality levels: a rack with a live host is a level to wait at.
     pub fn set_rack(&mut self, host: impl Into<SharedStr>, rack: impl Into<SharedStr>) {
         self.registry.set_rack(&host.into(), &rack.into());
+        for manager in self.task_sets.values_mut() {
+            manager.recompute_locality(&self.registry);
+        }
     }
 
     /// An executor's heartbeat with its running tasks' metrics (the seeds'

@@ -640,7 +640,8 @@ fn heartbeats_ask_unknown_executors_to_register_and_silent_ones_expire() {
 
 #[test]
 fn stop_asks_every_executor_to_stop_and_reset_removes_them_as_stale() {
-    let (driver, _, events) = driver(&[]);
+    let (driver, cluster, events) = driver(&[]);
+    assert!(driver.request_total_executors(2).unwrap());
     let executors: Vec<FakeExecutor> = (1..=2)
         .map(|i| {
             let e = FakeExecutor::start(driver.address(), &format!("st-{i}"));
@@ -649,6 +650,10 @@ fn stop_asks_every_executor_to_stop_and_reset_removes_them_as_stale() {
         })
         .collect();
     driver.reset();
+    // As the seeds' reset: nothing pending, and the stale executors are not replaced
+    // (whoever resets asks again).
+    assert_eq!(driver.num_pending_executors(), 0);
+    assert_eq!(*cluster.totals.lock().unwrap(), [2]);
     for e in &executors {
         assert!(events.any(
             |ev| matches!(ev, SchedulerEvent::ExecutorRemoved { executor_id, reason }

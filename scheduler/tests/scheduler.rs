@@ -227,6 +227,23 @@ fn delay_scheduling_waits_for_locality_then_relaxes() {
 }
 
 #[test]
+fn a_host_said_to_be_in_a_task_s_rack_after_its_submission_gives_it_a_rack_level() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(config());
+    s.set_rack("host-a", "rack-1");
+    s.executor_added("c1", "host-c", 1);
+    let mut set = TaskSet::new(0, 0, 1, payload());
+    set.tasks[0] = TaskSpec::new(0).with_locations(vec![TaskLocation::Host("host-a".into())]);
+    s.submit_tasks(base, set).unwrap();
+    // host-a has no executor and rack-1 no live host yet.
+    let levels = s.task_set(id(0, 0)).unwrap().locality_levels().to_vec();
+    assert_eq!(levels, [TaskLocality::Any]);
+    s.set_rack("host-c", "rack-1");
+    let levels = s.task_set(id(0, 0)).unwrap().locality_levels().to_vec();
+    assert_eq!(levels, [TaskLocality::RackLocal, TaskLocality::Any]);
+}
+
+#[test]
 fn rack_local_comes_before_any() {
     let base = Instant::now();
     let mut s = TaskScheduler::new(config());
