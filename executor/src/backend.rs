@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use flint_rpc::log_budget::LogBudget;
 use flint_rpc::{
     Conf, Endpoint, EndpointContext, EndpointRef, Incoming, Reply, ReplyHandle, RpcEnv, RpcError,
     TimerId,
@@ -310,6 +311,8 @@ struct ExecutorEndpoint {
     /// result queued ahead of it), tried again on `chunk_timer` until the asker's timeout.
     refused_chunks: Vec<RefusedChunk>,
     chunk_timer: Option<(TimerId, Duration)>,
+    /// Lines about peers other than the driver that connect and send commands.
+    stranger_warnings: LogBudget,
 }
 
 /// A `FetchBlockChunk` to answer once the outbox has room.
@@ -464,7 +467,12 @@ impl Endpoint for ExecutorEndpoint {
         if let Some(sender) = message.sender() {
             if sender != self.backend.driver_address {
                 let kind = message.message().kind().name();
-                warn!(%sender, "Ignored {kind} from a peer that is not the driver");
+                flint_rpc::peer_warn!(
+                    self.stranger_warnings,
+                    ctx.now(),
+                    %sender,
+                    "Ignored {kind} from a peer that is not the driver"
+                );
                 let _ = message.reply_error(format!(
                     "executor {} takes commands only from its driver",
                     self.backend.executor.executor_id()
@@ -591,10 +599,14 @@ impl Endpoint for ExecutorEndpoint {
         }
     }
 
-    fn on_disconnected(&mut self, _ctx: &mut EndpointContext<'_>, remote: SocketAddr) {
+    fn on_disconnected(&mut self, ctx: &mut EndpointContext<'_>, remote: SocketAddr) {
         let backend = &self.backend;
         if remote != backend.driver_address {
-            warn!("An unknown ({remote}) driver disconnected.");
+            flint_rpc::peer_warn!(
+                self.stranger_warnings,
+                ctx.now(),
+                "An unknown ({remote}) driver disconnected."
+            );
         } else if backend.is_stopping() {
             info!("Driver from {remote} disconnected during shutdown");
         } else {
@@ -693,6 +705,7 @@ fn start(
                 refused_chunks: Vec::new(),
                 chunk_timer: None,
                 staged: Staged::with_capacity(STAGED_CAPACITY),
+                stranger_warnings: LogBudget::default(),
             },
         )
         .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor's endpoint: {e}")))?;

@@ -53,6 +53,9 @@ pub enum AuthError {
          authenticate and the same authenticate.secret"
     )]
     NotEnabled(&'static str),
+    /// The peer sent a handshake message after its handshake had ended.
+    #[error("the peer sent {0} after its authentication had ended")]
+    AfterHandshake(&'static str),
     /// No random bytes for a nonce.
     #[error("authentication failed: no random nonce: {0}")]
     Random(String),

@@ -27,6 +27,7 @@ use crate::auth::{
 use crate::endpoint::{Endpoint, EndpointContext, Incoming, Reply};
 use crate::env::{AskCompletion, Command, RpcEnvHandle, Settings, Shared, LOCAL_KEY};
 use crate::error::RpcError;
+use crate::log_budget::LogBudget;
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
 use crate::timer::{deadline_after, TimerQueue};
 
@@ -277,6 +278,8 @@ struct Endpoints {
     /// slot so that each is listed once.
     in_batch: Vec<usize>,
     batch_flags: Vec<bool>,
+    /// Lines about messages to endpoints that are not here.
+    unrouted_warnings: LogBudget,
 }
 
 impl Endpoints {
@@ -395,7 +398,12 @@ impl Endpoints {
                 if incoming.is_ask() {
                     let _ = incoming.reply_error(error.to_string());
                 } else {
-                    warn!(sender = ?incoming.sender(), "dropping a message: {error}");
+                    crate::peer_warn!(
+                        self.unrouted_warnings,
+                        now,
+                        sender = ?incoming.sender(),
+                        "dropping a message: {error}"
+                    );
                 }
             }
         }
@@ -428,6 +436,8 @@ pub(crate) struct EventLoop {
     /// When refusing a connection was last a warning, and the refusals since: at most
     /// one warning a minute, however many peers knock.
     refusal_warned: Option<Instant>,
+    /// Lines about connections closed for what their peer did (or failed to do).
+    close_warnings: LogBudget,
     /// When to try `accept` again after it failed (out of descriptors, say): the
     /// listener is edge-triggered, so connections left in its backlog raise no event.
     accept_retry_at: Option<Instant>,
@@ -494,11 +504,13 @@ impl EventLoop {
                 timers: TimerQueue::new(),
                 in_batch: Vec::new(),
                 batch_flags: Vec::new(),
+                unrouted_warnings: LogBudget::default(),
             },
             shared,
             connections: FxHashMap::default(),
             incoming: 0,
             refusal_warned: None,
+            close_warnings: LogBudget::default(),
             accept_retry_at: None,
             accept_failures_unwarned: 0,
             accept_failure_warned: None,
@@ -1087,9 +1099,14 @@ impl EventLoop {
                 continue;
             }
             if is_handshake(frame.kind()) {
-                return Err(CloseReason::Auth(AuthError::NotEnabled(
-                    frame.kind().name(),
-                )));
+                let kind = frame.kind().name();
+                return Err(CloseReason::Auth(
+                    if self.shared.settings.secret.is_some() {
+                        AuthError::AfterHandshake(kind)
+                    } else {
+                        AuthError::NotEnabled(kind)
+                    },
+                ));
             }
             let sender = Some(conn.peer);
             let outbox = conn.outbox.clone();
@@ -1229,8 +1246,9 @@ impl EventLoop {
             CloseReason::EndOfStream | CloseReason::Stopping => {
                 debug!(peer = %conn.peer, "connection closed: {reason}")
             }
-            CloseReason::Auth(_) => warn!(peer = %conn.peer, "closing connection: {reason}"),
-            _ => warn!(peer = %conn.peer, "closing connection: {reason}"),
+            _ => {
+                crate::peer_warn!(self.close_warnings, self.now, peer = %conn.peer, "closing connection: {reason}")
+            }
         }
         self.fail_outbox(&conn.outbox, &reason);
         if conn.announced {

@@ -76,6 +76,7 @@ mod env;
 mod error;
 mod event_loop;
 pub mod handoff;
+pub mod log_budget;
 pub mod outbox;
 mod socket;
 mod sync;

@@ -135,6 +135,8 @@ pub(crate) struct DriverCore {
     cluster_manager: Box<dyn ClusterManager>,
     listeners: Vec<Box<dyn SchedulerListener + Send>>,
     handles: FxHashMap<TaskSetId, Arc<TaskSetShared>>,
+    /// Lines about status updates that are ignored.
+    peer_warnings: flint_rpc::log_budget::LogBudget,
     /// Bytes of results received per task set, and how many results (for
     /// `driver.maxResultSize`).
     result_sizes: FxHashMap<TaskSetId, (u64, u32)>,
@@ -189,6 +191,7 @@ impl DriverCore {
                 cluster_manager,
                 listeners: Vec::new(),
                 handles: FxHashMap::default(),
+                peer_warnings: Default::default(),
                 result_sizes: FxHashMap::default(),
                 fetches: FxHashMap::default(),
                 created: now,
@@ -482,14 +485,18 @@ impl DriverCore {
         outcome: TaskOutcome,
     ) -> Option<BlockId> {
         if let Err(why) = self.sender_may_speak_for(sender, executor_id) {
-            warn!("Ignored task status update ({task_id} state {state}) {why}");
+            flint_rpc::peer_warn!(
+                self.peer_warnings,
+                now,
+                "Ignored task status update ({task_id} state {state}) {why}"
+            );
             return None;
         }
         // Whether the scheduler runs this attempt on this executor: only then does a
         // finished update free its cores, so an attempt is credited once.
         let runs_here = match self.scheduler.executor_of(task_id) {
             Some(runs_on) if &**runs_on != executor_id => {
-                warn!("Ignored task status update ({task_id} state {state}) from executor {executor_id}: the task runs on executor {runs_on}");
+                flint_rpc::peer_warn!(self.peer_warnings, now, "Ignored task status update ({task_id} state {state}) from executor {executor_id}: the task runs on executor {runs_on}");
                 return self.remove_unfetched_block(executor_id, &outcome);
             }
             Some(_) => true,
@@ -497,7 +504,7 @@ impl DriverCore {
         };
         if runs_here && !self.fetches.is_empty() && self.fetches.contains_key(&task_id) {
             // Its result is being fetched: the attempt already ended.
-            warn!("Ignored duplicate task status update ({task_id} state {state}) from executor {executor_id}: its result is being fetched");
+            flint_rpc::peer_warn!(self.peer_warnings, now, "Ignored duplicate task status update ({task_id} state {state}) from executor {executor_id}: its result is being fetched");
             return None;
         }
         let finished = state.is_finished();
@@ -523,7 +530,7 @@ impl DriverCore {
                 }
                 Self::offer_later_to(executor, &mut self.pending_offers);
             } else {
-                warn!("Ignored task status update ({task_id} state {state}) from unknown executor with ID {executor_id}");
+                flint_rpc::peer_warn!(self.peer_warnings, now, "Ignored task status update ({task_id} state {state}) from unknown executor with ID {executor_id}");
             }
         }
         let mut outcome = outcome;

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flint_rpc::log_budget::LogBudget;
 use flint_rpc::{Endpoint, EndpointContext, Incoming, TimerId};
 use flint_wire::{
     check_decoded_size, cut_text, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome,
@@ -30,6 +31,8 @@ pub(crate) struct DriverEndpoint {
     revive_timer: Option<TimerId>,
     /// The scheduler's next timeout (starvation, speculation, locality) and its timer.
     scheduler_timer: Option<(Instant, TimerId)>,
+    /// Lines about messages peers should not have sent.
+    peer_warnings: LogBudget,
 }
 
 impl DriverEndpoint {
@@ -39,6 +42,7 @@ impl DriverEndpoint {
             revive_interval,
             revive_timer: None,
             scheduler_timer: None,
+            peer_warnings: LogBudget::default(),
         }
     }
 
@@ -68,7 +72,7 @@ impl Endpoint for DriverEndpoint {
         if let Some(sender) = message.sender() {
             if is_for_the_driver_process_only(message.message()) {
                 let kind = message.message().kind();
-                warn!(%sender, "the driver endpoint refused {kind} from a remote peer: only the driver's own process sends it");
+                flint_rpc::peer_warn!(self.peer_warnings, ctx.now(), %sender, "the driver endpoint refused {kind} from a remote peer: only the driver's own process sends it");
                 let _ = message.reply_error(format!(
                     "{kind} is taken only from the driver's own process"
                 ));
@@ -162,7 +166,7 @@ impl Endpoint for DriverEndpoint {
                 ctx.stop();
             }
             other => {
-                warn!(sender = ?message.sender(), "the driver endpoint got an unexpected {}", other.kind());
+                flint_rpc::peer_warn!(self.peer_warnings, ctx.now(), sender = ?message.sender(), "the driver endpoint got an unexpected {}", other.kind());
                 let _ = message
                     .reply_error(format!("{} is not a message for the driver", other.kind()));
             }
@@ -238,6 +242,8 @@ pub(crate) struct HeartbeatReceiver {
     /// `rpc.message.maxSize`, which also bounds what a heartbeat's task updates take
     /// decoded.
     max_decoded: usize,
+    /// Lines about heartbeats that are ignored.
+    peer_warnings: LogBudget,
 }
 
 impl HeartbeatReceiver {
@@ -253,6 +259,7 @@ impl HeartbeatReceiver {
             core,
             check_interval,
             max_decoded,
+            peer_warnings: LogBudget::default(),
         }
     }
 }
@@ -262,7 +269,7 @@ impl Endpoint for HeartbeatReceiver {
         ctx.schedule_every(self.check_interval, self.check_interval);
     }
 
-    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+    fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
         let ArchivedMessage::Heartbeat(heartbeat) = message.message() else {
             let kind = message.message().kind();
             let _ = message.reply_error(format!("{kind} is not a heartbeat"));
@@ -273,7 +280,7 @@ impl Endpoint for HeartbeatReceiver {
         if let Err(why) = speaks_for {
             // Not a stranger to be told to register: the executor it names is
             // registered, on another connection.
-            warn!("Ignored heartbeat {why}");
+            flint_rpc::peer_warn!(self.peer_warnings, ctx.now(), "Ignored heartbeat {why}");
             let _ = message.reply(&Message::HeartbeatResponse {
                 reregister_block_manager: false,
             });
@@ -288,7 +295,7 @@ impl Endpoint for HeartbeatReceiver {
                 rkyv::deserialize::<_, rancor::Error>(&heartbeat.accum_updates).unwrap_or_default()
             }
             Err(refused) => {
-                warn!("Ignored the task updates in a heartbeat from executor {executor_id}: {refused}");
+                flint_rpc::peer_warn!(self.peer_warnings, ctx.now(), "Ignored the task updates in a heartbeat from executor {executor_id}: {refused}");
                 Vec::new()
             }
         };

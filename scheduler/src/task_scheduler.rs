@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use flint_rpc::conf::{Conf, SchedulingMode};
+use flint_rpc::log_budget::{LogBudget, Spend};
 use flint_wire::{
     ExecutorLossReason, SharedStr, TaskDescription, TaskFailureKind, TaskOutcome, TaskState,
 };
@@ -34,6 +35,8 @@ pub const STARVATION_WARNING: &str = "Initial job has not accepted any resources
 /// comes.
 #[derive(Debug)]
 pub struct TaskScheduler {
+    /// Lines about updates for tasks that are not running (a peer decides how many).
+    ignored_updates: LogBudget,
     config: SchedulerConfig,
     rng: SplitMix64,
     registry: ExecutorRegistry,
@@ -75,6 +78,7 @@ impl TaskScheduler {
     pub fn new(config: SchedulerConfig) -> Self {
         let pools = Pools::new(config.mode, &config.pools);
         TaskScheduler {
+            ignored_updates: LogBudget::default(),
             rng: SplitMix64::new(config.seed),
             config,
             registry: ExecutorRegistry::default(),
@@ -905,9 +909,19 @@ impl TaskScheduler {
         outcome: TaskOutcome,
     ) {
         if !self.running.contains(task_id) {
-            error!(
-                "Ignoring update with state {state} for TID {task_id} because its task set is gone (this is likely the result of receiving duplicate task finished status updates)"
-            );
+            match self.ignored_updates.spend(now) {
+                Spend::Log { held_back } => {
+                    if held_back > 0 {
+                        warn!("{held_back} more update(s) for tasks not running were ignored (logged at DEBUG)");
+                    }
+                    error!(
+                        "Ignoring update with state {state} for TID {task_id} because its task set is gone (this is likely the result of receiving duplicate task finished status updates)"
+                    );
+                }
+                Spend::HoldBack => debug!(
+                    "Ignoring update with state {state} for TID {task_id} because its task set is gone (this is likely the result of receiving duplicate task finished status updates)"
+                ),
+            }
             return;
         }
         if !state.is_finished() {

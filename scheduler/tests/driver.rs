@@ -1274,6 +1274,31 @@ fn a_stranger_cannot_speak_for_a_registered_executor() {
     driver.stop().unwrap();
 }
 
+/// A peer that sends forged updates by the thousand gets a few warning lines a minute,
+/// not one per update: the rest go to DEBUG, and their number comes with the next line.
+#[test]
+fn a_flood_of_refused_updates_is_logged_within_a_budget() {
+    let (driver, _, _) = driver(&[]);
+    let honest = FakeExecutor::start(driver.address(), "flood-1");
+    honest.register("h", 1);
+    let impostor = FakeExecutor::start(driver.address(), "flood-1");
+    let forged = |task_id: u64| format!("Ignored task status update ({task_id} state FINISHED)");
+    let first = 7_700_000;
+    for task_id in first..first + 200 {
+        impostor.report(task_id, TaskState::Finished, b"forged");
+    }
+    wait_until("every forgery is refused", || {
+        logs().contains(Level::DEBUG, &forged(first + 199))
+            || logs().contains(Level::WARN, &forged(first + 199))
+    });
+    let warned = (first..first + 200)
+        .filter(|&task_id| logs().contains(Level::WARN, &forged(task_id)))
+        .count();
+    assert_eq!(warned, 20, "the budget of a minute");
+    assert!(logs().contains(Level::DEBUG, &forged(first + 20)));
+    driver.stop().unwrap();
+}
+
 /// What only the driver's own process sends its endpoint (stop it, stop the executors,
 /// remove one, kill a task) is refused from a remote peer, registered or not.
 #[test]
