@@ -335,12 +335,19 @@ impl TaskSetManager {
                 TaskLocality::RackLocal => any_pending(&mut self.pending.for_rack, needs_launch),
                 TaskLocality::Any => false,
             };
+            // As Spark's getLocalityWait: NO_PREF is no level to wait at (its tasks launch
+            // wherever it is allowed, and waiting there would only hold back tasks that
+            // need a looser level).
+            let wait = match self.delay.levels[self.delay.current] {
+                TaskLocality::NoPref => Duration::ZERO,
+                _ => self.delay.wait,
+            };
             if !more {
                 self.delay.last_launch = now;
                 self.delay.current += 1;
-            } else if now.saturating_duration_since(self.delay.last_launch) >= self.delay.wait {
+            } else if now.saturating_duration_since(self.delay.last_launch) >= wait {
                 // Move on, and start the next level's wait from when this one ran out.
-                self.delay.last_launch += self.delay.wait;
+                self.delay.last_launch += wait;
                 self.delay.current += 1;
             } else {
                 return self.delay.levels[self.delay.current];

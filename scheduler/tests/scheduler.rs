@@ -789,6 +789,37 @@ fn failures_exclude_executors_and_a_task_set_nowhere_runnable_is_aborted() {
     );
 }
 
+/// As in Spark, NO_PREF is no level to wait at: a no-pref task that may not run on an
+/// executor does not hold back, for locality.wait, a task that needs ANY.
+#[test]
+fn a_pending_no_pref_task_does_not_hold_back_a_task_that_needs_any() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(SchedulerConfig {
+        exclusion: ExclusionPolicy::default(),
+        ..config()
+    });
+    s.executor_added("1", "host-a", 1);
+    let mut set = TaskSet::new(0, 0, 2, payload());
+    set.tasks[1] = TaskSpec::new(1).with_locations(vec![TaskLocation::Host("host-x".into())]);
+    s.submit_tasks(base, set).unwrap();
+    assert_eq!(
+        s.task_set(id(0, 0)).unwrap().locality_levels(),
+        [TaskLocality::NoPref, TaskLocality::Any]
+    );
+    let e1 = WorkerOffer::new("1", "host-a", 1);
+    let t = s.resource_offers(base, std::slice::from_ref(&e1))[0][0].clone();
+    assert_eq!(t.index, 0, "no-pref tasks come first");
+    s.status_update(base, t.task_id, TaskState::Failed, failed("bad"));
+    assert!(s
+        .task_set(id(0, 0))
+        .unwrap()
+        .is_task_excluded(0, "1", "host-a"));
+    // Task 0 is pending again but may not run here; task 1 runs at once.
+    let launched = s.resource_offers(base, std::slice::from_ref(&e1));
+    assert_eq!(launched[0].len(), 1);
+    assert_eq!(launched[0][0].index, 1);
+}
+
 #[test]
 fn fifo_runs_jobs_then_stages_in_order() {
     let base = Instant::now();
