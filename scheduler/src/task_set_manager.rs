@@ -14,6 +14,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::SpeculationConfig;
 use crate::events::{Action, SchedulerEvent, TaskEndReason, TaskResult};
 use crate::exclusion::{ExclusionPolicy, TaskSetExclusion};
+use crate::fx_hash::FxHashMap;
 use crate::id_window::Attempts;
 use crate::locality::{TaskLocality, TaskLocation};
 use crate::pending::{any_pending, dequeue, PendingTasks};
@@ -98,6 +99,9 @@ pub struct TaskSetManager {
     pending: PendingTasks,
     /// Tasks marked for a speculative copy, with the host of the copy already running.
     speculatable: Vec<(u32, SharedStr)>,
+    /// Hosts where attempts of a task failed, for tasks not yet successful that have
+    /// failed (Spark's `hasAttemptOnHost`: a speculative copy avoids them too).
+    failed_on_hosts: FxHashMap<u32, Vec<SharedStr>>,
     running: Attempts<RunningAttempt>,
     successful: u32,
     /// Run times of successful tasks, in nanoseconds, for the speculation median.
@@ -144,6 +148,7 @@ impl TaskSetManager {
             specs,
             pending,
             speculatable: Vec::new(),
+            failed_on_hosts: FxHashMap::default(),
             running: Attempts::default(),
             successful: 0,
             successful_durations: Vec::new(),
@@ -440,7 +445,15 @@ impl TaskSetManager {
         let rack = registry.rack_of(host);
         for position in 0..self.speculatable.len() {
             let (index, ref running_on) = self.speculatable[position];
-            if &**running_on == host || self.exclusion.is_task_excluded(index, executor_id, host) {
+            let failed_here = || {
+                self.failed_on_hosts
+                    .get(&index)
+                    .is_some_and(|hosts| hosts.iter().any(|h| &**h == host))
+            };
+            if &**running_on == host
+                || self.exclusion.is_task_excluded(index, executor_id, host)
+                || failed_here()
+            {
                 continue;
             }
             let locations = &self.specs[index as usize].preferred_locations;
@@ -585,6 +598,9 @@ impl TaskSetManager {
         } else {
             record.successful = true;
             self.successful += 1;
+            if !self.failed_on_hosts.is_empty() {
+                self.failed_on_hosts.remove(&index);
+            }
             self.successful_durations
                 .push(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
             info!(
@@ -686,6 +702,10 @@ impl TaskSetManager {
         }));
         if already_successful || self.zombie {
             return false;
+        }
+        let failed_on = self.failed_on_hosts.entry(index).or_default();
+        if !failed_on.contains(&attempt.host) {
+            failed_on.push(attempt.host.clone());
         }
         let spec = &self.specs[index as usize];
         self.pending.add(index, &spec.preferred_locations, registry);

@@ -559,6 +559,14 @@ fn a_speculative_copy_avoids_the_host_of_the_attempt_that_runs_now() {
     // Its old mark named host-a: it must not put a copy beside the new attempt.
     let copy = s.resource_offers(at(base, 1700), &[WorkerOffer::new("3", "host-b", 1)]);
     assert!(copy[0].is_empty(), "{copy:?}");
+    // Once the new attempt runs slow, its copy avoids host-b, where it runs, and host-a,
+    // where the task failed (Spark's hasAttemptOnHost).
+    s.handle_timeout(at(base, 3300));
+    assert!(drain(&mut s).1.contains(&Action::ReviveOffers));
+    let copy = s.resource_offers(at(base, 3300), &[WorkerOffer::new("4", "host-a", 1)]);
+    assert!(copy[0].is_empty(), "{copy:?}");
+    let copy = s.resource_offers(at(base, 3300), &[WorkerOffer::new("5", "host-c", 1)]);
+    assert_eq!((copy[0][0].index, copy[0][0].attempt_number), (3, 2));
 }
 
 #[test]
