@@ -1237,6 +1237,21 @@ impl DriverCore {
         replace: bool,
         force: bool,
     ) -> Vec<String> {
+        self.kill_and_maybe_stop(executor_ids, replace, force, !replace)
+    }
+
+    /// [`DriverCore::kill_executors`]; `tell_to_stop` also sends each StopExecutor, for
+    /// executors the cluster manager may not have started (it registered on its own):
+    /// they would otherwise stay pending removal, and get no task, for as long as they
+    /// live. An executor killed and replaced for its silence is not told: should its
+    /// network heal, it registers again.
+    fn kill_and_maybe_stop(
+        &mut self,
+        executor_ids: &[String],
+        replace: bool,
+        force: bool,
+        tell_to_stop: bool,
+    ) -> Vec<String> {
         info!("Requesting to kill executor(s) {}", executor_ids.join(", "));
         let mut to_kill = Vec::new();
         for id in executor_ids {
@@ -1260,12 +1275,7 @@ impl DriverCore {
         if let Err(e) = self.cluster_manager.kill_executors(&to_kill) {
             error!("Cannot kill executor(s) {}: {e}", to_kill.join(", "));
         }
-        // Killed on request (not replaced), they are also told to stop themselves: one the
-        // cluster manager did not start (it registered on its own) would otherwise stay
-        // pending removal, and get no task, for as long as it lives. (An executor killed
-        // and replaced for its silence is not: should its network heal, it registers
-        // again.)
-        if !replace {
+        if tell_to_stop {
             for id in &to_kill {
                 if let Some(executor) = self.executors.get(id.as_str()) {
                     let _ = executor.endpoint.send(&Message::StopExecutor);
@@ -1291,7 +1301,8 @@ impl DriverCore {
         to_kill
     }
 
-    /// The KillExecutorsOnHost handler: every executor on the host, replaced.
+    /// The KillExecutorsOnHost handler: every executor on the host, replaced, and told
+    /// to stop.
     pub fn kill_executors_on_host(&mut self, host: &str) -> Vec<String> {
         let ids: Vec<String> = self
             .executors
@@ -1302,7 +1313,7 @@ impl DriverCore {
         if ids.is_empty() {
             return ids;
         }
-        self.kill_executors(&ids, true, true)
+        self.kill_and_maybe_stop(&ids, true, true, true)
     }
 
     /// The seeds' `reset`: forget pending requests and remove every executor as stale.

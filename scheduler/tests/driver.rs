@@ -578,6 +578,10 @@ fn executor_requests_reach_the_cluster_manager_and_negative_counts_are_refused()
         cluster.kills.lock().unwrap().len() == 2
     });
     assert_eq!(cluster.kills.lock().unwrap()[1], "req-2");
+    // Told to stop too: one that registered on its own would otherwise live on.
+    wait_until("StopExecutor reached the host's executor", || {
+        other.inbox.count(|m| *m == Message::StopExecutor) == 1
+    });
     driver.stop().unwrap();
 }
 
