@@ -207,6 +207,9 @@ pub(crate) struct Shared {
     pub(crate) accepted: AtomicU64,
     pub(crate) refused: AtomicU64,
     pub(crate) connected: AtomicU64,
+    /// Connections whose deadlines the loop looked at, one by one (unit tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) deadline_checks: AtomicU64,
 }
 
 /// Counters of an environment's connections.
@@ -821,6 +824,8 @@ impl RpcEnv {
             address,
             stopped: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
+            #[cfg(all(test, not(loom)))]
+            deadline_checks: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             connected: AtomicU64::new(0),
         });

@@ -178,6 +178,13 @@ impl Connection {
     }
 }
 
+/// Lowers `floor` to `deadline`, a connection's new deadline (if any).
+fn lower_floor(floor: &mut Option<Instant>, deadline: Option<Instant>) {
+    if let Some(deadline) = deadline {
+        *floor = Some(floor.map_or(deadline, |f| f.min(deadline)));
+    }
+}
+
 /// Events one poll returns at most.
 const POLL_EVENTS: usize = 1024;
 
@@ -469,6 +476,11 @@ pub(crate) struct EventLoop {
     /// When the loop must next turn even without an event, as of its last turn that
     /// worked.
     next_deadline: Option<Instant>,
+    /// No connection's deadline is earlier than this (`None`: none has one). Every
+    /// deadline set lowers it; a turn that reaches it looks at every connection and
+    /// sets it to their earliest deadline. So a turn costs the same with one connection
+    /// or ten thousand, as long as none is due.
+    conn_deadline_floor: Option<Instant>,
 }
 
 /// What a turn of the loop did.
@@ -527,6 +539,7 @@ impl EventLoop {
             now: Instant::now(),
             events: Events::with_capacity(poll_events()),
             next_deadline: None,
+            conn_deadline_floor: None,
         })
     }
 
@@ -656,8 +669,8 @@ impl EventLoop {
         if let Some(retry) = self.accept_retry_at {
             next = Some(next.map_or(retry, |n| n.min(retry)));
         }
-        for deadline in self.connections.values().filter_map(Connection::deadline) {
-            next = Some(next.map_or(deadline, |n| n.min(deadline)));
+        if let Some(floor) = self.conn_deadline_floor {
+            next = Some(next.map_or(floor, |n| n.min(floor)));
         }
         let mut asks = self.shared.asks.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(deadline) = asks.next_deadline() {
@@ -690,6 +703,13 @@ impl EventLoop {
             let error = ask.completion.timeout_error(ask.timeout);
             ask.completion.complete(Err(error));
         }
+        if self.conn_deadline_floor.is_none_or(|floor| floor > now) {
+            return;
+        }
+        #[cfg(all(test, not(loom)))]
+        self.shared
+            .deadline_checks
+            .fetch_add(self.connections.len() as u64, Ordering::Relaxed);
         let settings = &self.shared.settings;
         let late: Vec<(ConnKey, CloseReason)> = self
             .connections
@@ -713,6 +733,13 @@ impl EventLoop {
             };
             self.close(key, reason);
         }
+        // Exact again: the earliest deadline of those left (it may have moved on since
+        // the floor was set, or its connection closed).
+        self.conn_deadline_floor = self
+            .connections
+            .values()
+            .filter_map(Connection::deadline)
+            .min();
     }
 
     fn process_commands(&mut self) {
@@ -821,6 +848,7 @@ impl EventLoop {
                         .settings
                         .idle_timeout
                         .map(|timeout| deadline_after(Instant::now(), timeout));
+                    lower_floor(&mut self.conn_deadline_floor, conn.deadline());
                     self.connections.insert(key, conn);
                     self.incoming += 1;
                     if authenticated {
@@ -898,6 +926,7 @@ impl EventLoop {
                 };
                 let max_payload = self.shared.settings.max_payload;
                 let conn = Connection::new(stream, outbox, address, state, max_payload);
+                lower_floor(&mut self.conn_deadline_floor, conn.deadline());
                 self.connections.insert(key, conn);
             }
             Err(e) => {
@@ -941,10 +970,10 @@ impl EventLoop {
             Some(secret) => match random_nonce() {
                 Ok(nonce) => {
                     let (handshake, challenge) = Handshake::connecting(secret.clone(), nonce);
-                    conn.start_handshake(
-                        handshake,
-                        deadline_after(Instant::now(), self.shared.settings.auth_timeout),
-                    );
+                    let deadline =
+                        deadline_after(Instant::now(), self.shared.settings.auth_timeout);
+                    conn.start_handshake(handshake, deadline);
+                    lower_floor(&mut self.conn_deadline_floor, Some(deadline));
                     if let Err(e) = send_control(&mut self.control, conn, &challenge) {
                         self.close(key, CloseReason::Wire(e));
                         return false;
@@ -1072,6 +1101,7 @@ impl EventLoop {
                     conn.frame_deadline = (conn.decoder.buffered() > 0).then(|| {
                         deadline_after(self.now, self.shared.settings.stalled_frame_timeout)
                     });
+                    lower_floor(&mut self.conn_deadline_floor, conn.frame_deadline);
                     return Ok(());
                 }
                 Err(e) => return Err(CloseReason::Wire(e)),
@@ -1476,6 +1506,37 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         drop(server);
+    }
+
+    /// A turn looks at connections' deadlines only when one may be due: with a hundred
+    /// silent peers connected, a stream of messages from another costs no look at them.
+    #[test]
+    fn turns_do_not_look_at_every_connection_while_no_deadline_is_due() {
+        use std::io::Write;
+        let server = crate::RpcEnv::new(&crate::Conf::new()).unwrap();
+        let seen = Stalling::default();
+        server.handle().register("stalling", seen.clone()).unwrap();
+        let silent: Vec<std::net::TcpStream> = (0..100)
+            .map(|_| std::net::TcpStream::connect(server.address()).unwrap())
+            .collect();
+        let mut talker = std::net::TcpStream::connect(server.address()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for tag in 0..200 {
+            talker.write_all(&one_way_frame(tag)).unwrap();
+            // One message per turn, more or less: many turns.
+            while seen.0.lock().unwrap().len() <= tag as usize {
+                assert!(Instant::now() < deadline, "message {tag} not seen");
+                std::thread::yield_now();
+            }
+        }
+        let checks = server
+            .handle()
+            .shared
+            .deadline_checks
+            .load(Ordering::Relaxed);
+        assert!(checks < 101, "{checks} looks at connections' deadlines");
+        assert_eq!(server.handle().stats().accepted, 101);
+        drop(silent);
     }
 
     #[test]
