@@ -276,30 +276,23 @@ pub(crate) fn in_turn(shared: &Shared) -> bool {
     TURNING.with_borrow(|turning| turning.contains(&address))
 }
 
-/// The second poller, on which the loop thread sleeps: while it sleeps, it reports the
-/// loop's poller as readable whenever that one has events ready, and it has a waker of
-/// its own.
-///
-/// The loop's poller is watched only for the length of a sleep. While it is watched,
-/// every event that makes the loop's poller ready also runs this poller's wake-up
-/// callback in the kernel (a nested epoll), which on loopback is a tenth of a packet's
-/// cost; the loop polls far more often than it sleeps.
+/// The second poller, on which the loop thread sleeps: it reports the loop's poller as
+/// readable whenever that one has events ready, and has a waker of its own.
 pub(crate) struct Sleeper {
     poll: Poll,
     events: Events,
-    poller_fd: std::os::fd::RawFd,
 }
 
 impl Sleeper {
-    /// A poller to watch `poller_fd` (the loop's) while the loop thread sleeps, and its
-    /// waker for the [`LoopCell`].
+    /// A poller watching `poller_fd` (the loop's), and its waker for the [`LoopCell`].
     pub(crate) fn watching(poller_fd: std::os::fd::RawFd) -> std::io::Result<(Self, Waker)> {
         let poll = Poll::new()?;
+        poll.registry()
+            .register(&mut SourceFd(&poller_fd), Token(0), Interest::READABLE)?;
         let waker = Waker::new(poll.registry(), WAKE_SLEEPER)?;
         let sleeper = Sleeper {
             poll,
             events: Events::with_capacity(4),
-            poller_fd,
         };
         Ok((sleeper, waker))
     }
@@ -307,22 +300,11 @@ impl Sleeper {
     /// Sleeps until the watched poller has events ready, the waker wakes it, or
     /// `timeout` passes; whether anything woke it before the timeout (a signal counts).
     fn sleep(&mut self, timeout: Option<Duration>) -> std::io::Result<bool> {
-        // Registering checks the poller's readiness at once: events that came before it
-        // are reported like those that come during the sleep.
-        self.poll.registry().register(
-            &mut SourceFd(&self.poller_fd),
-            Token(0),
-            Interest::READABLE,
-        )?;
-        let slept = match self.poll.poll(&mut self.events, timeout) {
+        match self.poll.poll(&mut self.events, timeout) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(true),
             Err(e) => Err(e),
             Ok(()) => Ok(!self.events.is_empty()),
-        };
-        self.poll
-            .registry()
-            .deregister(&mut SourceFd(&self.poller_fd))?;
-        slept
+        }
     }
 }
 
