@@ -312,22 +312,22 @@ impl std::fmt::Debug for RpcEnvHandle {
     }
 }
 
-/// Says once per process when `rpc.io.maxConnections` is more than the descriptor limit
-/// allows: connections past the limit then fail in the kernel (and with them whatever
-/// else the process opens), not at flint's cap.
+/// Says, once per process, when an environment's `rpc.io.maxConnections` is more than
+/// the descriptor limit allows: connections past the limit then fail in the kernel (and
+/// with them whatever else the process opens), not at flint's cap.
 #[cfg(unix)]
 fn warn_if_short_of_descriptors(max_connections: usize) {
-    static CHECKED: std::sync::Once = std::sync::Once::new();
-    CHECKED.call_once(|| {
-        let limit = crate::socket::descriptor_limit();
-        if (max_connections as u64).saturating_add(DESCRIPTORS_BESIDE_PEERS) > limit {
-            warn!(
-                "rpc.io.maxConnections ({max_connections}) is more than this process's \
-                 limit of {limit} open descriptors allows; raise the limit (ulimit -n) or \
-                 lower rpc.io.maxConnections"
-            );
-        }
-    });
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let limit = crate::socket::descriptor_limit();
+    if (max_connections as u64).saturating_add(DESCRIPTORS_BESIDE_PEERS) > limit
+        && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        warn!(
+            "rpc.io.maxConnections ({max_connections}) is more than this process's limit of \
+             {limit} open descriptors allows; raise the limit (ulimit -n) or lower \
+             rpc.io.maxConnections"
+        );
+    }
 }
 
 /// Descriptors a process running an environment needs besides its peers' connections

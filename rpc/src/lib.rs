@@ -77,6 +77,10 @@ mod error;
 mod event_loop;
 pub mod handoff;
 pub mod log_budget;
+
+/// For [`peer_warn!`]: crates using it need not depend on `tracing` themselves.
+#[doc(hidden)]
+pub use tracing as __tracing;
 pub mod outbox;
 mod socket;
 mod sync;

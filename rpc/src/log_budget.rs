@@ -109,14 +109,14 @@ macro_rules! peer_warn {
         match $budget.spend($now) {
             $crate::log_budget::Spend::Log { held_back } => {
                 if held_back > 0 {
-                    ::tracing::warn!(
+                    $crate::__tracing::warn!(
                         "{held_back} warning(s) about what peers did were held back since \
                          the last one (logged at DEBUG)"
                     );
                 }
-                ::tracing::warn!($($arg)+);
+                $crate::__tracing::warn!($($arg)+);
             }
-            $crate::log_budget::Spend::HoldBack => ::tracing::debug!($($arg)+),
+            $crate::log_budget::Spend::HoldBack => $crate::__tracing::debug!($($arg)+),
         }
     };
 }

@@ -1345,6 +1345,8 @@ impl DriverCore {
     /// Task sets still open end, failed ([`DRIVER_STOPPED`]): nothing will run them, and
     /// whoever waits for one would otherwise wait for all of its timeout.
     pub fn begin_stopping(&mut self, now: Instant) {
+        // What is already decided (an abort, say) ends its task sets as it would have.
+        self.process_actions(now);
         self.stopping = true;
         for (id, handle) in self.handles.drain() {
             handle.finish(

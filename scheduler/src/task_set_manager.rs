@@ -364,8 +364,13 @@ impl TaskSetManager {
     /// When delay scheduling will next allow a less local level, if the task set is
     /// waiting at one.
     pub(crate) fn locality_deadline(&self) -> Option<Instant> {
-        (!self.zombie && self.delay.current + 1 < self.delay.levels.len())
-            .then(|| self.delay.last_launch + self.delay.wait)
+        (!self.zombie && self.delay.current + 1 < self.delay.levels.len()).then(|| {
+            match self.delay.levels[self.delay.current] {
+                // Passed at the next offer: nothing to wait for.
+                TaskLocality::NoPref => self.delay.last_launch,
+                _ => self.delay.last_launch + self.delay.wait,
+            }
+        })
     }
 
     // ---- launching -----------------------------------------------------------------
