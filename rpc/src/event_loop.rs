@@ -178,13 +178,25 @@ impl Connection {
     }
 }
 
-/// Whether `accept` failed for want of something the process or system lacks
-/// (descriptors, memory), which retrying at once would not cure.
-fn is_resource_shortage(error: &io::Error) -> bool {
+/// Whether `accept` failed for the pending connection's own sake (the errors accept(2)
+/// says to treat like EAGAIN and retry at once), not for want of descriptors or memory,
+/// or because the listener itself is broken, which retrying at once would not cure.
+fn failed_for_the_connection(error: &io::Error) -> bool {
     matches!(
         error.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    ) || error.raw_os_error().is_none()
+        Some(
+            libc::ECONNABORTED
+                | libc::EPROTO
+                | libc::EPERM
+                | libc::ENETDOWN
+                | libc::ENOPROTOOPT
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::EHOSTUNREACH
+                | libc::EOPNOTSUPP
+                | libc::ENETUNREACH
+        )
+    )
 }
 
 /// Lowers `floor` to `deadline`, a connection's new deadline (if any).
@@ -870,12 +882,13 @@ impl EventLoop {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // The connection's own failure (reset before it was taken, and the like):
                 // the next one may be fine, as accept(2) advises.
-                Err(e) if !is_resource_shortage(&e) => {
+                Err(e) if failed_for_the_connection(&e) => {
                     debug!("accept failed for one connection: {e}");
                     continue;
                 }
                 Err(e) => {
-                    // Out of descriptors and the like: try again a little later, and say
+                    // Out of descriptors, memory, or a broken listener: try again a
+                    // little later (not at once: it would spin), and say
                     // so at most once a minute (a peer could otherwise fill the log).
                     let now = Instant::now();
                     self.accept_retry_at = Some(now + ACCEPT_RETRY);
