@@ -27,7 +27,7 @@ use crate::auth::{
 use crate::endpoint::{Endpoint, EndpointContext, Incoming, Reply};
 use crate::env::{AskCompletion, Command, RpcEnvHandle, Settings, Shared, LOCAL_KEY};
 use crate::error::RpcError;
-use crate::log_budget::LogBudget;
+use crate::log_budget::{LogBudget, Spend};
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
 use crate::timer::{deadline_after, TimerQueue};
 
@@ -42,8 +42,9 @@ const MAX_IOVECS: usize = 64;
 /// peer, timer and ask with it. What is left is read at the next wake-up, which comes at
 /// once.
 const READ_BUDGET: usize = 256 << 10;
-/// The most often a refused connection (`rpc.io.maxConnections`) is a warning.
-const REFUSAL_WARNING_EVERY: Duration = Duration::from_secs(60);
+/// The most often a refused connection (`rpc.io.maxConnections`), or a failed accept, is
+/// a warning.
+const WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// How long after a failed `accept` (out of descriptors, say) the loop tries again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
@@ -461,18 +462,16 @@ pub(crate) struct EventLoop {
     connections: FxHashMap<ConnKey, Connection>,
     /// Connections from peers open now, at most `rpc.io.maxConnections`.
     incoming: usize,
-    /// When refusing a connection was last a warning, and the refusals since: at most
-    /// one warning a minute, however many peers knock.
-    refusal_warned: Option<Instant>,
+    /// Warnings of refused connections: one a minute, however many peers knock, with
+    /// the number refused since the last.
+    refusal_warnings: LogBudget,
     /// Lines about connections closed for what their peer did (or failed to do).
     close_warnings: LogBudget,
     /// When to try `accept` again after it failed (out of descriptors, say): the
     /// listener is edge-triggered, so connections left in its backlog raise no event.
     accept_retry_at: Option<Instant>,
-    /// Failed accepts since the last warning, and when that was.
-    accept_failures_unwarned: u64,
-    accept_failure_warned: Option<Instant>,
-    refused_unwarned: u64,
+    /// Warnings of failed accepts: one a minute, with the number failed since the last.
+    accept_failure_warnings: LogBudget,
     endpoints: Endpoints,
     local_decoder: FrameDecoder,
     /// Encodes handshake frames, which bypass the outbox.
@@ -542,12 +541,10 @@ impl EventLoop {
             shared,
             connections: FxHashMap::default(),
             incoming: 0,
-            refusal_warned: None,
+            refusal_warnings: LogBudget::new(1, WARNING_EVERY),
             close_warnings: LogBudget::default(),
             accept_retry_at: None,
-            accept_failures_unwarned: 0,
-            accept_failure_warned: None,
-            refused_unwarned: 0,
+            accept_failure_warnings: LogBudget::new(1, WARNING_EVERY),
             local_decoder: FrameDecoder::new(max_payload),
             control: Encoder::new(max_payload),
             commands: Vec::new(),
@@ -892,18 +889,13 @@ impl EventLoop {
                     // so at most once a minute (a peer could otherwise fill the log).
                     let now = Instant::now();
                     self.accept_retry_at = Some(now + ACCEPT_RETRY);
-                    self.accept_failures_unwarned += 1;
-                    if self.accept_failure_warned.is_none_or(|warned| {
-                        now.saturating_duration_since(warned) >= REFUSAL_WARNING_EVERY
-                    }) {
+                    if let Spend::Log { held_back } = self.accept_failure_warnings.spend(now) {
                         warn!(
                             "accept failed ({} time(s) since the last such warning): {e}; \
                              trying again every {} ms",
-                            self.accept_failures_unwarned,
+                            held_back + 1,
                             ACCEPT_RETRY.as_millis()
                         );
-                        self.accept_failure_warned = Some(now);
-                        self.accept_failures_unwarned = 0;
                     }
                     return;
                 }
@@ -917,24 +909,18 @@ impl EventLoop {
         // Counted before the peer can see the close.
         self.shared.refused.fetch_add(1, Ordering::Relaxed);
         drop(stream);
-        self.refused_unwarned += 1;
         let open = self.incoming;
-        let now = Instant::now();
-        if self
-            .refusal_warned
-            .is_some_and(|warned| now.saturating_duration_since(warned) < REFUSAL_WARNING_EVERY)
-        {
-            debug!(%peer, "refused a connection: {open} connections from peers are open");
-            return;
+        match self.refusal_warnings.spend(Instant::now()) {
+            Spend::Log { held_back } => warn!(
+                %peer,
+                "refused {} connection(s) since the last such warning: {open} connections \
+                 from peers are open, as many as rpc.io.maxConnections allows",
+                held_back + 1
+            ),
+            Spend::HoldBack => {
+                debug!(%peer, "refused a connection: {open} connections from peers are open")
+            }
         }
-        warn!(
-            %peer,
-            "refused {} connection(s) since the last such warning: {open} connections from \
-             peers are open, as many as rpc.io.maxConnections allows",
-            self.refused_unwarned
-        );
-        self.refusal_warned = Some(now);
-        self.refused_unwarned = 0;
     }
 
     fn connect(&mut self, address: SocketAddr, outbox: Arc<Outbox>, now: Instant) {
