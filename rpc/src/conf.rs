@@ -234,6 +234,15 @@ const KNOWN_KEYS: &[KeyInfo] = &[
          accepted beyond them is closed at once; at least 1.",
     ),
     info(
+        "rpc.io.maxReceiveBytes",
+        Some("512m"),
+        "flint's own: most bytes that frames larger than 256 KiB may hold, partly \
+         received, across all of an environment's connections; a connection whose next \
+         frame does not fit waits, unread (TCP holds its peer back), until others' frames \
+         are in; at least one frame of rpc.message.maxSize whatever is set; bytes when \
+         bare; above zero.",
+    ),
+    info(
         "rpc.io.receiveBufferSize",
         Some("0"),
         "Socket receive buffer size (SO_RCVBUF); bytes when bare; 0 leaves the OS default.",
@@ -429,6 +438,7 @@ const RPC_CONNECT_TIMEOUT: Key = defaulted("rpc.connect.timeout");
 const RPC_IO_BUSY_POLL: Key = defaulted("rpc.io.busyPoll");
 const RPC_IO_IDLE_TIMEOUT: &str = optional("rpc.io.idleTimeout");
 const RPC_IO_MAX_CONNECTIONS: Key = defaulted("rpc.io.maxConnections");
+const RPC_IO_MAX_RECEIVE_BYTES: Key = defaulted("rpc.io.maxReceiveBytes");
 const RPC_IO_RECEIVE_BUFFER_SIZE: Key = defaulted("rpc.io.receiveBufferSize");
 const RPC_IO_SEND_BUFFER_SIZE: Key = defaulted("rpc.io.sendBufferSize");
 const RPC_MESSAGE_MAX_SIZE: Key = defaulted(MAX_SIZE_KEY);
@@ -898,6 +908,7 @@ impl Conf {
         self.bind_address()?;
         self.connect_timeout()?;
         self.max_connections()?;
+        self.max_receive_bytes()?;
         self.idle_timeout()?;
         self.receive_buffer_size()?;
         self.send_buffer_size()?;
@@ -1284,6 +1295,25 @@ impl Conf {
         self.count(RPC_IO_MAX_CONNECTIONS, 1)
     }
 
+    /// `rpc.io.maxReceiveBytes` (flint's own): the most bytes that frames larger than 256
+    /// KiB may hold, partly received, across all of an environment's connections (see
+    /// [`crate::receive_budget`]). Without it, peers that each send most of a frame of
+    /// `rpc.message.maxSize` could make a process hold `rpc.io.maxConnections` such frames
+    /// at once. Default 512 MiB; a bare number is bytes; zero is an error. The environment
+    /// raises it to one frame of [`Conf::message_max_size`] when it is below that.
+    pub fn max_receive_bytes(&self) -> Result<usize, ConfError> {
+        let key = RPC_IO_MAX_RECEIVE_BYTES;
+        let bytes = self.size_usize(key, EXPECT_POSITIVE_SIZE)?;
+        if bytes == 0 {
+            return Err(ConfError::invalid(
+                key.name,
+                self.value(key),
+                EXPECT_POSITIVE_SIZE,
+            ));
+        }
+        Ok(bytes)
+    }
+
     /// `rpc.io.idleTimeout` (flint's own): how long a connection from a peer may send
     /// nothing before the environment closes it; `None` keeps silent connections open.
     /// When not set, twice [`Conf::network_timeout`] (or the ask timeout, if longer): the
@@ -1506,6 +1536,7 @@ mod tests {
         assert_eq!(c.exclude_on_failure_max_failed_executors_per_node(), Ok(2));
         assert_eq!(c.offer_shuffle_seed(), Ok(None));
         assert_eq!(c.max_connections(), Ok(10_000));
+        assert_eq!(c.max_receive_bytes(), Ok(512 << 20));
         assert_eq!(c.validate(), Ok(()));
     }
 
@@ -1516,7 +1547,7 @@ mod tests {
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(keys, sorted);
-        assert_eq!(keys.len(), 42);
+        assert_eq!(keys.len(), 43);
         for info in Conf::known_keys() {
             assert!(!info.doc.is_empty(), "{}", info.key);
             assert!(!info.key.starts_with("spark."), "{}", info.key);
@@ -1941,7 +1972,9 @@ mod tests {
             ("rpc.io.sendBufferSize", "256k"),
             ("rpc.io.receiveBufferSize", "1048576"),
             ("rpc.outbox.maxBytes", "8m"),
+            ("rpc.io.maxReceiveBytes", "2g"),
         ]);
+        assert_eq!(c.max_receive_bytes(), Ok(2048 * MIB));
         assert_eq!(c.send_buffer_size(), Ok(Some(256 << 10)));
         assert_eq!(c.receive_buffer_size(), Ok(Some(MIB)));
         assert_eq!(c.outbox_max_bytes(), Ok(8 * MIB));
@@ -1964,7 +1997,13 @@ mod tests {
                 ("rpc.io.sendBufferSize", value),
                 ("rpc.io.receiveBufferSize", value),
                 ("rpc.outbox.maxBytes", value),
+                ("rpc.io.maxReceiveBytes", value),
             ]);
+            assert_names(
+                c.max_receive_bytes().unwrap_err(),
+                "rpc.io.maxReceiveBytes",
+                value,
+            );
             assert_names(
                 c.driver_max_result_size().unwrap_err(),
                 "driver.maxResultSize",
@@ -1995,6 +2034,12 @@ mod tests {
         assert_names(
             c.outbox_max_bytes().unwrap_err(),
             "rpc.outbox.maxBytes",
+            "0",
+        );
+        let c = conf(&[("rpc.io.maxReceiveBytes", "0")]);
+        assert_names(
+            c.max_receive_bytes().unwrap_err(),
+            "rpc.io.maxReceiveBytes",
             "0",
         );
     }

@@ -55,6 +55,9 @@ pub struct Settings {
     pub busy_poll: Duration,
     /// The most connections from peers held open at once (rpc.io.maxConnections).
     pub max_connections: usize,
+    /// The most bytes large frames may hold, partly received, across all connections
+    /// (rpc.io.maxReceiveBytes, raised to one frame of `max_payload`).
+    pub max_receive_bytes: usize,
     /// How long a connection may send nothing in the middle of a frame (network.timeout).
     pub stalled_frame_timeout: Duration,
     /// How long a connection from a peer may send nothing at all (rpc.io.idleTimeout);
@@ -92,6 +95,9 @@ impl Settings {
             shutdown_flush: conf.shutdown_flush_timeout()?,
             busy_poll: conf.rpc_busy_poll()?,
             max_connections: conf.max_connections()?,
+            max_receive_bytes: conf
+                .max_receive_bytes()?
+                .max(flint_wire::padded_frame_len(conf.message_max_size()?)),
             stalled_frame_timeout: conf.network_timeout()?,
             idle_timeout: conf.idle_timeout()?,
         })
@@ -207,6 +213,8 @@ pub(crate) struct Shared {
     pub(crate) accepted: AtomicU64,
     pub(crate) refused: AtomicU64,
     pub(crate) connected: AtomicU64,
+    pub(crate) budget_waits: AtomicU64,
+    pub(crate) most_reserved: AtomicU64,
     /// Connections whose deadlines the loop looked at, one by one (unit tests).
     #[cfg(all(test, not(loom)))]
     pub(crate) deadline_checks: AtomicU64,
@@ -222,6 +230,11 @@ pub struct RpcStats {
     pub refused: u64,
     /// Outgoing connections established.
     pub connected: u64,
+    /// Times a connection waited, unread, for room in the receive budget
+    /// (rpc.io.maxReceiveBytes) for its next frame.
+    pub budget_waits: u64,
+    /// The most bytes the receive budget held for large frames at once.
+    pub most_reserved: u64,
 }
 
 impl Shared {
@@ -347,6 +360,8 @@ impl RpcEnvHandle {
             accepted: self.shared.accepted.load(Ordering::Relaxed),
             refused: self.shared.refused.load(Ordering::Relaxed),
             connected: self.shared.connected.load(Ordering::Relaxed),
+            budget_waits: self.shared.budget_waits.load(Ordering::Relaxed),
+            most_reserved: self.shared.most_reserved.load(Ordering::Relaxed),
         }
     }
 
@@ -828,6 +843,8 @@ impl RpcEnv {
             deadline_checks: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             connected: AtomicU64::new(0),
+            budget_waits: AtomicU64::new(0),
+            most_reserved: AtomicU64::new(0),
         });
         let event_loop = EventLoop::new(poll, listener, shared.clone())?;
         shared.cell.install(event_loop);

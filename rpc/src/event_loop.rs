@@ -29,6 +29,7 @@ use crate::env::{AskCompletion, Command, RpcEnvHandle, Settings, Shared, LOCAL_K
 use crate::error::RpcError;
 use crate::log_budget::{LogBudget, Spend};
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
+use crate::receive_budget::{ReceiveBudget, UNBUDGETED_FRAME};
 use crate::timer::{deadline_after, TimerQueue};
 
 /// Token of the waker that other threads use.
@@ -48,6 +49,13 @@ const WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// How long after a failed `accept` (out of descriptors, say) the loop tries again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// The slowest a large frame may arrive, once it holds part of the receive budget: it
+/// must be in by `network.timeout` plus its length at this rate. Without it, a peer that
+/// sends a byte now and then, never stalling for `network.timeout`, would hold its part
+/// of the budget for good, and the frames waiting behind it with it. 1 MiB/s is 8
+/// Mbit/s, slower than any link a cluster's control plane runs on.
+const MIN_LARGE_FRAME_RATE: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ConnState {
@@ -78,6 +86,15 @@ struct Connection {
     /// are kept. Without it, peers that connect and say nothing would hold
     /// all of `rpc.io.maxConnections`.
     idle_deadline: Option<Instant>,
+    /// Bytes of the receive budget held for the large frame under way (0: none).
+    reserved: usize,
+    /// When the large frame holding `reserved` must be in by, however steadily it comes
+    /// (see [`MIN_LARGE_FRAME_RATE`]).
+    large_frame_deadline: Option<Instant>,
+    /// The next frame is large and the receive budget has no room for it: the
+    /// connection is not read until the budget admits it, and its peer is not held to
+    /// the reading deadlines meanwhile (the wait is not its doing).
+    awaiting_budget: bool,
     /// Whether endpoints were told of this connection (and so must hear of its end).
     announced: bool,
     /// The loop's wake-up in which this connection was last read, and the bytes read in
@@ -109,6 +126,9 @@ impl Connection {
             handshake_deadline: None,
             frame_deadline: None,
             idle_deadline: None,
+            reserved: 0,
+            large_frame_deadline: None,
+            awaiting_budget: false,
             announced: false,
             read_round: 0,
             read_in_round: 0,
@@ -142,13 +162,17 @@ impl Connection {
     }
 
     /// When the connection must have got further by: connected, authenticated, sent more
-    /// of the frame under way, or sent anything at all.
+    /// of the frame under way (and all of a large one), or sent anything at all. A
+    /// connection waiting for the receive budget is not read, so it has no reading
+    /// deadline.
     fn deadline(&self) -> Option<Instant> {
         match self.state {
             ConnState::Connecting { deadline } => Some(deadline),
+            ConnState::Open if self.awaiting_budget => self.handshake_deadline,
             ConnState::Open => [
                 self.handshake_deadline,
                 self.frame_deadline,
+                self.large_frame_deadline,
                 self.idle_deadline,
             ]
             .into_iter()
@@ -167,8 +191,13 @@ impl Connection {
             ConnState::Open if passed(self.handshake_deadline) => {
                 Some(CloseReason::AuthTimeout(settings.auth_timeout))
             }
+            ConnState::Open if self.awaiting_budget => None,
             ConnState::Open if passed(self.frame_deadline) => Some(CloseReason::StalledFrame {
                 timeout: settings.stalled_frame_timeout,
+                buffered: self.decoder.buffered(),
+            }),
+            ConnState::Open if passed(self.large_frame_deadline) => Some(CloseReason::SlowFrame {
+                frame_len: self.reserved,
                 buffered: self.decoder.buffered(),
             }),
             ConnState::Open if passed(self.idle_deadline) => {
@@ -177,6 +206,13 @@ impl Connection {
             ConnState::Open => None,
         }
     }
+}
+
+/// When a large frame of `frame_len` bytes, whose reading starts at `now`, must be in by:
+/// `network.timeout`, plus its length at [`MIN_LARGE_FRAME_RATE`].
+fn large_frame_deadline(now: Instant, settings: &Settings, frame_len: usize) -> Instant {
+    let transfer = Duration::from_secs((frame_len as u64).div_ceil(MIN_LARGE_FRAME_RATE));
+    deadline_after(now, settings.stalled_frame_timeout.saturating_add(transfer))
 }
 
 /// Whether `accept` failed for the pending connection's own sake (the errors accept(2)
@@ -241,6 +277,12 @@ enum CloseReason {
         timeout: Duration,
         buffered: usize,
     },
+    /// A large frame, holding part of the receive budget, came slower than
+    /// [`MIN_LARGE_FRAME_RATE`] after its first `network.timeout`.
+    SlowFrame {
+        frame_len: usize,
+        buffered: usize,
+    },
     /// A peer's connection sent nothing at all for the timeout (rpc.io.idleTimeout).
     Idle(Duration),
     Stopping,
@@ -284,6 +326,14 @@ impl std::fmt::Display for CloseReason {
                 f,
                 "the peer sent nothing for {timeout:?} in the middle of a frame ({buffered} \
                  bytes of it in); the timeout is set by network.timeout"
+            ),
+            CloseReason::SlowFrame {
+                frame_len,
+                buffered,
+            } => write!(
+                f,
+                "a frame of {frame_len} bytes arrived too slowly ({buffered} bytes of it in): \
+                 a large frame must be in within network.timeout plus 1 second per MiB"
             ),
             CloseReason::Idle(timeout) => write!(
                 f,
@@ -481,6 +531,10 @@ pub(crate) struct EventLoop {
     /// Connections that used up their [`READ_BUDGET`] with bytes still to read: read
     /// again at the next wake-up, which comes at once.
     unfinished_reads: Vec<ConnKey>,
+    /// Bytes held by large frames under way, across connections (rpc.io.maxReceiveBytes).
+    receive_budget: ReceiveBudget,
+    /// Room for the connections the receive budget admits, kept between calls.
+    admitted: Vec<(ConnKey, usize)>,
     /// Room for [`EventLoop::flush_queued`]'s list, kept between calls.
     queued_keys: Vec<ConnKey>,
     /// The previous wake-up's `unfinished_reads`, being read (kept to reuse its memory).
@@ -523,6 +577,7 @@ impl EventLoop {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let max_payload = shared.settings.max_payload;
+        let max_receive_bytes = shared.settings.max_receive_bytes;
         Ok(EventLoop {
             poll,
             listener,
@@ -550,6 +605,8 @@ impl EventLoop {
             commands: Vec::new(),
             ended_asks: Vec::new(),
             unfinished_reads: Vec::new(),
+            receive_budget: ReceiveBudget::new(max_receive_bytes),
+            admitted: Vec::new(),
             queued_keys: Vec::new(),
             resumed_reads: Vec::new(),
             round: 0,
@@ -741,7 +798,9 @@ impl EventLoop {
             // loop did not look (it stalled, and this poll returned other sockets' events
             // first): read them before holding the silence against the peer.
             let reason = match reason {
-                CloseReason::StalledFrame { .. } | CloseReason::Idle(_) => {
+                CloseReason::StalledFrame { .. }
+                | CloseReason::SlowFrame { .. }
+                | CloseReason::Idle(_) => {
                     self.read(key);
                     let settings = &self.shared.settings;
                     match self.connections.get(&key).map(|c| c.overdue(now, settings)) {
@@ -1052,6 +1111,9 @@ impl EventLoop {
             let Some(conn) = self.connections.get_mut(&key) else {
                 return;
             };
+            if conn.awaiting_budget {
+                return;
+            }
             if conn.read_round != self.round {
                 conn.read_round = self.round;
                 conn.read_in_round = 0;
@@ -1118,9 +1180,29 @@ impl EventLoop {
                         deadline_after(self.now, self.shared.settings.stalled_frame_timeout)
                     });
                     lower_floor(&mut self.conn_deadline_floor, conn.frame_deadline);
+                    if conn.reserved == 0
+                        && conn
+                            .decoder
+                            .pending_frame_len()
+                            .is_some_and(|len| len > UNBUDGETED_FRAME)
+                    {
+                        self.reserve_for_pending_frame(key);
+                    }
                     return Ok(());
                 }
                 Err(e) => return Err(CloseReason::Wire(e)),
+            };
+            // The frame is in: what it holds is its reader's from here on.
+            let conn = if conn.reserved > 0 {
+                let reserved = std::mem::take(&mut conn.reserved);
+                conn.large_frame_deadline = None;
+                self.release_budget(reserved);
+                match self.connections.get_mut(&key) {
+                    Some(conn) => conn,
+                    None => return Ok(()),
+                }
+            } else {
+                conn
             };
             let envelope = frame.envelope().map_err(CloseReason::Wire)?;
             if let Some(handshake) = conn.handshake.as_mut() {
@@ -1158,6 +1240,86 @@ impl EventLoop {
             let outbox = conn.outbox.clone();
             self.route(&frame, envelope, sender, &outbox, key);
         }
+    }
+
+    /// A large frame's bytes are read only with its whole length reserved: reserves it
+    /// as soon as its header is in, or leaves the connection unread until the budget
+    /// admits it.
+    #[cold]
+    fn reserve_for_pending_frame(&mut self, key: ConnKey) {
+        let Some(conn) = self.connections.get_mut(&key) else {
+            return;
+        };
+        if conn.reserved > 0 || conn.awaiting_budget {
+            return;
+        }
+        let Some(frame_len) = conn
+            .decoder
+            .pending_frame_len()
+            .filter(|&len| len > UNBUDGETED_FRAME)
+        else {
+            return;
+        };
+        if !self.receive_budget.reserve(key, frame_len) {
+            conn.awaiting_budget = true;
+            self.shared.budget_waits.fetch_add(1, Ordering::Relaxed);
+            debug!(
+                peer = %conn.peer,
+                "a frame of {frame_len} bytes waits for room in the receive budget ({} of {} \
+                 bytes held; rpc.io.maxReceiveBytes)",
+                self.receive_budget.in_use(),
+                self.receive_budget.limit()
+            );
+            return;
+        }
+        conn.reserved = frame_len;
+        conn.decoder.preallocate_pending_frame();
+        conn.large_frame_deadline = Some(large_frame_deadline(
+            self.now,
+            &self.shared.settings,
+            frame_len,
+        ));
+        lower_floor(&mut self.conn_deadline_floor, conn.large_frame_deadline);
+        self.shared
+            .most_reserved
+            .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
+    }
+
+    /// Gives back bytes of the receive budget, and lets in the connections waiting for
+    /// them.
+    fn release_budget(&mut self, bytes: usize) {
+        self.receive_budget.release(bytes, &mut self.admitted);
+        self.admit_waiting();
+    }
+
+    /// Connections the receive budget just admitted, their frames' bytes reserved: read
+    /// at the next wake-up, which comes at once, and held to the reading deadlines from
+    /// now, as if they had just read.
+    fn admit_waiting(&mut self) {
+        let mut admitted = std::mem::take(&mut self.admitted);
+        let settings = &self.shared.settings;
+        for (key, bytes) in admitted.drain(..) {
+            let Some(conn) = self.connections.get_mut(&key) else {
+                debug_assert!(false, "a closed connection was admitted");
+                continue;
+            };
+            conn.awaiting_budget = false;
+            conn.reserved = bytes;
+            conn.decoder.preallocate_pending_frame();
+            conn.large_frame_deadline = Some(large_frame_deadline(self.now, settings, bytes));
+            conn.frame_deadline = Some(deadline_after(self.now, settings.stalled_frame_timeout));
+            conn.moved_at(self.now, settings.idle_timeout);
+            for deadline in [conn.large_frame_deadline, conn.deadline()] {
+                lower_floor(&mut self.conn_deadline_floor, deadline);
+            }
+            if !self.unfinished_reads.contains(&key) {
+                self.unfinished_reads.push(key);
+            }
+        }
+        self.shared
+            .most_reserved
+            .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
+        self.admitted = admitted;
     }
 
     /// Delivers one frame, already validated into `envelope`: to an endpoint, or to the
@@ -1287,6 +1449,13 @@ impl EventLoop {
         let _ = self.poll.registry().deregister(&mut conn.stream);
         if matches!(conn.outbox.kind(), OutboxKind::Incoming) {
             self.incoming -= 1;
+        }
+        if conn.awaiting_budget {
+            self.receive_budget.forget(key, &mut self.admitted);
+            self.admit_waiting();
+        }
+        if conn.reserved > 0 {
+            self.release_budget(conn.reserved);
         }
         match &reason {
             CloseReason::EndOfStream | CloseReason::Stopping => {

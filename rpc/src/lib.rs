@@ -82,6 +82,7 @@ pub mod log_budget;
 #[doc(hidden)]
 pub use tracing as __tracing;
 pub mod outbox;
+pub mod receive_budget;
 mod socket;
 mod sync;
 pub mod timer;

@@ -60,6 +60,7 @@ fn main() -> std::io::Result<()> {
             uninit: n % 3 == 2,
             fix_crcs: false,
             small: false,
+            preallocate: false,
             chunks: schedule(n, frame.len()),
             stream: &frame,
         };
@@ -86,19 +87,22 @@ fn main() -> std::io::Result<()> {
         chunk(300, true),
         chunk(1, false),
     ];
-    // The last with each frame's CRC made right before decoding, so that mutations of
-    // its payloads reach validation.
-    for (file, read_from, uninit, fix_crcs) in [
-        ("seed-all-kinds", true, false, false),
-        ("seed-all-kinds-uninit", true, true, false),
-        ("seed-all-kinds-feed", false, false, false),
-        ("seed-all-kinds-fixed-crcs", true, true, true),
+    // One with each frame's CRC made right before decoding, so that mutations of its
+    // payloads reach validation; one with room made for each pending frame before reads,
+    // as the event loop does for large frames.
+    for (file, read_from, uninit, fix_crcs, preallocate) in [
+        ("seed-all-kinds", true, false, false, false),
+        ("seed-all-kinds-uninit", true, true, false, false),
+        ("seed-all-kinds-feed", false, false, false, false),
+        ("seed-all-kinds-fixed-crcs", true, true, true, false),
+        ("seed-all-kinds-preallocated", true, true, false, true),
     ] {
         let seed = StreamInput {
             read_from,
             uninit,
             fix_crcs,
             small: false,
+            preallocate,
             chunks: mixed.clone(),
             stream: &all,
         };
@@ -112,6 +116,7 @@ fn main() -> std::io::Result<()> {
         uninit: true,
         fix_crcs: false,
         small: true,
+        preallocate: false,
         chunks: (0..16).map(|n| chunk(64, n % 16 != 15)).collect(),
         stream: &all,
     };

@@ -226,6 +226,63 @@ impl FrameDecoder {
         self.last_read_short
     }
 
+    /// The whole length (header and padding included) of the frame whose header was
+    /// checked and whose bytes are still to come, if one is: what the receive buffer will
+    /// grow to hold before it yields that frame. A transport that bounds the memory of
+    /// all its connections together reserves this before reading on.
+    ///
+    /// ```
+    /// use flint_wire::FrameDecoder;
+    ///
+    /// let mut decoder = FrameDecoder::new(1 << 20);
+    /// let mut header = [0u8; 16];
+    /// header[..4].copy_from_slice(b"FLNT");
+    /// header[8] = flint_wire::PROTOCOL_VERSION;
+    /// header[9] = flint_wire::MessageKind::LaunchTask as u8;
+    /// header[12..].copy_from_slice(&1000u32.to_le_bytes());
+    /// decoder.feed(&header).unwrap();
+    /// assert_eq!(decoder.pending_frame_len(), None, "not checked before next_frame");
+    /// assert!(decoder.next_frame().unwrap().is_none());
+    /// assert_eq!(decoder.pending_frame_len(), Some(16 + 1008));
+    /// ```
+    pub fn pending_frame_len(&self) -> Option<usize> {
+        self.pending.map(|header| header.frame_len())
+    }
+
+    /// Makes room, in one allocation, for all of the pending frame and one read beyond
+    /// it, for a caller that has accounted for that memory (see
+    /// [`FrameDecoder::pending_frame_len`]). Without it, the buffer of a large frame grows
+    /// by doubling as the bytes arrive, copying what is in at each step and, at the last,
+    /// holding half as much again as the frame; that is the right choice for a frame whose
+    /// bytes may never come, the wrong one for a frame the caller has decided to take.
+    ///
+    /// ```
+    /// use flint_wire::FrameDecoder;
+    ///
+    /// let mut decoder = FrameDecoder::new(16 << 20);
+    /// let mut header = [0u8; 16];
+    /// header[..4].copy_from_slice(b"FLNT");
+    /// header[8] = flint_wire::PROTOCOL_VERSION;
+    /// header[9] = flint_wire::MessageKind::LaunchTask as u8;
+    /// header[12..].copy_from_slice(&(8u32 << 20).to_le_bytes());
+    /// decoder.feed(&header).unwrap();
+    /// assert!(decoder.next_frame().unwrap().is_none());
+    /// decoder.preallocate_pending_frame();
+    /// assert!(decoder.buffer_capacity() >= decoder.pending_frame_len().unwrap());
+    /// ```
+    pub fn preallocate_pending_frame(&mut self) {
+        let Some(header) = self.pending else {
+            return;
+        };
+        let room = header.frame_len().saturating_add(self.max_read);
+        if self.buf.capacity() >= room {
+            return;
+        }
+        let mut grown = BytesMut::with_capacity(room);
+        grown.extend_from_slice(&self.buf);
+        self.buf = grown;
+    }
+
     /// Bytes received but not yet yielded as frames.
     pub fn buffered(&self) -> usize {
         self.buf.len()

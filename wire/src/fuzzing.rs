@@ -54,7 +54,10 @@ pub struct Chunk {
 ///             bit 0 clear = through FrameDecoder::feed; bit 2 set = each frame's CRC
 ///             is made right before the stream is decoded (see below); bit 3 set = a
 ///             small decoder: payloads of at most [`SMALL_MAX_PAYLOAD`] bytes and reads
-///             of 16 to 64 bytes, so that reads can fill the receive buffer to its bound
+///             of 16 to 64 bytes, so that reads can fill the receive buffer to its bound;
+///             bit 4 set = before each read, room for the whole pending frame is made
+///             at once (FrameDecoder::preallocate_pending_frame), as the event loop
+///             does for a large frame it has reserved memory for
 /// byte 1      n, the number of chunk entries that follow
 /// 2n bytes    the entries, u16 little-endian: bits 0..15 the chunk length (0: the read
 ///             would block, or an empty feed), bit 15 set: leave whole frames in the
@@ -80,6 +83,9 @@ pub struct StreamInput<'a> {
     pub fix_crcs: bool,
     /// Whether the decoder is a small one (see the format above).
     pub small: bool,
+    /// Whether room for a pending frame is made at once before each read (see the
+    /// format above).
+    pub preallocate: bool,
     /// The chunk schedule.
     pub chunks: Vec<Chunk>,
     /// The bytes the decoder is given.
@@ -111,6 +117,7 @@ impl<'a> StreamInput<'a> {
             uninit: mode & 3 == 3,
             fix_crcs: mode & 4 != 0,
             small: mode & 8 != 0,
+            preallocate: mode & 16 != 0,
             chunks,
             stream,
         })
@@ -126,7 +133,8 @@ impl<'a> StreamInput<'a> {
         let mode = u8::from(self.read_from)
             | u8::from(self.read_from && self.uninit) << 1
             | u8::from(self.fix_crcs) << 2
-            | u8::from(self.small) << 3;
+            | u8::from(self.small) << 3
+            | u8::from(self.preallocate) << 4;
         let mut out = vec![mode, count];
         for chunk in &self.chunks {
             assert!(chunk.len <= MAX_CHUNK, "a chunk of {} bytes", chunk.len);
@@ -328,6 +336,14 @@ pub fn decode_stream(data: &[u8]) -> StreamOutcome {
         reader.allow = chunk.len;
         let before = reader.rest.len();
         if input.read_from {
+            if input.preallocate {
+                let buffered = decoder.buffered();
+                decoder.preallocate_pending_frame();
+                assert_eq!(decoder.buffered(), buffered, "preallocating lost bytes");
+                if let Some(frame_len) = decoder.pending_frame_len() {
+                    assert!(decoder.buffer_capacity() >= frame_len);
+                }
+            }
             let read = if input.uninit {
                 decoder.read_uninit_from(&mut reader)
             } else {

@@ -344,6 +344,7 @@ fn a_fuzz_input_with_its_crcs_made_right_reaches_validation() {
             uninit: false,
             fix_crcs,
             small: false,
+            preallocate: false,
             chunks: Vec::new(),
             stream: &mutated,
         }
@@ -400,6 +401,52 @@ fn a_large_frame_grows_the_receive_buffer_no_further_than_its_bound() {
             }
         }
         assert_eq!(frames, 1);
+    }
+}
+
+/// A frame whose room was made at once is read into that allocation to its end: the
+/// buffer neither grows nor moves however the bytes come, and the frame is intact.
+#[test]
+fn a_preallocated_large_frame_is_read_without_growing_the_buffer() {
+    let message = Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![7u8; 3 << 20]),
+    };
+    let mut stream = BytesMut::new();
+    encode_one_way(usize::MAX, &message, &mut stream).unwrap();
+    let frame_len = stream.len();
+    // The next frame's start comes with the large one's end.
+    encode_one_way(usize::MAX, &Message::Ack { ok: true }, &mut stream).unwrap();
+    for uninit in [true, false] {
+        let mut decoder = FrameDecoder::new(4 << 20);
+        let mut rest: &[u8] = &stream;
+        decoder.read_from(&mut &rest[..64]).unwrap();
+        rest = &rest[64..];
+        assert!(decoder.next_frame().unwrap().is_none());
+        assert_eq!(decoder.pending_frame_len(), Some(frame_len));
+        decoder.preallocate_pending_frame();
+        let capacity = decoder.buffer_capacity();
+        assert!(capacity >= frame_len, "{capacity}");
+        let mut frames = Vec::new();
+        for _ in 0..1000 {
+            let read = if uninit {
+                decoder.read_uninit_from(&mut rest).unwrap()
+            } else {
+                decoder.read_from(&mut rest).unwrap()
+            };
+            if frames.is_empty() {
+                assert_eq!(decoder.buffer_capacity(), capacity, "the buffer grew");
+            }
+            while let Some(frame) = decoder.next_frame().unwrap() {
+                frames.push(frame);
+            }
+            if read == 0 {
+                break;
+            }
+        }
+        assert_eq!(frames.len(), 2);
+        assert_eq!(to_owned(&frames[0]).message, message);
+        assert_eq!(to_owned(&frames[1]).message, Message::Ack { ok: true });
     }
 }
 

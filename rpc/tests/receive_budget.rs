@@ -1,0 +1,254 @@
+//! The receive budget (`rpc.io.maxReceiveBytes`) against peers that each send most of a
+//! large frame, over real sockets. In a test binary of its own: the first test measures
+//! the whole process's resident memory.
+#![cfg(target_os = "linux")]
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv};
+use flint_wire::{ArchivedMessage, Encoder, Message, Route};
+
+/// Held by each test here: the first measures the process's memory.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Records the tag and body length of every custom message.
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<(u32, usize)>>>);
+
+impl Endpoint for Sink {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        if let ArchivedMessage::Custom { tag, body } = message.message() {
+            self.0.lock().unwrap().push((tag.to_native(), body.len()));
+        }
+    }
+}
+
+impl Sink {
+    fn wait_for(&self, count: usize, within: Duration) -> Vec<(u32, usize)> {
+        let deadline = Instant::now() + within;
+        loop {
+            let seen = self.0.lock().unwrap().clone();
+            if seen.len() >= count {
+                return seen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {count} messages arrived",
+                seen.len()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// A one-way frame to "sink" carrying `body_len` bytes.
+fn frame(tag: u32, body_len: usize) -> Vec<u8> {
+    let mut out = bytes::BytesMut::new();
+    let route = Route::OneWay {
+        endpoint: "sink".into(),
+    };
+    let message = Message::Custom {
+        tag,
+        body: bytes::Bytes::from(vec![7u8; body_len]),
+    };
+    Encoder::new(64 << 20)
+        .encode(&route, &message, &mut out)
+        .unwrap();
+    out.to_vec()
+}
+
+/// The process's resident memory, in bytes.
+fn resident_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Eight peers each send all but the last bytes of a 15 MiB frame. With room for one
+/// such frame, the environment reads one of them and leaves the others unread in the
+/// kernel; memory grows by one frame, not eight. Once the peers finish, every frame
+/// arrives, one after the other.
+#[test]
+fn peers_sending_large_frames_at_once_hold_no_more_than_the_budget() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const PEERS: usize = 8;
+    const BODY: usize = 15 << 20;
+    let conf = Conf::from_pairs(["rpc.message.maxSize=16m", "rpc.io.maxReceiveBytes=20m"]).unwrap();
+    let env = RpcEnv::new(&conf).unwrap();
+    let sink = Sink::default();
+    env.handle().register("sink", sink.clone()).unwrap();
+    // One frame, shared by every peer, so that the peers' side adds no memory per peer.
+    let shared = Arc::new(frame(1, BODY));
+    let held_back = 100;
+    let before = resident_bytes();
+    let mut finish = Vec::new();
+    let mut peers = Vec::new();
+    for _ in 0..PEERS {
+        let (go, wait) = mpsc::channel::<()>();
+        finish.push(go);
+        let frame = shared.clone();
+        let mut socket = TcpStream::connect(env.address()).unwrap();
+        peers.push(std::thread::spawn(move || {
+            // Blocks until the environment reads it: TCP holds back a waiting peer.
+            socket.write_all(&frame[..frame.len() - held_back]).unwrap();
+            let _ = wait.recv();
+            socket.write_all(&frame[frame.len() - held_back..]).unwrap();
+            socket
+        }));
+    }
+    // One frame reserved, the seven others waiting for it.
+    wait_until("seven connections wait", Duration::from_secs(20), || {
+        env.handle().stats().budget_waits >= (PEERS - 1) as u64
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = resident_bytes().saturating_sub(before);
+    let stats = env.handle().stats();
+    assert_eq!(stats.budget_waits, (PEERS - 1) as u64);
+    assert!(
+        (stats.most_reserved as usize) < 20 << 20 && stats.most_reserved as usize > BODY,
+        "{} bytes reserved at most",
+        stats.most_reserved
+    );
+    // One 15 MiB frame, in a buffer made for it at once, and the start of each waiting
+    // frame: 15.5 MiB measured. Reading all eight would take 120.
+    assert!(
+        grown < 24 << 20,
+        "resident memory grew by {} MiB while {PEERS} peers each sent 15 MiB",
+        grown >> 20
+    );
+    assert!(sink.0.lock().unwrap().is_empty());
+    for go in finish {
+        go.send(()).unwrap();
+    }
+    let seen = sink.wait_for(PEERS, Duration::from_secs(30));
+    assert!(seen.iter().all(|&(tag, len)| tag == 1 && len == BODY));
+    for peer in peers {
+        drop(peer.join().unwrap());
+    }
+    env.stop();
+}
+
+/// A peer that trickles a large frame, a byte at a time but never stalling for
+/// `network.timeout`, is cut off once the frame is late by its length at 1 MiB/s; the
+/// peer whose frame waited behind it, for longer than `network.timeout`, is not held to
+/// that timeout, and its frame arrives.
+#[test]
+fn a_peer_trickling_a_large_frame_is_cut_off_and_the_one_waiting_behind_it_gets_in() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const BODY: usize = (2 << 20) - 4096;
+    let conf = Conf::from_pairs([
+        "rpc.message.maxSize=2m",
+        // Raised to one frame of rpc.message.maxSize.
+        "rpc.io.maxReceiveBytes=1",
+        "network.timeout=1s",
+        "executor.heartbeatInterval=100ms",
+        "rpc.io.idleTimeout=0",
+    ])
+    .unwrap();
+    let env = RpcEnv::new(&conf).unwrap();
+    let sink = Sink::default();
+    env.handle().register("sink", sink.clone()).unwrap();
+    let trickled = frame(1, BODY);
+    let mut trickler = TcpStream::connect(env.address()).unwrap();
+    trickler.write_all(&trickled[..64 << 10]).unwrap();
+    wait_until(
+        "the trickler holds the budget",
+        Duration::from_secs(10),
+        || env.handle().stats().most_reserved > 0,
+    );
+    let waiting = frame(2, BODY);
+    let mut waiter = TcpStream::connect(env.address()).unwrap();
+    let writer = std::thread::spawn(move || {
+        waiter.write_all(&waiting).unwrap();
+        waiter
+    });
+    wait_until("the second peer waits", Duration::from_secs(10), || {
+        env.handle().stats().budget_waits >= 1
+    });
+    // A byte every 200 ms: never 1 s without progress. The frame must be in within
+    // 1 s + 2 s of its header.
+    let started = Instant::now();
+    let mut sent = 64 << 10;
+    trickler.set_nonblocking(true).unwrap();
+    let cut_off = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the trickling peer is still connected"
+        );
+        if trickler.write_all(&trickled[sent..sent + 1]).is_err() {
+            break started.elapsed();
+        }
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(200));
+        if closed(&trickler) {
+            break started.elapsed();
+        }
+    };
+    assert!(
+        cut_off >= Duration::from_millis(2500),
+        "cut off after {cut_off:?}, before the frame was late"
+    );
+    let seen = sink.wait_for(1, Duration::from_secs(10));
+    assert_eq!(seen, [(2, BODY)]);
+    drop(writer.join().unwrap());
+    env.stop();
+}
+
+/// Whether the environment closed `socket` (which is non-blocking): it reads an end of
+/// stream or a reset at once, where a live one would block.
+fn closed(socket: &TcpStream) -> bool {
+    !matches!(socket.peek(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// A peer that goes away while it waits for the budget does not hold up the one behind
+/// it. Its end of stream waits, unread, behind what it sent (a peer may send a whole
+/// frame and close at once, and that frame must still arrive): when its turn comes, its
+/// bytes are read, the stream ends in the middle of the frame, and the connection closes,
+/// giving its reservation back to the next peer.
+#[test]
+fn a_peer_that_closes_while_it_waits_does_not_hold_up_the_next() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const BODY: usize = (2 << 20) - 4096;
+    let conf = Conf::from_pairs(["rpc.message.maxSize=2m", "rpc.io.maxReceiveBytes=1"]).unwrap();
+    let env = RpcEnv::new(&conf).unwrap();
+    let sink = Sink::default();
+    env.handle().register("sink", sink.clone()).unwrap();
+    let first = frame(1, BODY);
+    let mut holder = TcpStream::connect(env.address()).unwrap();
+    holder.write_all(&first[..first.len() - 100]).unwrap();
+    let mut leaver = TcpStream::connect(env.address()).unwrap();
+    leaver.write_all(&frame(2, BODY)[..64 << 10]).unwrap();
+    wait_until("the second peer waits", Duration::from_secs(10), || {
+        env.handle().stats().budget_waits >= 1
+    });
+    let last = frame(3, BODY);
+    let mut behind = TcpStream::connect(env.address()).unwrap();
+    behind.write_all(&last[..64 << 10]).unwrap();
+    wait_until("the third peer waits", Duration::from_secs(10), || {
+        env.handle().stats().budget_waits >= 2
+    });
+    drop(leaver);
+    let accepted = env.handle().stats().accepted;
+    assert_eq!(accepted, 3);
+    holder.write_all(&first[first.len() - 100..]).unwrap();
+    assert_eq!(sink.wait_for(1, Duration::from_secs(10)), [(1, BODY)]);
+    let writer = std::thread::spawn(move || {
+        behind.write_all(&last[64 << 10..]).unwrap();
+        behind
+    });
+    assert_eq!(sink.wait_for(2, Duration::from_secs(10))[1], (3, BODY));
+    drop(writer.join().unwrap());
+    drop(holder);
+    env.stop();
+}
