@@ -2,7 +2,7 @@
 //! whichever thread holds it takes (see `turns`).
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use flint_wire::{
-    ArchivedEnvelope, ArchivedRoute, Encoder, Frame, FrameDecoder, Message, Route, SharedStr,
-    MAX_SIZE_KEY,
+    ArchivedEnvelope, ArchivedMessage, ArchivedRoute, Encoder, Frame, FrameDecoder, Message,
+    MessageKind, Route, SharedStr, MAX_REFUSAL_TEXT, MAX_SIZE_KEY,
 };
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -285,10 +285,27 @@ enum CloseReason {
     },
     /// A peer's connection sent nothing at all for the timeout (rpc.io.idleTimeout).
     Idle(Duration),
+    /// The peer closed the connection, saying why in a [`Message::Refused`].
+    Refused(String),
     Stopping,
 }
 
 impl CloseReason {
+    /// Whether the connection closes for something the peer did (or did not do), which
+    /// it is told of with a [`Message::Refused`]: not when the peer itself closed or
+    /// refused, nor when this environment stops.
+    fn tells_peer(&self) -> bool {
+        matches!(
+            self,
+            CloseReason::Wire(_)
+                | CloseReason::Auth(_)
+                | CloseReason::AuthTimeout(_)
+                | CloseReason::StalledFrame { .. }
+                | CloseReason::SlowFrame { .. }
+                | CloseReason::Idle(_)
+        )
+    }
+
     fn ask_error(&self, peer: SocketAddr) -> RpcError {
         match self {
             CloseReason::ConnectFailed(e) => RpcError::Connect {
@@ -335,6 +352,9 @@ impl std::fmt::Display for CloseReason {
                 "a frame of {frame_len} bytes arrived too slowly ({buffered} bytes of it in): \
                  a large frame must be in within network.timeout plus 1 second per MiB"
             ),
+            CloseReason::Refused(reason) => {
+                write!(f, "the peer closed the connection, saying: {reason}")
+            }
             CloseReason::Idle(timeout) => write!(
                 f,
                 "the peer sent nothing for {timeout:?}; the timeout is set by \
@@ -967,8 +987,16 @@ impl EventLoop {
     fn refuse(&mut self, stream: TcpStream, peer: SocketAddr) {
         // Counted before the peer can see the close.
         self.shared.refused.fetch_add(1, Ordering::Relaxed);
-        drop(stream);
         let open = self.incoming;
+        tell_refused(
+            &mut self.control,
+            &stream,
+            &format!(
+                "{open} connections from peers are open, as many as rpc.io.maxConnections \
+                 allows: try again later"
+            ),
+        );
+        drop(stream);
         match self.refusal_warnings.spend(Instant::now()) {
             Spend::Log { held_back } => warn!(
                 %peer,
@@ -1205,6 +1233,11 @@ impl EventLoop {
                 conn
             };
             let envelope = frame.envelope().map_err(CloseReason::Wire)?;
+            if frame.kind() == MessageKind::Refused {
+                if let ArchivedMessage::Refused { reason } = &envelope.message {
+                    return Err(CloseReason::Refused(printable(reason.as_str())));
+                }
+            }
             if let Some(handshake) = conn.handshake.as_mut() {
                 let step = handshake
                     .on_message(&envelope.message)
@@ -1457,6 +1490,12 @@ impl EventLoop {
         if conn.reserved > 0 {
             self.release_budget(conn.reserved);
         }
+        if reason.tells_peer() {
+            let text = reason.to_string();
+            if conn.outbox.close_between_frames(&text) {
+                tell_refused(&mut self.control, &conn.stream, &text);
+            }
+        }
         match &reason {
             CloseReason::EndOfStream | CloseReason::Stopping => {
                 debug!(peer = %conn.peer, "connection closed: {reason}")
@@ -1557,6 +1596,45 @@ impl EventLoop {
 }
 
 /// Queues a handshake frame ahead of any application data.
+/// Tells the peer, as well as it can without waiting, why its connection is about to
+/// close: a [`Message::Refused`] frame, then the end of this side's stream. What the peer
+/// sent meanwhile is read and dropped (a few KiB at most): closing a socket with unread
+/// bytes resets the connection, and a reset can overtake the frame before the peer
+/// reads it.
+fn tell_refused(encoder: &mut Encoder, stream: &TcpStream, reason: &str) {
+    let message = Message::Refused {
+        reason: flint_wire::cut_text(reason, MAX_REFUSAL_TEXT),
+    };
+    let mut out = BytesMut::new();
+    if encoder
+        .encode(&Route::Reply { request_id: 0 }, &message, &mut out)
+        .is_err()
+    {
+        return;
+    }
+    // A write the socket takes only in part leaves the peer a cut frame, which it reports
+    // as the stream ending in the middle of a frame: no worse than saying nothing.
+    let _ = (&*stream).write(&out);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        match (&*stream).read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+}
+
+/// A peer's text made fit for a log line: control characters (a forged line break, say)
+/// become spaces, and it is cut to [`MAX_REFUSAL_TEXT`] bytes.
+fn printable(text: &str) -> String {
+    let text: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    shortened(&text, MAX_REFUSAL_TEXT)
+}
+
 fn send_control(
     encoder: &mut Encoder,
     conn: &mut Connection,
@@ -1736,5 +1814,32 @@ mod tests {
         // "é" is two bytes: a cut inside it moves back to before it.
         assert_eq!(shortened("aé", 2), "a...");
         assert_eq!(shortened("aéb", 3), "aé...");
+    }
+
+    /// Refusals often come during the handshake, when a peer takes only small frames.
+    #[test]
+    fn the_longest_refusal_fits_what_a_peer_takes_before_authenticating() {
+        let reason = flint_wire::cut_text(&"é".repeat(10_000), MAX_REFUSAL_TEXT);
+        let mut out = BytesMut::new();
+        Encoder::new(1 << 20)
+            .encode(
+                &Route::Reply { request_id: 0 },
+                &Message::Refused { reason },
+                &mut out,
+            )
+            .unwrap();
+        let payload = u32::from_le_bytes(out[12..16].try_into().unwrap()) as usize;
+        assert!(payload <= HANDSHAKE_MAX_PAYLOAD, "{payload} bytes");
+    }
+
+    /// A refusal's text, which any peer can write, cannot forge log lines or run long.
+    #[test]
+    fn a_peer_s_refusal_is_logged_on_one_line_and_cut_short() {
+        assert_eq!(
+            printable("bad proof\n2026-11-25 INFO all is well\r\u{1b}[2J"),
+            "bad proof 2026-11-25 INFO all is well  [2J"
+        );
+        let long = "é".repeat(MAX_REFUSAL_TEXT);
+        assert!(printable(&long).len() <= MAX_REFUSAL_TEXT + 3);
     }
 }

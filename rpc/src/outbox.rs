@@ -276,13 +276,25 @@ impl Outbox {
     /// Refuses further frames and drops what is queued (the connection is gone, for
     /// `reason`, which later sends are told).
     pub fn close(&self, reason: &str) {
+        self.close_between_frames(reason);
+    }
+
+    /// Closes the outbox, as [`Outbox::close`] does, and says whether every byte it was
+    /// given had been written: then the stream stands between two frames, and a last
+    /// frame written to the socket now reaches the peer whole. No thread writes through
+    /// once it is closed.
+    pub(crate) fn close_between_frames(&self, reason: &str) -> bool {
         let mut state = self.lock();
+        // Under the lock: no push, and so no write-through, comes between the look and
+        // the close.
+        let between_frames = self.queued.load(Ordering::Acquire) == 0;
         state.closed = Some(reason.into());
         state.buf = BytesMut::new();
         state.socket = None;
         self.queued.store(0, Ordering::Release);
         drop(state);
         self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
+        between_frames
     }
 
     /// Whether the outbox was closed.
@@ -317,6 +329,33 @@ mod tests {
         outbox.written(taken.len());
         assert_eq!(outbox.queued(), 0);
         assert!(outbox.push(&route, &Message::Empty).unwrap());
+    }
+
+    /// A closing connection may write a last frame of its own only where no frame of the
+    /// outbox is under way, part-written or waiting.
+    #[test]
+    fn closing_says_whether_the_stream_stands_between_frames() {
+        let route = Route::Reply { request_id: 1 };
+        let idle = outbox(1 << 20);
+        assert!(idle.close_between_frames("closed"));
+        assert!(idle.is_closed());
+
+        let waiting = outbox(1 << 20);
+        waiting.push(&route, &Message::Empty).unwrap();
+        assert!(!waiting.close_between_frames("closed"));
+        assert_eq!(waiting.queued(), 0, "what waited is dropped");
+
+        let part_written = outbox(1 << 20);
+        part_written.push(&route, &Message::Empty).unwrap();
+        let taken = part_written.take().unwrap();
+        part_written.written(taken.len() - 1);
+        assert!(!part_written.close_between_frames("closed"));
+
+        let written = outbox(1 << 20);
+        written.push(&route, &Message::Empty).unwrap();
+        let taken = written.take().unwrap();
+        written.written(taken.len());
+        assert!(written.close_between_frames("closed"));
     }
 
     #[test]

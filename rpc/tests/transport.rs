@@ -410,21 +410,45 @@ fn asks_fail_at_once_when_their_peer_dies() {
 }
 
 /// Waits (at most 10 s) for the server to close `raw`: an end of stream, or a reset
-/// (the server closed with bytes of ours unread). Bytes from the server, a timeout or any
-/// other error fail.
-fn assert_closed_by_server(raw: &mut TcpStream) {
+/// (the server closed with bytes of ours unread), after at most one frame, which must be
+/// a `Refused`; returns its reason, or `None` if the server said nothing. Other bytes from
+/// the server, a timeout or any other error fail.
+fn assert_closed_by_server(raw: &mut TcpStream) -> Option<String> {
     raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut buf = [0u8; 64];
-    match raw.read(&mut buf) {
-        Ok(0) => {}
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
-            ) => {}
-        Ok(n) => panic!("the server sent {n} bytes instead of closing"),
-        Err(e) => panic!("the server did not close the connection: {e}"),
+    let mut decoder = flint_wire::FrameDecoder::new(1 << 20);
+    let mut buf = [0u8; 4096];
+    loop {
+        match raw.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => decoder.feed(&buf[..n]).unwrap(),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                break
+            }
+            Err(e) => panic!("the server did not close the connection: {e}"),
+        }
     }
+    let frame = decoder.next_frame().expect("a whole frame or none")?;
+    assert!(
+        decoder.next_frame().unwrap().is_none(),
+        "more than one frame"
+    );
+    let envelope = frame.envelope().unwrap();
+    let ArchivedMessage::Refused { reason } = &envelope.message else {
+        panic!("the server sent {} instead of closing", frame.kind());
+    };
+    Some(reason.as_str().to_owned())
+}
+
+/// [`assert_closed_by_server`], which must have been told why, in words containing
+/// `words`.
+fn assert_refused_by_server(raw: &mut TcpStream, words: &str) {
+    let reason = assert_closed_by_server(raw).expect("the server said why it closed");
+    assert!(reason.contains(words), "{reason}");
 }
 
 #[test]
@@ -442,7 +466,7 @@ fn oversized_and_garbage_peers_are_cut_off_while_others_are_served() {
     let mut raw = TcpStream::connect(server.address()).unwrap();
     // The server may close before all of it is written: that is what is tested.
     let _ = raw.write_all(&bytes);
-    assert_closed_by_server(&mut raw);
+    assert_refused_by_server(&mut raw, "exceeds rpc.message.maxSize");
 
     // Garbage that is not flint at all, then a valid frame.
     let mut bytes = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: flint\r\n\r\n"[..]);
@@ -477,7 +501,7 @@ fn a_peer_that_never_authenticates_is_cut_off_at_the_handshake_timeout() {
     // Connects and says nothing.
     let started = Instant::now();
     let mut silent = TcpStream::connect(server.address()).unwrap();
-    assert_closed_by_server(&mut silent);
+    assert_refused_by_server(&mut silent, "the timeout is set by authenticate.timeout");
     assert!(
         started.elapsed() >= Duration::from_millis(300),
         "{:?}",
@@ -524,7 +548,7 @@ fn a_peer_that_stops_in_the_middle_of_a_frame_is_cut_off_at_the_network_timeout(
     stalled
         .write_all(&bytes[HEADER_LEN / 2..bytes.len() - 1])
         .unwrap();
-    assert_closed_by_server(&mut stalled);
+    assert_refused_by_server(&mut stalled, "the timeout is set by network.timeout");
     assert!(resumed.elapsed() >= timeout, "{:?}", resumed.elapsed());
     assert!(!probe.seen().contains(&Seen::Message(7)));
 
@@ -559,11 +583,17 @@ fn a_peer_that_sends_nothing_is_cut_off_at_the_idle_timeout_and_frees_its_place(
     });
     let client = env(&["rpc.askTimeout=5s"]);
     let remote = client.handle().endpoint_ref(address, "probe");
-    assert!(remote.ask(&custom(1)).is_err());
+    let error = remote.ask(&custom(1)).unwrap_err().to_string();
+    assert!(
+        error.contains(
+            "saying: 1 connections from peers are open, as many as rpc.io.maxConnections allows"
+        ),
+        "{error}"
+    );
     assert_eq!(server.handle().stats().refused, 1);
 
     // Until the timeout passes; then the place is free again.
-    assert_closed_by_server(&mut silent);
+    assert_refused_by_server(&mut silent, "the timeout is set by rpc.io.idleTimeout");
     assert!(connected.elapsed() >= timeout, "{:?}", connected.elapsed());
     probe.wait_for("the silent peer to go", |seen| {
         seen.contains(&Seen::Disconnected(silent_address))
@@ -687,7 +717,7 @@ fn connections_beyond_rpc_io_max_connections_are_closed_at_once() {
     // The kernel completes the third connect; the environment closes it as it accepts it.
     let mut third = TcpStream::connect(address).unwrap();
     let _ = third.write_all(&one_way(5));
-    assert_closed_by_server(&mut third);
+    assert_refused_by_server(&mut third, "as many as rpc.io.maxConnections allows");
     let stats = server.handle().stats();
     assert_eq!((stats.accepted, stats.refused), (2, 1));
 
@@ -734,7 +764,10 @@ fn before_authenticating_a_peer_may_send_only_handshake_sized_frames() {
     header[12..16].copy_from_slice(&(64u32 << 10).to_le_bytes());
     let mut raw = TcpStream::connect(server.address()).unwrap();
     raw.write_all(&header).unwrap();
-    assert_closed_by_server(&mut raw);
+    assert_refused_by_server(
+        &mut raw,
+        "exceeds the limit on frames before authentication",
+    );
 
     // Once authenticated, frames may be as large as rpc.message.maxSize allows, both ways.
     let friend = env(&secret);
@@ -787,10 +820,24 @@ fn authentication_passes_with_the_secret_and_fails_without() {
         "{text}"
     );
 
+    // A peer that does not authenticate is told why it is turned away.
     let plain = env(&["rpc.askTimeout=5s"]);
     let remote = plain.handle().endpoint_ref(server.address(), "probe");
     let error = remote.ask(&custom(3)).unwrap_err();
     assert!(matches!(error, RpcError::Disconnected { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.contains("the peer closed the connection, saying: authentication failed: expected AuthChallenge, got Custom"),
+        "{text}"
+    );
+    // And one that authenticates with a side that does not.
+    let (open_server, _) = server_with_probe(&["rpc.askTimeout=5s"]);
+    let remote = friend.handle().endpoint_ref(open_server.address(), "probe");
+    let text = remote.ask(&custom(4)).unwrap_err().to_string();
+    assert!(
+        text.contains("saying: the peer sent AuthChallenge, but authenticate is false here"),
+        "{text}"
+    );
 
     let seen = probe.seen();
     assert!(seen.contains(&Seen::Message(1)));

@@ -6,6 +6,11 @@
 /// sent to it too.
 pub const MAX_FAILURE_TEXT: usize = 64 * 1024;
 
+/// The most bytes of a [`Message::Refused`](crate::Message::Refused) reason. Small
+/// enough that the frame fits within what a peer takes before authentication (512 bytes
+/// of payload), since a refusal often comes during the handshake.
+pub const MAX_REFUSAL_TEXT: usize = 320;
+
 /// `text`, cut to at most `limit` bytes (on a character boundary) with a note of how
 /// much went; copies only the part kept. Under a limit shorter than the note, the note
 /// alone.

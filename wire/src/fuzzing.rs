@@ -587,6 +587,9 @@ pub fn sample_message(kind: MessageKind) -> Message {
             proof: [0x33; 32],
         },
         MessageKind::AuthProof => Message::AuthProof { proof: [0x44; 32] },
+        MessageKind::Refused => Message::Refused {
+            reason: "authentication failed: expected AuthChallenge, got RegisterExecutor".into(),
+        },
         MessageKind::Custom => Message::Custom {
             tag: 9,
             body: Bytes::from_static(b"application bytes"),

@@ -82,6 +82,7 @@ message_kinds! {
     AuthChallenge = 60,
     AuthResponse = 61,
     AuthProof = 62,
+    Refused = 63,
 }
 
 impl std::fmt::Display for MessageKind {

@@ -115,7 +115,7 @@ pub use decoded_size::{check_decoded_size, DecodedSize, Owned};
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder};
 pub use encoder::Encoder;
 pub use error::{WireError, MAX_SIZE_KEY};
-pub use failure_text::{cut_text, MAX_FAILURE_TEXT};
+pub use failure_text::{cut_text, MAX_FAILURE_TEXT, MAX_REFUSAL_TEXT};
 pub use header::{
     padded_frame_len, FrameHeader, FRAME_ALIGN, HEADER_LEN, KNOWN_FLAGS, MAGIC, MAX_FRAME_PAYLOAD,
     PROTOCOL_VERSION,

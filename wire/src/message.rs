@@ -578,4 +578,13 @@ pub enum Message {
         #[cfg_attr(test, proptest(strategy = "arb_bytes()"))]
         body: Bytes,
     },
+    // Variants are added at the end: an archived enum's tag is its variant's position.
+    /// Sent by a side that closes a connection for something its peer did (a failed
+    /// handshake, a frame it cannot take, a timeout, too many connections), just before it
+    /// closes, so that the peer can say why instead of seeing only the end of the stream.
+    Refused {
+        /// Why, as the refusing side logs it, cut to
+        /// [`MAX_REFUSAL_TEXT`](crate::MAX_REFUSAL_TEXT) bytes.
+        reason: String,
+    },
 }
