@@ -54,7 +54,9 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// must be in by `network.timeout` plus its length at this rate. Without it, a peer that
 /// sends a byte now and then, never stalling for `network.timeout`, would hold its part
 /// of the budget for good, and the frames waiting behind it with it. 1 MiB/s is 8
-/// Mbit/s, slower than any link a cluster's control plane runs on.
+/// Mbit/s, slower than any link a cluster's control plane runs on. The loop reads a
+/// connection [`READ_BUDGET`] at a time, and turns again at once while one has more, so
+/// only a loop that managed fewer than four turns a second would fall below it itself.
 const MIN_LARGE_FRAME_RATE: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,12 +165,17 @@ impl Connection {
 
     /// When the connection must have got further by: connected, authenticated, sent more
     /// of the frame under way (and all of a large one), or sent anything at all. A
-    /// connection waiting for the receive budget is not read, so it has no reading
-    /// deadline.
+    /// connection waiting for the receive budget is not read: its only reading deadline
+    /// is the frame's, at which the loop looks whether its peer sent more meanwhile.
     fn deadline(&self) -> Option<Instant> {
         match self.state {
             ConnState::Connecting { deadline } => Some(deadline),
-            ConnState::Open if self.awaiting_budget => self.handshake_deadline,
+            ConnState::Open if self.awaiting_budget => {
+                [self.handshake_deadline, self.frame_deadline]
+                    .into_iter()
+                    .flatten()
+                    .min()
+            }
             ConnState::Open => [
                 self.handshake_deadline,
                 self.frame_deadline,
@@ -191,7 +198,7 @@ impl Connection {
             ConnState::Open if passed(self.handshake_deadline) => {
                 Some(CloseReason::AuthTimeout(settings.auth_timeout))
             }
-            ConnState::Open if self.awaiting_budget => None,
+            ConnState::Open if self.awaiting_budget && !passed(self.frame_deadline) => None,
             ConnState::Open if passed(self.frame_deadline) => Some(CloseReason::StalledFrame {
                 timeout: settings.stalled_frame_timeout,
                 buffered: self.decoder.buffered(),
@@ -818,6 +825,9 @@ impl EventLoop {
             // loop did not look (it stalled, and this poll returned other sockets' events
             // first): read them before holding the silence against the peer.
             let reason = match reason {
+                CloseReason::StalledFrame { .. } if self.waiting_peer_sent_more(key, now) => {
+                    continue
+                }
                 CloseReason::StalledFrame { .. }
                 | CloseReason::SlowFrame { .. }
                 | CloseReason::Idle(_) => {
@@ -1233,9 +1243,15 @@ impl EventLoop {
                 conn
             };
             let envelope = frame.envelope().map_err(CloseReason::Wire)?;
+            // Only on the route of control frames (no ask has request id 0): an endpoint
+            // that sends a Refused of its own closes nothing.
             if frame.kind() == MessageKind::Refused {
-                if let ArchivedMessage::Refused { reason } = &envelope.message {
-                    return Err(CloseReason::Refused(printable(reason.as_str())));
+                if let (ArchivedMessage::Refused { reason }, ArchivedRoute::Reply { request_id }) =
+                    (&envelope.message, &envelope.route)
+                {
+                    if *request_id == 0 {
+                        return Err(CloseReason::Refused(printable(reason.as_str())));
+                    }
                 }
             }
             if let Some(handshake) = conn.handshake.as_mut() {
@@ -1318,6 +1334,25 @@ impl EventLoop {
             .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
     }
 
+    /// Whether connection `key` waits for the receive budget with bytes from its peer
+    /// unread in the kernel: it is held back by this side, not silent, so its frame's
+    /// deadline moves on. A waiting peer with nothing unread has sent nothing since its
+    /// frame's header; closing it at the deadline keeps a peer that sends a header and
+    /// falls silent from holding the queue, and the budget once admitted.
+    fn waiting_peer_sent_more(&mut self, key: ConnKey, now: Instant) -> bool {
+        let Some(conn) = self.connections.get_mut(&key) else {
+            return false;
+        };
+        if !conn.awaiting_budget || rustix::io::ioctl_fionread(&conn.stream).unwrap_or(0) == 0 {
+            return false;
+        }
+        conn.frame_deadline = Some(deadline_after(
+            now,
+            self.shared.settings.stalled_frame_timeout,
+        ));
+        true
+    }
+
     /// Gives back bytes of the receive budget, and lets in the connections waiting for
     /// them.
     fn release_budget(&mut self, bytes: usize) {
@@ -1329,8 +1364,16 @@ impl EventLoop {
     /// at the next wake-up, which comes at once, and held to the reading deadlines from
     /// now, as if they had just read.
     fn admit_waiting(&mut self) {
+        if self.stopping {
+            // Every connection is about to close: none is to be read.
+            self.admitted.clear();
+            return;
+        }
         let mut admitted = std::mem::take(&mut self.admitted);
         let settings = &self.shared.settings;
+        // Not `self.now`: a close outside a turn (a failed write in `flush_queued`) gets
+        // here with the time of the last turn that worked, which may be long past.
+        let now = Instant::now();
         for (key, bytes) in admitted.drain(..) {
             let Some(conn) = self.connections.get_mut(&key) else {
                 debug_assert!(false, "a closed connection was admitted");
@@ -1339,9 +1382,9 @@ impl EventLoop {
             conn.awaiting_budget = false;
             conn.reserved = bytes;
             conn.decoder.preallocate_pending_frame();
-            conn.large_frame_deadline = Some(large_frame_deadline(self.now, settings, bytes));
-            conn.frame_deadline = Some(deadline_after(self.now, settings.stalled_frame_timeout));
-            conn.moved_at(self.now, settings.idle_timeout);
+            conn.large_frame_deadline = Some(large_frame_deadline(now, settings, bytes));
+            conn.frame_deadline = Some(deadline_after(now, settings.stalled_frame_timeout));
+            conn.moved_at(now, settings.idle_timeout);
             for deadline in [conn.large_frame_deadline, conn.deadline()] {
                 lower_floor(&mut self.conn_deadline_floor, deadline);
             }
@@ -1595,7 +1638,6 @@ impl EventLoop {
     }
 }
 
-/// Queues a handshake frame ahead of any application data.
 /// Tells the peer, as well as it can without waiting, why its connection is about to
 /// close: a [`Message::Refused`] frame, then the end of this side's stream. What the peer
 /// sent meanwhile is read and dropped (a few KiB at most): closing a socket with unread
@@ -1625,16 +1667,27 @@ fn tell_refused(encoder: &mut Encoder, stream: &TcpStream, reason: &str) {
     }
 }
 
-/// A peer's text made fit for a log line: control characters (a forged line break, say)
-/// become spaces, and it is cut to [`MAX_REFUSAL_TEXT`] bytes.
+/// A peer's text made fit for a log line: cut to [`MAX_REFUSAL_TEXT`] bytes (on a
+/// character boundary, "..." after it), and control characters, line and paragraph
+/// separators and the invisible formatting characters (bidirectional overrides, say),
+/// which could forge a line or reorder one, become spaces.
 fn printable(text: &str) -> String {
-    let text: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    shortened(&text, MAX_REFUSAL_TEXT)
+    let mut out = String::with_capacity(text.len().min(MAX_REFUSAL_TEXT + 3));
+    for c in text.chars() {
+        if out.len() + c.len_utf8() > MAX_REFUSAL_TEXT {
+            out.push_str("...");
+            break;
+        }
+        let invisible = matches!(
+            c,
+            '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}'
+        );
+        out.push(if c.is_control() || invisible { ' ' } else { c });
+    }
+    out
 }
 
+/// Queues a handshake frame ahead of any application data.
 fn send_control(
     encoder: &mut Encoder,
     conn: &mut Connection,
@@ -1836,8 +1889,8 @@ mod tests {
     #[test]
     fn a_peer_s_refusal_is_logged_on_one_line_and_cut_short() {
         assert_eq!(
-            printable("bad proof\n2026-11-25 INFO all is well\r\u{1b}[2J"),
-            "bad proof 2026-11-25 INFO all is well  [2J"
+            printable("bad proof\n2026-11-25 INFO all is well\r\u{1b}[2J\u{2028}\u{202E}x"),
+            "bad proof 2026-11-25 INFO all is well  [2J  x"
         );
         let long = "é".repeat(MAX_REFUSAL_TEXT);
         assert!(printable(&long).len() <= MAX_REFUSAL_TEXT + 3);

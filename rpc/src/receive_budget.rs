@@ -6,9 +6,8 @@
 //! once, by peers that each send most of one. So a connection whose next frame is large
 //! reserves the whole frame here before it reads on; when the budget cannot cover it, the
 //! connection waits, unread (TCP holds its peer back meanwhile), until frames of other
-//! connections have arrived and been handled, first come first served. Frames up to
-//! [`UNBUDGETED_FRAME`] need no reservation: a connection's buffer holds at most one read
-//! beyond them.
+//! connections have arrived, first come first served. Frames up to [`UNBUDGETED_FRAME`]
+//! need no reservation: a connection's buffer holds at most one read beyond them.
 //!
 //! This is a pure state machine: the event loop tells it of reservations, releases and
 //! closed connections, and reads the connections it admits.
@@ -30,8 +29,8 @@ use std::collections::VecDeque;
 use crate::outbox::ConnKey;
 
 /// Frames up to this length (header and padding included) are read without a
-/// reservation. It is also the most one read takes, so a connection's buffer holds at
-/// most about twice this without a reservation.
+/// reservation. flint_wire's decoder reads at most 256 KiB at a time too, so a
+/// connection's buffer holds at most about twice this without a reservation.
 pub const UNBUDGETED_FRAME: usize = 256 << 10;
 
 /// The bytes reserved for large frames being received, and the connections waiting for

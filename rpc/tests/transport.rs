@@ -2031,3 +2031,24 @@ fn a_lease_held_idle_does_not_keep_the_loop_thread_polling() {
     );
     drop(lease);
 }
+
+/// A `Refused` that an endpoint sends as a message of its own is delivered like any
+/// other: only the transport's own, on the control route, closes a connection.
+#[test]
+fn an_endpoint_s_refused_message_closes_nothing() {
+    let (server, probe) = server_with_probe(&[]);
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    remote
+        .send(&Message::Refused {
+            reason: "not the transport's".into(),
+        })
+        .unwrap();
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+    assert_eq!(client.handle().stats().connected, 1, "no reconnect");
+    assert!(!probe
+        .seen()
+        .iter()
+        .any(|seen| matches!(seen, Seen::Disconnected(_))));
+}
