@@ -281,6 +281,43 @@ fn a_second_executor_with_the_same_id_is_refused_with_the_seeds_text() {
     driver.stop().unwrap();
 }
 
+/// An executor that does not authenticate with a driver that requires it, or that does
+/// with one that does not, exits saying why: the driver tells it before it closes.
+#[test]
+fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
+    let secret = ["authenticate=true", "authenticate.secret=correct horse"];
+    for (driver_conf, executor_conf, words) in [
+        (
+            &secret[..],
+            &[][..],
+            "the peer closed the connection, saying: authentication failed: expected \
+             AuthChallenge, got RegisterExecutor",
+        ),
+        (
+            &[][..],
+            &secret[..],
+            "the peer closed the connection, saying: the peer sent AuthChallenge, but \
+             authenticate is false here",
+        ),
+    ] {
+        let driver = Driver::standalone(&conf(driver_conf)).unwrap();
+        let mut processes = Processes(vec![spawn_executor(
+            driver.address(),
+            "1",
+            executor_conf,
+            Stdio::piped(),
+        )]);
+        let status = wait_exit(&mut processes.0[0], REGISTER_TIMEOUT);
+        assert_eq!(status.code(), Some(1));
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(processes.0[0].stderr.as_mut().unwrap(), &mut stderr)
+            .unwrap();
+        assert!(stderr.contains(words), "{stderr}");
+        assert!(driver.executor_ids().is_empty());
+        driver.stop().unwrap();
+    }
+}
+
 #[test]
 fn a_task_larger_than_the_message_limit_aborts_its_task_set_with_the_seeds_message() {
     let conf = conf(&["rpc.message.maxSize=1"]);

@@ -830,6 +830,17 @@ fn authentication_passes_with_the_secret_and_fails_without() {
         text.contains("the peer closed the connection, saying: authentication failed: expected AuthChallenge, got Custom"),
         "{text}"
     );
+    // A handshake message after the handshake ends the connection, and says so.
+    let error = friend
+        .handle()
+        .endpoint_ref(server.address(), "probe")
+        .ask(&Message::AuthChallenge { nonce: [9; 32] })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("saying: the peer sent AuthChallenge after its authentication had ended"),
+        "{error}"
+    );
     // And one that authenticates with a side that does not.
     let (open_server, _) = server_with_probe(&["rpc.askTimeout=5s"]);
     let remote = friend.handle().endpoint_ref(open_server.address(), "probe");
