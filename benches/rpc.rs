@@ -14,7 +14,10 @@
 //!   loops (`rpc.io.busyPoll`) do: the like-for-like floor;
 //! - `one_way/flint`: one-way sends of 128-byte messages to a counting endpoint, in
 //!   batches closed by an ask (so every message arrived);
-//! - `local_ask/flint`: an ask to an endpoint of the same environment (no socket).
+//! - `local_ask/flint`: an ask to an endpoint of the same environment (no socket);
+//! - `large_ask/flint`: an ask carrying 16 MiB, answered with an `Ack` (a large task
+//!   result, say), against `large_ask/raw_tcp`: the same bytes each way over a blocking
+//!   std::net connection, read into a buffer made once.
 //!
 //! `cargo bench --bench rpc`
 
@@ -23,11 +26,93 @@ use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
+use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flint::bench::{pin_to_one_cpu, read_all, RawPingPong, Waiting};
 use flint::transport_bench::{ask_frame_sizes, payload_message, Echo};
-use flint_rpc::{Conf, RpcEnv, RpcError};
-use flint_wire::Message;
+use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError};
+use flint_wire::{Encoder, Message, Route};
+
+/// The payload of `large_ask`: 16 MiB.
+const LARGE: usize = 16 << 20;
+
+/// Answers every ask with `Ack`, whatever it carries.
+struct Acker;
+
+impl Endpoint for Acker {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        let _ = message.reply(&Message::Ack { ok: true });
+    }
+}
+
+/// The frame sizes of a `large_ask`: the ask with its 16 MiB, and the `Ack` back.
+fn large_frame_sizes(message: &Message) -> (usize, usize) {
+    let len = |route: &Route, message: &Message| {
+        let mut out = BytesMut::new();
+        Encoder::new(usize::MAX)
+            .encode(route, message, &mut out)
+            .expect("the large ask encodes")
+    };
+    (
+        len(
+            &Route::Ask {
+                request_id: 1,
+                endpoint: "ack".into(),
+            },
+            message,
+        ),
+        len(&Route::Reply { request_id: 1 }, &Message::Ack { ok: true }),
+    )
+}
+
+/// 16 MiB asks through flint against the same bytes over raw TCP, in one group.
+fn large_ask(c: &mut Criterion) {
+    let conf = Conf::from_pairs(["rpc.message.maxSize=64m"]).unwrap();
+    let server = RpcEnv::new(&conf).unwrap();
+    server.handle().register("ack", Acker).unwrap();
+    let client = RpcEnv::new(&conf).unwrap();
+    let ack = client.handle().endpoint_ref(server.address(), "ack");
+    let message = Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![7u8; LARGE]),
+    };
+    let (request, reply) = large_frame_sizes(&message);
+
+    let mut group = c.benchmark_group("large_ask");
+    group.sample_size(20);
+    group.throughput(Throughput::Bytes(LARGE as u64));
+    group.bench_function("flint", |b| {
+        b.iter(|| black_box(ack.ask(&message).unwrap()))
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let raw_server = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        socket.set_nodelay(true).unwrap();
+        let mut inbound = vec![0u8; request];
+        let outbound = vec![0x24u8; reply];
+        while read_all(&mut socket, &mut inbound, Waiting::Blocking).is_ok() {
+            if socket.write_all(&outbound).is_err() {
+                break;
+            }
+        }
+    });
+    let mut socket = TcpStream::connect(address).unwrap();
+    socket.set_nodelay(true).unwrap();
+    let outbound = vec![0x5Au8; request];
+    let mut inbound = vec![0u8; reply];
+    group.bench_function("raw_tcp", |b| {
+        b.iter(|| {
+            socket.write_all(&outbound).unwrap();
+            read_all(&mut socket, &mut inbound, Waiting::Blocking).unwrap();
+        })
+    });
+    group.finish();
+    drop(socket);
+    raw_server.join().unwrap();
+    client.stop();
+    server.stop();
+}
 
 /// How a raw ping-pong end waits for its bytes.
 fn waiting(spins: bool) -> Waiting {
@@ -167,5 +252,5 @@ fn rpc(c: &mut Criterion) {
     server.stop();
 }
 
-criterion_group!(benches, rpc);
+criterion_group!(benches, rpc, large_ask);
 criterion_main!(benches);
