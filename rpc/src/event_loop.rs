@@ -50,14 +50,40 @@ const WARNING_EVERY: Duration = Duration::from_secs(60);
 /// How long after a failed `accept` (out of descriptors, say) the loop tries again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// The slowest a large frame may arrive, once it holds part of the receive budget: it
-/// must be in by `network.timeout` plus its length at this rate. Without it, a peer that
-/// sends a byte now and then, never stalling for `network.timeout`, would hold its part
-/// of the budget for good, and the frames waiting behind it with it. 1 MiB/s is 8
-/// Mbit/s, slower than any link a cluster's control plane runs on. The loop reads a
-/// connection [`READ_BUDGET`] at a time, and turns again at once while one has more, so
-/// only a loop that managed fewer than four turns a second would fall below it itself.
-const MIN_LARGE_FRAME_RATE: u64 = 1 << 20;
+/// The slowest a frame may arrive: it must be in by `network.timeout` after its first
+/// bytes, plus its length at this rate. Without it, a peer that sends a byte now and
+/// then, never stalling for `network.timeout`, would hold its connection (one of
+/// `rpc.io.maxConnections`) for good, and a large frame's part of the receive budget
+/// with it. 1 MiB/s is 8 Mbit/s, slower than any link a cluster's control plane runs on.
+/// The loop reads a connection [`READ_BUDGET`] at a time, and turns again at once while
+/// one has more, so only a loop that managed fewer than four turns a second would fall
+/// below it itself.
+const MIN_FRAME_RATE: u64 = 1 << 20;
+
+/// When the frame under way on a connection started to arrive, and must be in by.
+#[derive(Debug, Clone, Copy)]
+struct FrameClock {
+    started: Instant,
+    due: Instant,
+    /// Whether `due` counts the frame's length (its header was in when it was set).
+    sized: bool,
+}
+
+impl FrameClock {
+    /// The clock of a frame whose first bytes came at `started`, `len` bytes long if its
+    /// header is in.
+    fn new(started: Instant, settings: &Settings, len: Option<usize>) -> Self {
+        let transfer = Duration::from_secs((len.unwrap_or(0) as u64).div_ceil(MIN_FRAME_RATE));
+        FrameClock {
+            started,
+            due: deadline_after(
+                started,
+                settings.stalled_frame_timeout.saturating_add(transfer),
+            ),
+            sized: len.is_some(),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ConnState {
@@ -90,9 +116,9 @@ struct Connection {
     idle_deadline: Option<Instant>,
     /// Bytes of the receive budget held for the large frame under way (0: none).
     reserved: usize,
-    /// When the large frame holding `reserved` must be in by, however steadily it comes
-    /// (see [`MIN_LARGE_FRAME_RATE`]).
-    large_frame_deadline: Option<Instant>,
+    /// When the frame under way must be in by, however steadily it comes (see
+    /// [`MIN_FRAME_RATE`]); `None` between frames.
+    frame_clock: Option<FrameClock>,
     /// The next frame is large and the receive budget has no room for it: the
     /// connection is not read until the budget admits it, and its peer is not held to
     /// the reading deadlines meanwhile (the wait is not its doing).
@@ -129,7 +155,7 @@ impl Connection {
             frame_deadline: None,
             idle_deadline: None,
             reserved: 0,
-            large_frame_deadline: None,
+            frame_clock: None,
             awaiting_budget: false,
             announced: false,
             read_round: 0,
@@ -179,7 +205,7 @@ impl Connection {
             ConnState::Open => [
                 self.handshake_deadline,
                 self.frame_deadline,
-                self.large_frame_deadline,
+                self.frame_clock.map(|clock| clock.due),
                 self.idle_deadline,
             ]
             .into_iter()
@@ -203,23 +229,18 @@ impl Connection {
                 timeout: settings.stalled_frame_timeout,
                 buffered: self.decoder.buffered(),
             }),
-            ConnState::Open if passed(self.large_frame_deadline) => Some(CloseReason::SlowFrame {
-                frame_len: self.reserved,
-                buffered: self.decoder.buffered(),
-            }),
+            ConnState::Open if passed(self.frame_clock.map(|clock| clock.due)) => {
+                Some(CloseReason::SlowFrame {
+                    frame_len: self.decoder.pending_frame_len(),
+                    buffered: self.decoder.buffered(),
+                })
+            }
             ConnState::Open if passed(self.idle_deadline) => {
                 settings.idle_timeout.map(CloseReason::Idle)
             }
             ConnState::Open => None,
         }
     }
-}
-
-/// When a large frame of `frame_len` bytes, whose reading starts at `now`, must be in by:
-/// `network.timeout`, plus its length at [`MIN_LARGE_FRAME_RATE`].
-fn large_frame_deadline(now: Instant, settings: &Settings, frame_len: usize) -> Instant {
-    let transfer = Duration::from_secs((frame_len as u64).div_ceil(MIN_LARGE_FRAME_RATE));
-    deadline_after(now, settings.stalled_frame_timeout.saturating_add(transfer))
 }
 
 /// Whether `accept` failed for the pending connection's own sake (the errors accept(2)
@@ -284,10 +305,10 @@ enum CloseReason {
         timeout: Duration,
         buffered: usize,
     },
-    /// A large frame, holding part of the receive budget, came slower than
-    /// [`MIN_LARGE_FRAME_RATE`] after its first `network.timeout`.
+    /// A frame came slower than [`MIN_FRAME_RATE`] after its first `network.timeout`;
+    /// its length, if its header was in.
     SlowFrame {
-        frame_len: usize,
+        frame_len: Option<usize>,
         buffered: usize,
     },
     /// A peer's connection sent nothing at all for the timeout (rpc.io.idleTimeout).
@@ -354,11 +375,17 @@ impl std::fmt::Display for CloseReason {
             CloseReason::SlowFrame {
                 frame_len,
                 buffered,
-            } => write!(
-                f,
-                "a frame of {frame_len} bytes arrived too slowly ({buffered} bytes of it in): \
-                 a large frame must be in within network.timeout plus 1 second per MiB"
-            ),
+            } => {
+                match frame_len {
+                    Some(len) => write!(f, "a frame of {len} bytes arrived too slowly")?,
+                    None => f.write_str("a frame arrived too slowly")?,
+                }
+                write!(
+                    f,
+                    " ({buffered} bytes of it in): a frame must be in within network.timeout \
+                     of its first bytes, plus 1 second per MiB of it"
+                )
+            }
             CloseReason::Refused(reason) => {
                 write!(f, "the peer closed the connection, saying: {reason}")
             }
@@ -1218,6 +1245,17 @@ impl EventLoop {
                         deadline_after(self.now, self.shared.settings.stalled_frame_timeout)
                     });
                     lower_floor(&mut self.conn_deadline_floor, conn.frame_deadline);
+                    // The frame's own clock, from its first bytes; sized once its header is
+                    // in. Its due time is never before `frame_deadline`, which lowered the
+                    // floor.
+                    if conn.frame_deadline.is_some() && !conn.frame_clock.is_some_and(|c| c.sized) {
+                        let started = conn.frame_clock.map_or(self.now, |clock| clock.started);
+                        conn.frame_clock = Some(FrameClock::new(
+                            started,
+                            &self.shared.settings,
+                            conn.decoder.pending_frame_len(),
+                        ));
+                    }
                     if conn.reserved == 0
                         && conn
                             .decoder
@@ -1230,10 +1268,10 @@ impl EventLoop {
                 }
                 Err(e) => return Err(CloseReason::Wire(e)),
             };
+            conn.frame_clock = None;
             // The frame is in: what it holds is its reader's from here on.
             let conn = if conn.reserved > 0 {
                 let reserved = std::mem::take(&mut conn.reserved);
-                conn.large_frame_deadline = None;
                 self.release_budget(reserved);
                 match self.connections.get_mut(&key) {
                     Some(conn) => conn,
@@ -1323,12 +1361,6 @@ impl EventLoop {
         }
         conn.reserved = frame_len;
         conn.decoder.preallocate_pending_frame();
-        conn.large_frame_deadline = Some(large_frame_deadline(
-            self.now,
-            &self.shared.settings,
-            frame_len,
-        ));
-        lower_floor(&mut self.conn_deadline_floor, conn.large_frame_deadline);
         self.shared
             .most_reserved
             .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
@@ -1382,12 +1414,11 @@ impl EventLoop {
             conn.awaiting_budget = false;
             conn.reserved = bytes;
             conn.decoder.preallocate_pending_frame();
-            conn.large_frame_deadline = Some(large_frame_deadline(now, settings, bytes));
+            // Its time starts now: the wait was not its peer's doing.
+            conn.frame_clock = Some(FrameClock::new(now, settings, Some(bytes)));
             conn.frame_deadline = Some(deadline_after(now, settings.stalled_frame_timeout));
             conn.moved_at(now, settings.idle_timeout);
-            for deadline in [conn.large_frame_deadline, conn.deadline()] {
-                lower_floor(&mut self.conn_deadline_floor, deadline);
-            }
+            lower_floor(&mut self.conn_deadline_floor, conn.deadline());
             if !self.unfinished_reads.contains(&key) {
                 self.unfinished_reads.push(key);
             }

@@ -2063,3 +2063,48 @@ fn an_endpoint_s_refused_message_closes_nothing() {
         .iter()
         .any(|seen| matches!(seen, Seen::Disconnected(_))));
 }
+
+/// A peer that sends a frame a byte at a time, never stalling for `network.timeout`, is
+/// cut off once the frame is late: it must be in within `network.timeout` of its first
+/// bytes (plus a second per MiB), so that trickling peers cannot hold connections for
+/// good. Another peer is served throughout.
+#[test]
+fn a_peer_trickling_a_frame_is_cut_off_however_steadily_it_sends() {
+    let (server, probe) = server_with_probe(&[
+        "network.timeout=1s",
+        "executor.heartbeatInterval=100ms",
+        "rpc.io.idleTimeout=0",
+    ]);
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    let bytes = one_way(7);
+    let mut trickler = TcpStream::connect(server.address()).unwrap();
+    trickler.set_nonblocking(true).unwrap();
+    let started = Instant::now();
+    let mut sent = 0;
+    let cut_off = loop {
+        let elapsed = started.elapsed();
+        assert!(elapsed < Duration::from_secs(10), "still connected");
+        if sent < bytes.len() - 1 && trickler.write_all(&bytes[sent..sent + 1]).is_ok() {
+            sent += 1;
+        } else {
+            break elapsed;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        // Closed: the refusal (or the end of the stream) is there to read.
+        if !matches!(trickler.peek(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        {
+            break started.elapsed();
+        }
+        let tag = 1000 + sent as u32;
+        assert_eq!(tag_of(&remote.ask(&custom(tag)).unwrap()), tag);
+    };
+    assert!(
+        cut_off >= Duration::from_secs(1),
+        "cut off after {cut_off:?}"
+    );
+    assert!(sent < bytes.len() - 1, "the whole frame went");
+    trickler.set_nonblocking(false).unwrap();
+    assert_refused_by_server(&mut trickler, "arrived too slowly");
+    assert!(!probe.seen().contains(&Seen::Message(7)));
+}
