@@ -58,7 +58,8 @@ pub struct Settings {
     /// The most bytes large frames may hold, partly received, across all connections
     /// (rpc.io.maxReceiveBytes, raised to one frame of `max_payload`).
     pub max_receive_bytes: usize,
-    /// How long a connection may send nothing in the middle of a frame (network.timeout).
+    /// How long a connection may send nothing in the middle of a frame (network.timeout),
+    /// and, plus a second per MiB, how long a frame may take from its first bytes.
     pub stalled_frame_timeout: Duration,
     /// How long a connection from a peer may send nothing at all (rpc.io.idleTimeout);
     /// `None` keeps it open.

@@ -120,8 +120,9 @@ struct Connection {
     /// [`MIN_FRAME_RATE`]); `None` between frames.
     frame_clock: Option<FrameClock>,
     /// The next frame is large and the receive budget has no room for it: the
-    /// connection is not read until the budget admits it, and its peer is not held to
-    /// the reading deadlines meanwhile (the wait is not its doing).
+    /// connection is not read until the budget admits it. Its peer is held only to the
+    /// stalled-frame deadline meanwhile, and only if it has sent nothing more (see
+    /// `EventLoop::waiting_peer_sent_more`): the wait is not its doing.
     awaiting_budget: bool,
     /// Whether endpoints were told of this connection (and so must hear of its end).
     announced: bool,
@@ -190,7 +191,8 @@ impl Connection {
     }
 
     /// When the connection must have got further by: connected, authenticated, sent more
-    /// of the frame under way (and all of a large one), or sent anything at all. A
+    /// of the frame under way (and all of it, see [`MIN_FRAME_RATE`]), or sent anything
+    /// at all. A
     /// connection waiting for the receive budget is not read: its only reading deadline
     /// is the frame's, at which the loop looks whether its peer sent more meanwhile.
     fn deadline(&self) -> Option<Instant> {
@@ -383,7 +385,8 @@ impl std::fmt::Display for CloseReason {
                 write!(
                     f,
                     " ({buffered} bytes of it in): a frame must be in within network.timeout \
-                     of its first bytes, plus 1 second per MiB of it"
+                     of its first bytes (or of being let in by rpc.io.maxReceiveBytes), plus \
+                     1 second per MiB of it"
                 )
             }
             CloseReason::Refused(reason) => {
@@ -859,6 +862,11 @@ impl EventLoop {
                 | CloseReason::SlowFrame { .. }
                 | CloseReason::Idle(_) => {
                     self.read(key);
+                    // It filled this turn's read budget: not a peer that trickles, and the
+                    // rest is read at the next turn, which comes at once.
+                    if self.unfinished_reads.contains(&key) {
+                        continue;
+                    }
                     let settings = &self.shared.settings;
                     match self.connections.get(&key).map(|c| c.overdue(now, settings)) {
                         Some(Some(reason)) => reason,
@@ -1246,15 +1254,16 @@ impl EventLoop {
                     });
                     lower_floor(&mut self.conn_deadline_floor, conn.frame_deadline);
                     // The frame's own clock, from its first bytes; sized once its header is
-                    // in. Its due time is never before `frame_deadline`, which lowered the
-                    // floor.
+                    // in (keeping its start, so that no byte sent restarts it).
                     if conn.frame_deadline.is_some() && !conn.frame_clock.is_some_and(|c| c.sized) {
                         let started = conn.frame_clock.map_or(self.now, |clock| clock.started);
-                        conn.frame_clock = Some(FrameClock::new(
+                        let clock = FrameClock::new(
                             started,
                             &self.shared.settings,
                             conn.decoder.pending_frame_len(),
-                        ));
+                        );
+                        conn.frame_clock = Some(clock);
+                        lower_floor(&mut self.conn_deadline_floor, Some(clock.due));
                     }
                     if conn.reserved == 0
                         && conn

@@ -2066,12 +2066,12 @@ fn an_endpoint_s_refused_message_closes_nothing() {
 
 /// A peer that sends a frame a byte at a time, never stalling for `network.timeout`, is
 /// cut off once the frame is late: it must be in within `network.timeout` of its first
-/// bytes (plus a second per MiB), so that trickling peers cannot hold connections for
-/// good. Another peer is served throughout.
+/// bytes plus a second per MiB (a second here, counted once its header is in), so that
+/// trickling peers cannot hold connections for good. Another peer is served throughout.
 #[test]
 fn a_peer_trickling_a_frame_is_cut_off_however_steadily_it_sends() {
     let (server, probe) = server_with_probe(&[
-        "network.timeout=1s",
+        "network.timeout=2s",
         "executor.heartbeatInterval=100ms",
         "rpc.io.idleTimeout=0",
     ]);
@@ -2100,11 +2100,39 @@ fn a_peer_trickling_a_frame_is_cut_off_however_steadily_it_sends() {
         assert_eq!(tag_of(&remote.ask(&custom(tag)).unwrap()), tag);
     };
     assert!(
-        cut_off >= Duration::from_secs(1),
+        // 2 s, and 1 s for the frame's length once its header was in (after 1.6 s).
+        cut_off >= Duration::from_secs(3),
         "cut off after {cut_off:?}"
     );
     assert!(sent < bytes.len() - 1, "the whole frame went");
     trickler.set_nonblocking(false).unwrap();
     assert_refused_by_server(&mut trickler, "arrived too slowly");
     assert!(!probe.seen().contains(&Seen::Message(7)));
+}
+
+/// A peer whose frames keep arriving in pieces, with part of the next one always
+/// waiting, for several times `network.timeout`, is not cut off: each frame's clock
+/// starts with its own first bytes.
+#[test]
+fn a_peer_whose_frames_arrive_in_pieces_for_long_is_kept() {
+    let (server, probe) = server_with_probe(&[
+        "network.timeout=1s",
+        "executor.heartbeatInterval=100ms",
+        "rpc.io.idleTimeout=0",
+    ]);
+    let mut peer = TcpStream::connect(server.address()).unwrap();
+    let peer_address = peer.local_addr().unwrap();
+    // 40 frames, 100 ms each: 4 s, twice a frame's limit (1 s + 1 s for its length).
+    for tag in 0..40 {
+        let bytes = one_way(tag);
+        let half = bytes.len() / 2;
+        peer.write_all(&bytes[..half]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        peer.write_all(&bytes[half..]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    probe.wait_for("the 40 frames", |seen| {
+        (0..40).all(|tag| seen.contains(&Seen::Message(tag)))
+    });
+    assert!(!probe.seen().contains(&Seen::Disconnected(peer_address)));
 }
