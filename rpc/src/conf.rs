@@ -186,10 +186,10 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         Some("120s"),
         "Default timeout of network interactions; the driver expires executors that sent \
          no heartbeat for this long, and a connection that sends nothing for this long in \
-         the middle of a frame is closed, as is one whose frame is not in within this \
-         long of its first bytes plus a second per MiB (and, unless rpc.io.idleTimeout \
-         is set, one from a peer that sends nothing at all for twice as long); seconds \
-         when bare; above zero.",
+         the middle of a frame is closed, as is one whose frame, from this long after its \
+         first bytes, comes slower than 1 MiB/s on average (and, unless \
+         rpc.io.idleTimeout is set, one from a peer that sends nothing at all for twice \
+         as long); seconds when bare; above zero.",
     ),
     info(
         "rpc.askTimeout",
@@ -1013,11 +1013,10 @@ impl Conf {
 
     /// `network.timeout`: the default network timeout; the driver expires an executor that
     /// sent no heartbeat for this long, and an environment closes a connection that sent
-    /// nothing for this long in the middle of a frame, or whose frame is not in within
-    /// this long of its first bytes plus a second per MiB (and, unless
+    /// nothing for this long in the middle of a frame, or whose frame, from this long after
+    /// its first bytes, comes slower than 1 MiB/s on average (and, unless
     /// `rpc.io.idleTimeout` is set, one from a peer that sent nothing at all for twice as
-    /// long). Default 120s; a
-    /// bare number is seconds; zero is an error.
+    /// long). Default 120s; a bare number is seconds; zero is an error.
     pub fn network_timeout(&self) -> Result<Duration, ConfError> {
         self.positive_duration(NETWORK_TIMEOUT, TimeUnit::Secs)
     }

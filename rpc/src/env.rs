@@ -59,7 +59,7 @@ pub struct Settings {
     /// (rpc.io.maxReceiveBytes, raised to one frame of `max_payload`).
     pub max_receive_bytes: usize,
     /// How long a connection may send nothing in the middle of a frame (network.timeout),
-    /// and, plus a second per MiB, how long a frame may take from its first bytes.
+    /// and how long a frame may come slower than 1 MiB/s from its first bytes.
     pub stalled_frame_timeout: Duration,
     /// How long a connection from a peer may send nothing at all (rpc.io.idleTimeout);
     /// `None` keeps it open.

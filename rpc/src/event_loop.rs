@@ -50,37 +50,41 @@ const WARNING_EVERY: Duration = Duration::from_secs(60);
 /// How long after a failed `accept` (out of descriptors, say) the loop tries again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// The slowest a frame may arrive: it must be in by `network.timeout` after its first
-/// bytes, plus its length at this rate. Without it, a peer that sends a byte now and
-/// then, never stalling for `network.timeout`, would hold its connection (one of
-/// `rpc.io.maxConnections`) for good, and a large frame's part of the receive budget
-/// with it. 1 MiB/s is 8 Mbit/s, slower than any link a cluster's control plane runs on.
-/// The loop reads a connection [`READ_BUDGET`] at a time, and turns again at once while
-/// one has more, so only a loop that managed fewer than four turns a second would fall
-/// below it itself.
+/// The slowest a frame may arrive, on average, once `network.timeout` has passed since
+/// its first bytes: by any moment, each second past `network.timeout` must have brought
+/// a MiB of it. Without it, a peer that sends a byte now and then, never stalling for
+/// `network.timeout`, would hold its connection (one of `rpc.io.maxConnections`) for
+/// good, and a large frame's reservation in the receive budget with it; with it, holding
+/// a frame open longer than `network.timeout` costs a peer the bandwidth of sending it.
+/// 1 MiB/s is 8 Mbit/s, slower than any link a cluster's control plane runs on. The loop
+/// reads a connection [`READ_BUDGET`] at a time, and turns again at once while one has
+/// more, so only a loop that managed fewer than four turns a second would fall below it
+/// itself; and a peer whose bytes wait unread is read before it is held to it.
 const MIN_FRAME_RATE: u64 = 1 << 20;
 
-/// When the frame under way on a connection started to arrive, and must be in by.
+/// The time a byte of a frame buys at [`MIN_FRAME_RATE`], in nanoseconds (10^9 / 2^20,
+/// rounded up).
+const NANOS_PER_BYTE: u64 = 1_000_000_000_u64.div_ceil(MIN_FRAME_RATE);
+
+/// When the frame under way on a connection started to arrive, and when it is too slow
+/// unless more of it has come by then.
 #[derive(Debug, Clone, Copy)]
 struct FrameClock {
     started: Instant,
     due: Instant,
-    /// Whether `due` counts the frame's length (its header was in when it was set).
-    sized: bool,
 }
 
 impl FrameClock {
-    /// The clock of a frame whose first bytes came at `started`, `len` bytes long if its
-    /// header is in.
-    fn new(started: Instant, settings: &Settings, len: Option<usize>) -> Self {
-        let transfer = Duration::from_secs((len.unwrap_or(0) as u64).div_ceil(MIN_FRAME_RATE));
+    /// The clock of a frame whose first bytes came at `started` and of which `received`
+    /// bytes are in: `network.timeout` after its start, plus the time those bytes buy.
+    fn new(started: Instant, settings: &Settings, received: usize) -> Self {
+        let earned = Duration::from_nanos((received as u64).saturating_mul(NANOS_PER_BYTE));
         FrameClock {
             started,
             due: deadline_after(
                 started,
-                settings.stalled_frame_timeout.saturating_add(transfer),
+                settings.stalled_frame_timeout.saturating_add(earned),
             ),
-            sized: len.is_some(),
         }
     }
 }
@@ -384,9 +388,9 @@ impl std::fmt::Display for CloseReason {
                 }
                 write!(
                     f,
-                    " ({buffered} bytes of it in): a frame must be in within network.timeout \
-                     of its first bytes (or of being let in by rpc.io.maxReceiveBytes), plus \
-                     1 second per MiB of it"
+                    " ({buffered} bytes of it in): from network.timeout after its first bytes \
+                     (or after rpc.io.maxReceiveBytes let it in), a frame must come at 1 MiB/s \
+                     at least"
                 )
             }
             CloseReason::Refused(reason) => {
@@ -1253,17 +1257,17 @@ impl EventLoop {
                         deadline_after(self.now, self.shared.settings.stalled_frame_timeout)
                     });
                     lower_floor(&mut self.conn_deadline_floor, conn.frame_deadline);
-                    // The frame's own clock, from its first bytes; sized once its header is
-                    // in (keeping its start, so that no byte sent restarts it).
-                    if conn.frame_deadline.is_some() && !conn.frame_clock.is_some_and(|c| c.sized) {
+                    // The frame's own clock, from its first bytes (which nothing sent later
+                    // moves), its due time moved on by the bytes in. Never before
+                    // `frame_deadline` when first set, which lowered the floor, and only
+                    // later after that.
+                    if conn.frame_deadline.is_some() {
                         let started = conn.frame_clock.map_or(self.now, |clock| clock.started);
-                        let clock = FrameClock::new(
+                        conn.frame_clock = Some(FrameClock::new(
                             started,
                             &self.shared.settings,
-                            conn.decoder.pending_frame_len(),
-                        );
-                        conn.frame_clock = Some(clock);
-                        lower_floor(&mut self.conn_deadline_floor, Some(clock.due));
+                            conn.decoder.buffered(),
+                        ));
                     }
                     if conn.reserved == 0
                         && conn
@@ -1424,7 +1428,7 @@ impl EventLoop {
             conn.reserved = bytes;
             conn.decoder.preallocate_pending_frame();
             // Its time starts now: the wait was not its peer's doing.
-            conn.frame_clock = Some(FrameClock::new(now, settings, Some(bytes)));
+            conn.frame_clock = Some(FrameClock::new(now, settings, conn.decoder.buffered()));
             conn.frame_deadline = Some(deadline_after(now, settings.stalled_frame_timeout));
             conn.moved_at(now, settings.idle_timeout);
             lower_floor(&mut self.conn_deadline_floor, conn.deadline());

@@ -140,9 +140,9 @@ fn peers_sending_large_frames_at_once_hold_no_more_than_the_budget() {
 }
 
 /// A peer that trickles a large frame, a byte at a time but never stalling for
-/// `network.timeout`, is cut off once the frame is late by its length at 1 MiB/s; the
-/// peer whose frame waited behind it, for longer than `network.timeout`, is not held to
-/// that timeout, and its frame arrives.
+/// `network.timeout`, is cut off once the frame comes slower than 1 MiB/s after
+/// `network.timeout`; the peer whose frame waited behind it, with its bytes unread in
+/// the kernel past `network.timeout`, is kept, and its frame arrives.
 #[test]
 fn a_peer_trickling_a_large_frame_is_cut_off_and_the_one_waiting_behind_it_gets_in() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -178,8 +178,8 @@ fn a_peer_trickling_a_large_frame_is_cut_off_and_the_one_waiting_behind_it_gets_
     wait_until("the second peer waits", Duration::from_secs(10), || {
         env.handle().stats().budget_waits >= 1
     });
-    // A byte every 200 ms: never 1 s without progress. The frame must be in within
-    // 1 s + 2 s of its header.
+    // A byte every 200 ms: never 1 s without progress, but the 64 KiB in buy only
+    // 1/16 s past the 1 s network.timeout.
     let mut sent = 64 << 10;
     trickler.set_nonblocking(true).unwrap();
     let cut_off = loop {
@@ -197,7 +197,7 @@ fn a_peer_trickling_a_large_frame_is_cut_off_and_the_one_waiting_behind_it_gets_
         }
     };
     assert!(
-        cut_off >= Duration::from_secs(3),
+        cut_off >= Duration::from_secs(1),
         "cut off after {cut_off:?}, before the frame was late"
     );
     let reason = refusal(&mut trickler).expect("told why");
@@ -287,7 +287,8 @@ fn a_peer_that_closes_while_it_waits_does_not_hold_up_the_next() {
 #[test]
 fn a_peer_that_falls_silent_while_it_waits_is_cut_off_and_gives_up_its_place() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    // 4 MiB: the holder's frame may take 1 s + 4 s, well past the 2 s it takes here.
+    // 4 MiB, nearly all sent at once: the holder's frame may then take 1 s + 4 s, well
+    // past the 2 s it takes here.
     const BODY: usize = (4 << 20) - 4096;
     let conf = Conf::from_pairs([
         "rpc.message.maxSize=4m",
