@@ -195,10 +195,10 @@ impl Connection {
     }
 
     /// When the connection must have got further by: connected, authenticated, sent more
-    /// of the frame under way (and all of it, see [`MIN_FRAME_RATE`]), or sent anything
-    /// at all. A
-    /// connection waiting for the receive budget is not read: its only reading deadline
-    /// is the frame's, at which the loop looks whether its peer sent more meanwhile.
+    /// of the frame under way (fast enough, see [`MIN_FRAME_RATE`]), or sent anything at
+    /// all. A connection waiting for the receive budget is not read: its only reading
+    /// deadline is the frame's, at which the loop looks whether its peer sent more
+    /// meanwhile.
     fn deadline(&self) -> Option<Instant> {
         match self.state {
             ConnState::Connecting { deadline } => Some(deadline),
