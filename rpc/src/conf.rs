@@ -1302,7 +1302,8 @@ impl Conf {
     /// [`crate::receive_budget`]). Without it, peers that each send most of a frame of
     /// `rpc.message.maxSize` could make a process hold `rpc.io.maxConnections` such frames
     /// at once. Default 512 MiB; a bare number is bytes; zero is an error. The environment
-    /// raises it to one frame of [`Conf::message_max_size`] when it is below that.
+    /// raises it to one frame of [`Conf::message_max_size`] and one read when it is below
+    /// that.
     pub fn max_receive_bytes(&self) -> Result<usize, ConfError> {
         let key = RPC_IO_MAX_RECEIVE_BYTES;
         let bytes = self.size_usize(key, EXPECT_POSITIVE_SIZE)?;

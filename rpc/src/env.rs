@@ -56,7 +56,7 @@ pub struct Settings {
     /// The most connections from peers held open at once (rpc.io.maxConnections).
     pub max_connections: usize,
     /// The most bytes large frames may hold, partly received, across all connections
-    /// (rpc.io.maxReceiveBytes, raised to one frame of `max_payload`).
+    /// (rpc.io.maxReceiveBytes, raised to one frame of `max_payload` and one read).
     pub max_receive_bytes: usize,
     /// How long a connection may send nothing in the middle of a frame (network.timeout),
     /// and how long a frame may come slower than 1 MiB/s from its first bytes.
@@ -96,9 +96,10 @@ impl Settings {
             shutdown_flush: conf.shutdown_flush_timeout()?,
             busy_poll: conf.rpc_busy_poll()?,
             max_connections: conf.max_connections()?,
-            max_receive_bytes: conf
-                .max_receive_bytes()?
-                .max(flint_wire::padded_frame_len(conf.message_max_size()?)),
+            max_receive_bytes: conf.max_receive_bytes()?.max(
+                flint_wire::padded_frame_len(conf.message_max_size()?)
+                    + crate::receive_budget::UNBUDGETED_FRAME,
+            ),
             stalled_frame_timeout: conf.network_timeout()?,
             idle_timeout: conf.idle_timeout()?,
         })

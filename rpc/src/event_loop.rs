@@ -59,7 +59,9 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// 1 MiB/s is 8 Mbit/s, slower than any link a cluster's control plane runs on. The loop
 /// reads a connection [`READ_BUDGET`] at a time, and turns again at once while one has
 /// more, so only a loop that managed fewer than four turns a second would fall below it
-/// itself; and a peer whose bytes wait unread is read before it is held to it.
+/// itself, and a peer whose bytes wait unread is read before it is held to it. A loop
+/// that stalls for longer than `network.timeout` (an endpoint that blocks it) can still
+/// cut off peers with frames under way, as their asks and heartbeats would time out.
 const MIN_FRAME_RATE: u64 = 1 << 20;
 
 /// The time a byte of a frame buys at [`MIN_FRAME_RATE`], in nanoseconds (10^9 / 2^20,
@@ -1360,7 +1362,9 @@ impl EventLoop {
         else {
             return;
         };
-        if !self.receive_budget.reserve(key, frame_len) {
+        // The frame and one read beyond it: what its buffer is made to hold.
+        let bytes = frame_len.saturating_add(UNBUDGETED_FRAME);
+        if !self.receive_budget.reserve(key, bytes) {
             conn.awaiting_budget = true;
             self.shared.budget_waits.fetch_add(1, Ordering::Relaxed);
             debug!(
@@ -1372,7 +1376,7 @@ impl EventLoop {
             );
             return;
         }
-        conn.reserved = frame_len;
+        conn.reserved = bytes;
         conn.decoder.preallocate_pending_frame();
         self.shared
             .most_reserved

@@ -4,9 +4,9 @@
 //! Each connection's receive buffer is bounded by `rpc.message.maxSize`, but a process
 //! with thousands of connections could still be made to hold thousands of such frames at
 //! once, by peers that each send most of one. So a connection whose next frame is large
-//! reserves the whole frame here before it reads on; when the budget cannot cover it, the
-//! connection waits, unread (TCP holds its peer back meanwhile), until frames of other
-//! connections have arrived, first come first served. Frames up to [`UNBUDGETED_FRAME`]
+//! reserves the whole frame here, and one read beyond it, before it reads on; when the
+//! budget cannot cover it, the connection waits, unread (TCP holds its peer back
+//! meanwhile), until frames of other connections have arrived, first come first served. Frames up to [`UNBUDGETED_FRAME`]
 //! need no reservation: a connection's buffer holds at most one read beyond them.
 //!
 //! This is a pure state machine: the event loop tells it of reservations, releases and
