@@ -410,6 +410,74 @@ fn kill_task_ends_a_running_sleep_task_killed() {
     driver.stop().unwrap();
 }
 
+/// The TCP sockets process `pid` holds, by the state /proc/net/tcp and tcp6 give them
+/// ("0A" is LISTEN, "01" ESTABLISHED), each once.
+fn tcp_socket_states(pid: u32) -> Vec<String> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let mut states = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for row in text.lines().skip(1) {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            // sl, local, remote, st, queues, tr, retrnsmt, uid, timeout, inode
+            if fields.len() > 9 && inodes.iter().any(|inode| inode == fields[9]) {
+                states.push(fields[3].to_owned());
+            }
+        }
+    }
+    states
+}
+
+/// An executor listens nowhere, whatever rpc.port it is given: the driver reaches it
+/// over the connection it opened, and no one else can connect to it.
+#[test]
+fn an_executor_process_listens_on_no_port() {
+    let driver = Driver::standalone(&conf(&[])).unwrap();
+    let mut processes = Processes(vec![spawn_executor(
+        driver.address(),
+        "1",
+        &["rpc.port=0", "rpc.bindAddress=0.0.0.0"],
+        Stdio::piped(),
+    )]);
+    driver.wait_for_executors(1, REGISTER_TIMEOUT).unwrap();
+    let outcome = driver
+        .submit(TaskSet::new(0, 0, 10, task("noop", "")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert_eq!(outcome.results.len(), 10);
+    let pid = processes.0[0].id();
+    let states = tcp_socket_states(pid);
+    assert!(
+        states.iter().any(|state| state == "01"),
+        "the executor's connection to its driver is not among its sockets: {states:?}"
+    );
+    assert!(
+        states.iter().all(|state| state != "0A"),
+        "the executor listens: {states:?}"
+    );
+    // A listening driver, by the same reading of this process's own sockets.
+    let own = tcp_socket_states(std::process::id());
+    assert!(own.iter().any(|state| state == "0A"), "{own:?}");
+    driver.stop().unwrap();
+    let status = wait_exit(&mut processes.0[0], Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0));
+}
+
 #[test]
 fn stop_executors_makes_every_executor_process_exit_0() {
     let driver = Driver::standalone(&conf(&[])).unwrap();

@@ -462,8 +462,10 @@ impl ExecutorEndpoint {
 impl Endpoint for ExecutorEndpoint {
     fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
         // Commands come from the driver, over the connection this executor opened to it,
-        // or from this process. Anyone else who connects to the executor's listener
-        // could otherwise launch or kill tasks, read or remove results, or stop it.
+        // or from this process. The executor does not listen, so no other peer can
+        // reach it today; this check is the second line, should it ever open another
+        // connection (anyone on it could otherwise launch or kill tasks, read or remove
+        // results, or stop the executor).
         if let Some(sender) = message.sender() {
             if sender != self.backend.driver_address {
                 let kind = message.message().kind().name();
@@ -640,11 +642,12 @@ fn start(
     let heartbeat_interval = conf.executor_heartbeat_interval().map_err(bad_conf)?;
     let heartbeat_max_failures = conf.executor_heartbeat_max_failures().map_err(bad_conf)?;
     let heartbeat_max_failures = u32::try_from(heartbeat_max_failures).unwrap_or(u32::MAX);
-    let env = RpcEnv::new(conf).map_err(|e| {
+    // No listener: the driver reaches the executor over the connection it opens, and
+    // nobody else has any business with it.
+    let env = RpcEnv::client(conf).map_err(|e| {
         ExecutorExit::Error(format!("Cannot start the executor's RPC environment: {e}"))
     })?;
     let handle = env.handle();
-    let address = env.address();
     let settings = handle.settings();
     let max_payload = settings.max_payload;
     let ask_timeout = settings.ask_timeout;
@@ -674,7 +677,7 @@ fn start(
         driver,
         registration: RegisterExecutor {
             executor_id: executor_id.clone(),
-            executor_address: address.to_string(),
+            executor_address: String::new(),
             endpoint_name: EXECUTOR_ENDPOINT.to_owned(),
             hostname: options.hostname.clone(),
             cores: options.cores,
@@ -683,7 +686,7 @@ fn start(
         block_manager_id: BlockManagerId {
             executor_id,
             host: options.hostname,
-            port: address.port(),
+            port: 0,
         },
         ask_timeout,
         heartbeat_interval,
@@ -754,7 +757,7 @@ impl Running {
 
 /// Runs an executor until it ends, and returns why.
 ///
-/// Starts an RPC environment from `conf` (listening on `rpc.bindAddress`:`rpc.port`),
+/// Starts an RPC environment from `conf` that does not listen ([`RpcEnv::client`]),
 /// registers the executor's endpoint as [`EXECUTOR_ENDPOINT`], registers with the
 /// driver's [`DRIVER_ENDPOINT`] at `options.driver`, and from then on runs the tasks the
 /// driver launches with the functions of `registry`, sending a heartbeat to

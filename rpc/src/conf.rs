@@ -201,7 +201,7 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         "rpc.bindAddress",
         Some("127.0.0.1"),
         "IP address the RPC listener binds to (an address, not a host name; 0.0.0.0 for \
-         every interface).",
+         every interface). Executors do not listen, and do not use it.",
     ),
     info(
         "rpc.connect.timeout",
@@ -269,7 +269,8 @@ const KNOWN_KEYS: &[KeyInfo] = &[
     info(
         "rpc.port",
         Some("0"),
-        "Port the RPC listener binds to; 0 lets the OS choose a free one.",
+        "Port the RPC listener binds to; 0 lets the OS choose a free one. Executors do \
+         not listen, and do not use it.",
     ),
     info(
         "rpc.shutdown.flushTimeout",

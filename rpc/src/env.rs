@@ -1,7 +1,7 @@
 //! The RPC environment: its shared state, the handle other threads use, and references
 //! to endpoints.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,10 @@ use crate::outbox::{ConnKey, Outbox, OutboxKind};
 use crate::socket::SocketOptions;
 use crate::timer::deadline_after;
 use crate::turns::{LoopCell, LoopLease, Sleeper};
+
+/// The address of an environment that does not listen ([`RpcEnv::client`]): the
+/// unspecified address and port 0, which no peer can connect to.
+pub const CLIENT_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
 
 /// Key of the local outbox (messages between endpoints of one environment).
 pub(crate) const LOCAL_KEY: ConnKey = 2;
@@ -49,6 +53,9 @@ pub struct Settings {
     pub auth_timeout: Duration,
     /// The listener's address (rpc.bindAddress, rpc.port).
     pub bind: SocketAddr,
+    /// Whether the environment listens at `bind`. One that does not (see
+    /// [`RpcEnv::client`]) is reached only over the connections it opens itself.
+    pub listen: bool,
     /// How long stopping waits for outboxes to drain (rpc.shutdown.flushTimeout).
     pub shutdown_flush: Duration,
     /// How long the loop polls without blocking after it worked (rpc.io.busyPoll).
@@ -93,6 +100,7 @@ impl Settings {
             secret,
             auth_timeout: conf.authenticate_timeout()?,
             bind: SocketAddr::new(conf.bind_address()?, conf.port()?),
+            listen: true,
             shutdown_flush: conf.shutdown_flush_timeout()?,
             busy_poll: conf.rpc_busy_poll()?,
             max_connections: conf.max_connections()?,
@@ -351,7 +359,8 @@ fn warn_if_short_of_descriptors(max_connections: usize) {
 const DESCRIPTORS_BESIDE_PEERS: u64 = 64;
 
 impl RpcEnvHandle {
-    /// The address this environment listens on.
+    /// The address this environment listens on; for one that does not listen
+    /// ([`RpcEnv::client`]), [`CLIENT_ADDRESS`], which no peer can reach.
     pub fn address(&self) -> SocketAddr {
         self.shared.address
     }
@@ -807,12 +816,44 @@ impl RpcEnv {
         Self::with_settings(Settings::from_conf(conf)?)
     }
 
-    /// As [`RpcEnv::new`], with settings already read.
+    /// An environment that only opens connections, as the seeds' executors run theirs
+    /// ("client mode"): it has no listener, so no peer can connect to it, and its
+    /// endpoints hear only from the peers it connected to, over those connections (an
+    /// ask's reply, and whatever the peer sends back through [`Incoming::sender_ref`]).
+    /// `rpc.bindAddress` and `rpc.port` are not used; [`RpcEnv::address`] is
+    /// [`CLIENT_ADDRESS`].
+    ///
+    /// ```
+    /// use flint_rpc::{Conf, RpcEnv, CLIENT_ADDRESS};
+    ///
+    /// let client = RpcEnv::client(&Conf::new())?;
+    /// assert_eq!(client.address(), CLIENT_ADDRESS);
+    /// client.stop();
+    /// # Ok::<(), flint_rpc::RpcError>(())
+    /// ```
+    ///
+    /// [`Incoming::sender_ref`]: crate::Incoming::sender_ref
+    pub fn client(conf: &Conf) -> Result<RpcEnv, RpcError> {
+        Self::with_settings(Settings {
+            listen: false,
+            ..Settings::from_conf(conf)?
+        })
+    }
+
+    /// As [`RpcEnv::new`] (or [`RpcEnv::client`] without [`Settings::listen`]), with
+    /// settings already read.
     pub fn with_settings(settings: Settings) -> Result<RpcEnv, RpcError> {
-        #[cfg(unix)]
-        warn_if_short_of_descriptors(settings.max_connections);
-        let listener = crate::socket::listen(settings.bind, &settings.socket)?;
-        let address = listener.local_addr()?;
+        let listener = if settings.listen {
+            #[cfg(unix)]
+            warn_if_short_of_descriptors(settings.max_connections);
+            Some(crate::socket::listen(settings.bind, &settings.socket)?)
+        } else {
+            None
+        };
+        let address = match &listener {
+            Some(listener) => listener.local_addr()?,
+            None => CLIENT_ADDRESS,
+        };
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), crate::event_loop::WAKER)?;
         let (sleeper, sleeper_waker) = {
@@ -848,11 +889,17 @@ impl RpcEnv {
             budget_waits: AtomicU64::new(0),
             most_reserved: AtomicU64::new(0),
         });
+        let listener_port = listener.as_ref().map(|_| address.port());
         let event_loop = EventLoop::new(poll, listener, shared.clone())?;
         shared.cell.install(event_loop);
         let loop_shared = shared.clone();
         let thread = std::thread::Builder::new()
-            .name(format!("flint-rpc-{}", address.port()))
+            // A client's loop thread is named for its outgoing connections only (a thread
+            // name shows 15 bytes).
+            .name(match listener_port {
+                Some(port) => format!("flint-rpc-{port}"),
+                None => "flint-rpc-out".to_owned(),
+            })
             .spawn(move || crate::turns::run_loop_thread(loop_shared, sleeper));
         let thread = match thread {
             Ok(thread) => thread,
@@ -868,7 +915,8 @@ impl RpcEnv {
         })
     }
 
-    /// The address the listener is bound to.
+    /// The address the listener is bound to; [`CLIENT_ADDRESS`] for an environment that
+    /// does not listen ([`RpcEnv::client`]).
     pub fn address(&self) -> SocketAddr {
         self.handle.address()
     }

@@ -570,7 +570,8 @@ fn shortened(text: &str, limit: usize) -> String {
 /// The loop: owns the poller, the listener, the connections and the endpoints.
 pub(crate) struct EventLoop {
     poll: Poll,
-    listener: TcpListener,
+    /// `None` for an environment that does not listen ([`crate::RpcEnv::client`]).
+    listener: Option<TcpListener>,
     shared: Arc<Shared>,
     connections: FxHashMap<ConnKey, Connection>,
     /// Connections from peers open now, at most `rpc.io.maxConnections`.
@@ -634,11 +635,13 @@ pub(crate) enum Turn {
 impl EventLoop {
     pub(crate) fn new(
         poll: Poll,
-        mut listener: TcpListener,
+        mut listener: Option<TcpListener>,
         shared: Arc<Shared>,
     ) -> io::Result<Self> {
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        if let Some(listener) = &mut listener {
+            poll.registry()
+                .register(listener, LISTENER, Interest::READABLE)?;
+        }
         let max_payload = shared.settings.max_payload;
         let max_receive_bytes = shared.settings.max_receive_bytes;
         Ok(EventLoop {
@@ -940,7 +943,10 @@ impl EventLoop {
 
     fn accept(&mut self) {
         loop {
-            match self.listener.accept() {
+            let Some(listener) = &self.listener else {
+                return;
+            };
+            match listener.accept() {
                 Ok((mut stream, peer)) => {
                     if self.incoming >= self.shared.settings.max_connections {
                         self.refuse(stream, peer);

@@ -1,7 +1,8 @@
 //! flint-rpc: the transport under flint's driver and executors, and one that can be
 //! embedded on its own.
 //!
-//! An [`RpcEnv`] owns one [mio] event loop thread and a listener. Endpoints ([`Endpoint`])
+//! An [`RpcEnv`] owns one [mio] event loop thread and a listener ([`RpcEnv::client`]: none,
+//! for a process that only connects out, as an executor). Endpoints ([`Endpoint`])
 //! are registered by name and run in turns of the loop, one message at a time; an
 //! [`EndpointRef`] (address and name) offers one-way [`EndpointRef::send`] and
 //! request/reply [`EndpointRef::ask`] with a timeout (`rpc.askTimeout`). Endpoints of the
@@ -90,7 +91,7 @@ mod turns;
 
 pub use conf::Conf;
 pub use endpoint::{Endpoint, EndpointContext, Incoming, Reply, ReplyHandle};
-pub use env::{EndpointRef, RpcEnv, RpcEnvHandle, RpcStats, Settings};
+pub use env::{EndpointRef, RpcEnv, RpcEnvHandle, RpcStats, Settings, CLIENT_ADDRESS};
 pub use error::{RpcError, Target, TimeoutSource};
 #[cfg(unix)]
 pub use socket::raise_descriptor_limit;

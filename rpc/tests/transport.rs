@@ -2175,3 +2175,54 @@ fn a_large_frame_arriving_steadily_is_kept_past_the_network_timeout() {
     assert!(started.elapsed() >= Duration::from_millis(1900));
     probe.wait_for("the 4 MiB frame", |seen| seen.contains(&Seen::Message(77)));
 }
+
+/// Answers an ask, after sending the asker's `probe` a message of its own over the same
+/// connection, and tells the test where the ask came from.
+struct Caller(Mutex<mpsc::Sender<SocketAddr>>);
+
+impl Endpoint for Caller {
+    fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        if let ArchivedMessage::Custom { tag, .. } = message.message() {
+            let tag = tag.to_native();
+            message.sender_ref("probe").send(&custom(tag + 1)).unwrap();
+            message.reply(&custom(tag)).unwrap();
+            let from = message.sender().expect("a remote ask");
+            self.0.lock().unwrap().send(from).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_client_environment_listens_nowhere_and_talks_over_the_connections_it_opens() {
+    let server = env(&[]);
+    let (froms, from) = mpsc::channel();
+    server
+        .handle()
+        .register("caller", Caller(Mutex::new(froms)))
+        .unwrap();
+    let client = RpcEnv::client(&conf(&["rpc.port=0", "rpc.bindAddress=0.0.0.0"])).unwrap();
+    assert_eq!(client.address(), flint_rpc::CLIENT_ADDRESS);
+    let probe = Probe::default();
+    client.handle().register("probe", probe.clone()).unwrap();
+    let caller = client.handle().endpoint_ref(server.address(), "caller");
+    assert_eq!(tag_of(&caller.ask(&custom(40)).unwrap()), 40);
+    // The server reached the client's endpoint over the client's own connection.
+    probe.wait_for("the server's message", |seen| {
+        seen.contains(&Seen::Message(41))
+    });
+    // Where that connection comes from, nothing listens.
+    let from = from.recv_timeout(Duration::from_secs(10)).unwrap();
+    let refused = TcpStream::connect_timeout(&from, Duration::from_secs(5)).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    // And the loop thread says it is a client's.
+    let threads = std::fs::read_dir("/proc/self/task").unwrap();
+    let names: Vec<String> = threads
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .collect();
+    assert!(
+        names.iter().any(|name| name.trim() == "flint-rpc-out"),
+        "{names:?}"
+    );
+    client.stop();
+    assert!(probe.seen().contains(&Seen::Stopped));
+}

@@ -314,7 +314,8 @@ pub struct BlockManagerId {
     pub executor_id: SharedStr,
     /// Its host.
     pub host: String,
-    /// Its RPC port.
+    /// Its RPC port; 0 when it does not listen (flint's executors do not: their blocks
+    /// are fetched over the connection they opened to the driver).
     pub port: u16,
 }
 
@@ -421,7 +422,9 @@ pub struct RegisterExecutor {
     #[rkyv(with = AsArchivedString)]
     #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
     pub executor_id: SharedStr,
-    /// Address ("host:port") where the executor's RPC env listens.
+    /// Address ("host:port") where the executor's RPC env listens; empty when it does
+    /// not (flint's executors do not, as the seeds' executors run their RpcEnv in client
+    /// mode: the driver reaches them over the connection they opened).
     pub executor_address: String,
     /// Name of the executor's endpoint there.
     pub endpoint_name: String,
