@@ -196,6 +196,17 @@ impl Connection {
         }
     }
 
+    /// Whether all of the pending frame's bytes are in, buffered or unread in the kernel:
+    /// a peer whose stream ended (its end comes after all it sent) may still have sent a
+    /// whole frame, which must arrive.
+    fn pending_frame_is_all_here(&self) -> bool {
+        let Some(frame_len) = self.decoder.pending_frame_len() else {
+            return true;
+        };
+        let unread = rustix::io::ioctl_fionread(&self.stream).unwrap_or(0);
+        self.decoder.buffered().saturating_add(unread as usize) >= frame_len
+    }
+
     /// When the connection must have got further by: connected, authenticated, sent more
     /// of the frame under way (fast enough, see [`MIN_FRAME_RATE`]), or sent anything at
     /// all. A connection waiting for the receive budget is not read: its only reading
@@ -1197,6 +1208,15 @@ impl EventLoop {
                 return;
             };
             if conn.awaiting_budget {
+                if conn.peer_closed && !conn.pending_frame_is_all_here() {
+                    // Its frame will never be whole: it gives up its place in the queue
+                    // now, not when its turn comes.
+                    let reason = match conn.stream.take_error() {
+                        Ok(Some(error)) => CloseReason::Io(error),
+                        _ => CloseReason::EndOfStream,
+                    };
+                    self.close(key, reason);
+                }
                 return;
             }
             if conn.read_round != self.round {
@@ -1370,7 +1390,7 @@ impl EventLoop {
         };
         // The frame and one read beyond it: what its buffer is made to hold.
         let bytes = frame_len.saturating_add(UNBUDGETED_FRAME);
-        if !self.receive_budget.reserve(key, bytes) {
+        if !self.receive_budget.reserve(key, conn.peer.ip(), bytes) {
             conn.awaiting_budget = true;
             self.shared.budget_waits.fetch_add(1, Ordering::Relaxed);
             debug!(
@@ -1419,23 +1439,26 @@ impl EventLoop {
     /// at the next wake-up, which comes at once, and held to the reading deadlines from
     /// now, as if they had just read.
     fn admit_waiting(&mut self) {
-        if self.stopping {
-            // Every connection is about to close: none is to be read.
-            self.admitted.clear();
-            return;
-        }
         let mut admitted = std::mem::take(&mut self.admitted);
         let settings = &self.shared.settings;
         // Not `self.now`: a close outside a turn (a failed write in `flush_queued`) gets
         // here with the time of the last turn that worked, which may be long past.
         let now = Instant::now();
+        let mut orphaned = 0;
         for (key, bytes) in admitted.drain(..) {
             let Some(conn) = self.connections.get_mut(&key) else {
                 debug_assert!(false, "a closed connection was admitted");
+                // Its bytes go back below, or the queue behind it would jam for good.
+                orphaned += bytes;
                 continue;
             };
             conn.awaiting_budget = false;
             conn.reserved = bytes;
+            if self.stopping {
+                // Every connection is about to close (and give its bytes back): none is
+                // to be read.
+                continue;
+            }
             conn.decoder.preallocate_pending_frame();
             // Its time starts now: the wait was not its peer's doing.
             conn.frame_clock = Some(FrameClock::new(now, settings, conn.decoder.buffered()));
@@ -1450,6 +1473,9 @@ impl EventLoop {
             .most_reserved
             .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
         self.admitted = admitted;
+        if orphaned > 0 {
+            self.release_budget(orphaned);
+        }
     }
 
     /// Delivers one frame, already validated into `envelope`: to an endpoint, or to the

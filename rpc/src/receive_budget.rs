@@ -6,25 +6,35 @@
 //! once, by peers that each send most of one. So a connection whose next frame is large
 //! reserves the whole frame here, and one read beyond it, before it reads on; when the
 //! budget cannot cover it, the connection waits, unread (TCP holds its peer back
-//! meanwhile), until frames of other connections have arrived, first come first served. Frames up to [`UNBUDGETED_FRAME`]
-//! need no reservation: a connection's buffer holds at most one read beyond them.
+//! meanwhile), until frames of other connections have arrived. Frames up to
+//! [`UNBUDGETED_FRAME`] need no reservation: a connection's buffer holds at most one read
+//! beyond them.
+//!
+//! Who waits goes in turns by the peer's address, first come first served for one
+//! address: a host that opens many connections gets one turn in each round, as does every
+//! other host waiting, so that it cannot put all its connections ahead of another's.
 //!
 //! This is a pure state machine: the event loop tells it of reservations, releases and
 //! closed connections, and reads the connections it admits.
 //!
 //! ```
+//! use std::net::{IpAddr, Ipv4Addr};
 //! use flint_rpc::receive_budget::ReceiveBudget;
 //!
+//! let (a, b) = (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
 //! let mut budget = ReceiveBudget::new(10 << 20);
-//! assert!(budget.reserve(1, 8 << 20));
-//! assert!(!budget.reserve(2, 4 << 20), "waits: 12 MiB would be over the budget");
+//! assert!(budget.reserve(1, a, 8 << 20));
+//! assert!(!budget.reserve(2, a, 4 << 20), "waits: 12 MiB would be over the budget");
+//! assert!(!budget.reserve(3, a, 4 << 20));
+//! assert!(!budget.reserve(4, b, 4 << 20));
 //! let mut admitted = Vec::new();
 //! budget.release(8 << 20, &mut admitted);
-//! assert_eq!(admitted, [(2, 4 << 20)], "admitted, its bytes reserved");
-//! assert_eq!(budget.in_use(), 4 << 20);
+//! assert_eq!(admitted, [(2, 4 << 20), (4, 4 << 20)], "a's first, then b's turn");
+//! assert_eq!(budget.in_use(), 8 << 20);
 //! ```
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 
 use crate::outbox::ConnKey;
 
@@ -34,12 +44,17 @@ use crate::outbox::ConnKey;
 pub const UNBUDGETED_FRAME: usize = 256 << 10;
 
 /// The bytes reserved for large frames being received, and the connections waiting for
-/// room, in the order they asked.
+/// room, by their peers' addresses.
 #[derive(Debug)]
 pub struct ReceiveBudget {
     limit: usize,
     in_use: usize,
-    waiting: VecDeque<(ConnKey, usize)>,
+    /// Addresses with connections waiting, in the order their turns come.
+    turns: VecDeque<IpAddr>,
+    /// Each of those addresses' waiting connections and the bytes they ask for, in the
+    /// order they asked.
+    queues: HashMap<IpAddr, VecDeque<(ConnKey, usize)>>,
+    waiting: usize,
 }
 
 impl ReceiveBudget {
@@ -48,7 +63,9 @@ impl ReceiveBudget {
         ReceiveBudget {
             limit,
             in_use: 0,
-            waiting: VecDeque::new(),
+            turns: VecDeque::new(),
+            queues: HashMap::new(),
+            waiting: 0,
         }
     }
 
@@ -64,28 +81,32 @@ impl ReceiveBudget {
 
     /// Connections waiting for room.
     pub fn waiting(&self) -> usize {
-        self.waiting.len()
+        self.waiting
     }
 
-    /// Reserves `bytes` for the frame connection `key` is receiving: `true` if they are
-    /// reserved, `false` if the connection now waits to be admitted by a
-    /// [`ReceiveBudget::release`] or [`ReceiveBudget::forget`]. It waits when the bytes do
-    /// not fit, or when others already wait, so that a stream of smaller frames cannot
-    /// starve a large one. A frame larger than the whole budget is admitted when nothing
-    /// else is reserved, so that no frame waits for good.
-    pub fn reserve(&mut self, key: ConnKey, bytes: usize) -> bool {
-        if self.waiting.is_empty() && self.fits(bytes) {
+    /// Reserves `bytes` for the frame connection `key`, from `peer`, is receiving: `true`
+    /// if they are reserved, `false` if the connection now waits to be admitted by a
+    /// [`ReceiveBudget::release`] or [`ReceiveBudget::forget`]. It waits when the bytes
+    /// do not fit, or when others already wait, so that a stream of smaller frames
+    /// cannot starve a large one. A frame larger than the whole budget is admitted when
+    /// nothing else is reserved, so that no frame waits for good.
+    pub fn reserve(&mut self, key: ConnKey, peer: IpAddr, bytes: usize) -> bool {
+        if self.waiting == 0 && self.fits(bytes) {
             self.in_use += bytes;
-            true
-        } else {
-            self.waiting.push_back((key, bytes));
-            false
+            return true;
         }
+        let queue = self.queues.entry(peer).or_default();
+        if queue.is_empty() {
+            self.turns.push_back(peer);
+        }
+        queue.push_back((key, bytes));
+        self.waiting += 1;
+        false
     }
 
     /// Gives back `bytes` reserved earlier (the frame arrived, or its connection closed),
-    /// and admits the waiting connections that now fit, in order, into `admitted`, with
-    /// the bytes each reserved.
+    /// and admits the waiting connections that now fit, turn by turn, into `admitted`,
+    /// with the bytes each reserved.
     pub fn release(&mut self, bytes: usize, admitted: &mut Vec<(ConnKey, usize)>) {
         debug_assert!(bytes <= self.in_use, "released more than was reserved");
         self.in_use = self.in_use.saturating_sub(bytes);
@@ -93,9 +114,23 @@ impl ReceiveBudget {
     }
 
     /// Takes connection `key` out of the queue (it closed while it waited), and admits
-    /// those behind it that now fit, into `admitted`.
+    /// those that now fit, into `admitted`.
     pub fn forget(&mut self, key: ConnKey, admitted: &mut Vec<(ConnKey, usize)>) {
-        self.waiting.retain(|&(waiting, _)| waiting != key);
+        let mut emptied = None;
+        for (peer, queue) in &mut self.queues {
+            if let Some(at) = queue.iter().position(|&(waiting, _)| waiting == key) {
+                queue.remove(at);
+                self.waiting -= 1;
+                if queue.is_empty() {
+                    emptied = Some(*peer);
+                }
+                break;
+            }
+        }
+        if let Some(peer) = emptied {
+            self.queues.remove(&peer);
+            self.turns.retain(|&turn| turn != peer);
+        }
         self.admit(admitted);
     }
 
@@ -103,12 +138,28 @@ impl ReceiveBudget {
         self.in_use == 0 || self.in_use.saturating_add(bytes) <= self.limit
     }
 
+    /// Admits the connection whose turn it is while it fits, then the next: one who
+    /// does not fit holds up the rest, so that a large frame is not starved.
     fn admit(&mut self, admitted: &mut Vec<(ConnKey, usize)>) {
-        while let Some(&(key, bytes)) = self.waiting.front() {
+        while let Some(&peer) = self.turns.front() {
+            let Some(&(key, bytes)) = self.queues.get(&peer).and_then(VecDeque::front) else {
+                debug_assert!(false, "a turn without a queue");
+                self.queues.remove(&peer);
+                self.turns.pop_front();
+                continue;
+            };
             if !self.fits(bytes) {
                 return;
             }
-            self.waiting.pop_front();
+            self.turns.pop_front();
+            let queue = self.queues.entry(peer).or_default();
+            queue.pop_front();
+            if queue.is_empty() {
+                self.queues.remove(&peer);
+            } else {
+                self.turns.push_back(peer);
+            }
+            self.waiting -= 1;
             self.in_use += bytes;
             admitted.push((key, bytes));
         }
@@ -118,12 +169,17 @@ impl ReceiveBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
+
+    const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+    const C: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3));
 
     #[test]
     fn frames_that_fit_are_reserved_at_once() {
         let mut budget = ReceiveBudget::new(100);
-        assert!(budget.reserve(1, 60));
-        assert!(budget.reserve(2, 40));
+        assert!(budget.reserve(1, A, 60));
+        assert!(budget.reserve(2, A, 40));
         assert_eq!(budget.in_use(), 100);
         assert_eq!(budget.waiting(), 0);
     }
@@ -132,14 +188,14 @@ mod tests {
     fn waiting_connections_are_admitted_in_the_order_they_asked() {
         let mut budget = ReceiveBudget::new(100);
         let mut admitted = Vec::new();
-        assert!(budget.reserve(1, 90));
-        assert!(!budget.reserve(2, 50));
-        assert!(!budget.reserve(3, 30));
+        assert!(budget.reserve(1, A, 90));
+        assert!(!budget.reserve(2, A, 50));
+        assert!(!budget.reserve(3, A, 30));
         // 3 would fit beside 1 now, but 2 asked first.
         budget.release(0, &mut admitted);
         assert!(admitted.is_empty());
         assert!(
-            !budget.reserve(4, 5),
+            !budget.reserve(4, A, 5),
             "nobody overtakes a waiting connection"
         );
         budget.release(90, &mut admitted);
@@ -152,31 +208,74 @@ mod tests {
     fn a_frame_larger_than_the_budget_waits_until_nothing_else_is_reserved() {
         let mut budget = ReceiveBudget::new(100);
         let mut admitted = Vec::new();
-        assert!(budget.reserve(1, 10));
-        assert!(!budget.reserve(2, 500));
+        assert!(budget.reserve(1, A, 10));
+        assert!(!budget.reserve(2, A, 500));
         budget.release(10, &mut admitted);
         assert_eq!(admitted, [(2, 500)]);
         assert!(
-            !budget.reserve(3, 1),
+            !budget.reserve(3, A, 1),
             "over the budget while the large one is in"
         );
         admitted.clear();
         budget.release(500, &mut admitted);
         assert_eq!(admitted, [(3, 1)]);
         let mut empty = ReceiveBudget::new(100);
-        assert!(empty.reserve(1, 500), "alone, it is admitted at once");
+        assert!(empty.reserve(1, A, 500), "alone, it is admitted at once");
     }
 
     #[test]
     fn a_connection_closed_while_it_waits_lets_those_behind_it_in() {
         let mut budget = ReceiveBudget::new(100);
         let mut admitted = Vec::new();
-        assert!(budget.reserve(1, 60));
-        assert!(!budget.reserve(2, 80));
-        assert!(!budget.reserve(3, 40));
+        assert!(budget.reserve(1, A, 60));
+        assert!(!budget.reserve(2, A, 80));
+        assert!(!budget.reserve(3, A, 40));
         budget.forget(2, &mut admitted);
         assert_eq!(admitted, [(3, 40)]);
         assert_eq!(budget.in_use(), 100);
         assert_eq!(budget.waiting(), 0);
+    }
+
+    #[test]
+    fn hosts_take_turns_however_many_connections_each_has() {
+        let mut budget = ReceiveBudget::new(100);
+        let mut admitted = Vec::new();
+        assert!(budget.reserve(1, A, 100));
+        // A queues five connections before B and C ask for one each.
+        for key in 10..15 {
+            assert!(!budget.reserve(key, A, 100));
+        }
+        assert!(!budget.reserve(20, B, 100));
+        assert!(!budget.reserve(30, C, 100));
+        let mut order = Vec::new();
+        let mut holding = 100;
+        while budget.waiting() > 0 {
+            budget.release(holding, &mut admitted);
+            assert_eq!(admitted.len(), 1, "one frame of 100 at a time");
+            let (key, bytes) = admitted.pop().unwrap();
+            order.push(key);
+            holding = bytes;
+        }
+        assert_eq!(order, [10, 20, 30, 11, 12, 13, 14]);
+        assert_eq!(budget.in_use(), 100);
+    }
+
+    #[test]
+    fn a_host_whose_last_connection_closes_loses_its_turn() {
+        let mut budget = ReceiveBudget::new(100);
+        let mut admitted = Vec::new();
+        assert!(budget.reserve(1, A, 100));
+        assert!(!budget.reserve(10, A, 60));
+        assert!(!budget.reserve(20, B, 60));
+        assert!(!budget.reserve(11, A, 40));
+        budget.forget(10, &mut admitted);
+        assert!(admitted.is_empty(), "nothing fits yet");
+        budget.forget(20, &mut admitted);
+        budget.release(100, &mut admitted);
+        assert_eq!(admitted, [(11, 40)]);
+        assert_eq!(budget.waiting(), 0);
+        assert!(budget.reserve(2, B, 60), "no queue left behind");
+        budget.forget(99, &mut admitted);
+        assert_eq!(budget.in_use(), 100);
     }
 }

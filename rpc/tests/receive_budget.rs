@@ -239,10 +239,10 @@ fn closed(socket: &TcpStream) -> bool {
 }
 
 /// A peer that goes away while it waits for the budget does not hold up the one behind
-/// it. Its end of stream waits, unread, behind what it sent (a peer may send a whole
-/// frame and close at once, and that frame must still arrive): when its turn comes, its
-/// bytes are read, the stream ends in the middle of the frame, and the connection closes,
-/// giving its reservation back to the next peer.
+/// it. Its end of stream comes after all it sent, so the environment knows, while it
+/// still waits, that its frame will never be whole (a peer that sent a whole frame and
+/// closed would still have it delivered): the connection closes at once, and gives up its
+/// place.
 #[test]
 fn a_peer_that_closes_while_it_waits_does_not_hold_up_the_next() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -265,7 +265,17 @@ fn a_peer_that_closes_while_it_waits_does_not_hold_up_the_next() {
     wait_until("the third peer waits", Duration::from_secs(10), || {
         env.handle().stats().budget_waits >= 2
     });
-    drop(leaver);
+    leaver.shutdown(std::net::Shutdown::Write).unwrap();
+    leaver.set_nonblocking(true).unwrap();
+    wait_until(
+        "the leaver's connection closes while the holder still holds the budget",
+        Duration::from_secs(5),
+        || closed(&leaver),
+    );
+    assert!(
+        sink.0.lock().unwrap().is_empty(),
+        "the first frame is not in"
+    );
     let accepted = env.handle().stats().accepted;
     assert_eq!(accepted, 3);
     holder.write_all(&first[first.len() - 100..]).unwrap();
@@ -343,5 +353,63 @@ fn a_peer_that_falls_silent_while_it_waits_is_cut_off_and_gives_up_its_place() {
     let seen = sink.wait_for(2, Duration::from_secs(10));
     assert_eq!(seen, [(1, BODY), (3, BODY)]);
     drop(writer.join().unwrap());
+    env.stop();
+}
+
+/// A connection to `env` from `source` (any address of 127.0.0.0/8 is this host's).
+fn connect_from(env: &RpcEnv, source: [u8; 4]) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let source = std::net::SocketAddr::from((source, 0));
+    socket.bind(&source.into()).unwrap();
+    socket.connect(&env.address().into()).unwrap();
+    socket.into()
+}
+
+/// Hosts take turns at the budget: one that queued three large frames first does not put
+/// them all ahead of another host's one.
+#[test]
+fn hosts_waiting_for_the_budget_take_turns() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const BODY: usize = (1 << 20) - 4096;
+    let conf = Conf::from_pairs(["rpc.message.maxSize=1m", "rpc.io.maxReceiveBytes=1"]).unwrap();
+    let env = RpcEnv::new(&conf).unwrap();
+    let sink = Sink::default();
+    env.handle().register("sink", sink.clone()).unwrap();
+    let first = frame(0, BODY);
+    let mut holder = connect_from(&env, [127, 0, 0, 1]);
+    holder.write_all(&first[..first.len() - 100]).unwrap();
+    wait_until(
+        "the holder holds the budget",
+        Duration::from_secs(10),
+        || env.handle().stats().most_reserved > 0,
+    );
+    // Host 127.0.0.3 queues three frames, then host 127.0.0.2 one.
+    let mut writers = Vec::new();
+    for (waits, tag, source) in [
+        (1, 31, [127, 0, 0, 3]),
+        (2, 32, [127, 0, 0, 3]),
+        (3, 33, [127, 0, 0, 3]),
+        (4, 21, [127, 0, 0, 2]),
+    ] {
+        let mut socket = connect_from(&env, source);
+        writers.push(std::thread::spawn(move || {
+            socket.write_all(&frame(tag, BODY)).unwrap();
+            socket
+        }));
+        wait_until("the peer waits", Duration::from_secs(10), || {
+            env.handle().stats().budget_waits >= waits
+        });
+    }
+    holder.write_all(&first[first.len() - 100..]).unwrap();
+    let tags: Vec<u32> = sink
+        .wait_for(5, Duration::from_secs(20))
+        .into_iter()
+        .map(|(tag, _)| tag)
+        .collect();
+    assert_eq!(tags, [0, 31, 21, 32, 33]);
+    for writer in writers {
+        drop(writer.join().unwrap());
+    }
+    drop(holder);
     env.stop();
 }

@@ -2132,14 +2132,22 @@ fn a_peer_whose_frames_arrive_in_pieces_for_long_is_kept() {
     let mut peer = TcpStream::connect(server.address()).unwrap();
     let peer_address = peer.local_addr().unwrap();
     // 40 frames, 100 ms each: 4 s, twice a frame's limit (1 s + 1 s for its length).
-    for tag in 0..40 {
+    // Each write ends one frame and starts the next, so a frame is always under way.
+    let halves = |tag: u32| {
         let bytes = one_way(tag);
         let half = bytes.len() / 2;
-        peer.write_all(&bytes[..half]).unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        peer.write_all(&bytes[half..]).unwrap();
-        std::thread::sleep(Duration::from_millis(50));
+        (bytes[..half].to_vec(), bytes[half..].to_vec())
+    };
+    let (first, mut rest) = halves(0);
+    peer.write_all(&first).unwrap();
+    for tag in 1..40 {
+        std::thread::sleep(Duration::from_millis(100));
+        let (next_first, next_rest) = halves(tag);
+        peer.write_all(&[rest, next_first].concat()).unwrap();
+        rest = next_rest;
     }
+    std::thread::sleep(Duration::from_millis(100));
+    peer.write_all(&rest).unwrap();
     probe.wait_for("the 40 frames", |seen| {
         (0..40).all(|tag| seen.contains(&Seen::Message(tag)))
     });
