@@ -201,7 +201,7 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         "rpc.bindAddress",
         Some("127.0.0.1"),
         "IP address the RPC listener binds to (an address, not a host name; 0.0.0.0 for \
-         every interface). Executors do not listen, and do not use it.",
+         every interface). Executors do not listen: they check it but do not use it.",
     ),
     info(
         "rpc.connect.timeout",
@@ -270,7 +270,7 @@ const KNOWN_KEYS: &[KeyInfo] = &[
         "rpc.port",
         Some("0"),
         "Port the RPC listener binds to; 0 lets the OS choose a free one. Executors do \
-         not listen, and do not use it.",
+         not listen: they check it but do not use it.",
     ),
     info(
         "rpc.shutdown.flushTimeout",

@@ -382,9 +382,10 @@ impl RpcEnvHandle {
     }
 
     /// A reference to the endpoint `name` of the environment listening at `address`.
-    /// Its own address gives a local reference.
+    /// Its own address, if it listens, gives a local reference.
     pub fn endpoint_ref(&self, address: SocketAddr, name: &str) -> EndpointRef {
-        if address == self.shared.address {
+        // A client's address is no address: a reference to it is as remote as any.
+        if self.shared.settings.listen && address == self.shared.address {
             return self.local_ref(name);
         }
         EndpointRef {

@@ -203,7 +203,10 @@ impl Connection {
         let Some(frame_len) = self.decoder.pending_frame_len() else {
             return true;
         };
-        let unread = rustix::io::ioctl_fionread(&self.stream).unwrap_or(0);
+        // Should the kernel not say, the frame's deadline decides instead.
+        let Ok(unread) = rustix::io::ioctl_fionread(&self.stream) else {
+            return true;
+        };
         self.decoder.buffered().saturating_add(unread as usize) >= frame_len
     }
 
@@ -1607,7 +1610,8 @@ impl EventLoop {
             self.incoming -= 1;
         }
         if conn.awaiting_budget {
-            self.receive_budget.forget(key, &mut self.admitted);
+            self.receive_budget
+                .forget(key, conn.peer.ip(), &mut self.admitted);
             self.admit_waiting();
         }
         if conn.reserved > 0 {

@@ -10,9 +10,10 @@
 //! [`UNBUDGETED_FRAME`] need no reservation: a connection's buffer holds at most one read
 //! beyond them.
 //!
-//! Who waits goes in turns by the peer's address, first come first served for one
-//! address: a host that opens many connections gets one turn in each round, as does every
-//! other host waiting, so that it cannot put all its connections ahead of another's.
+//! Who waits goes in turns by the peer's address (an IPv6 address's /64 prefix), first
+//! come first served for one address: a host that opens many connections gets one turn
+//! in each round, as does every other address waiting, so that it cannot put all its
+//! connections ahead of another's.
 //!
 //! This is a pure state machine: the event loop tells it of reservations, releases and
 //! closed connections, and reads the connections it admits.
@@ -43,13 +44,27 @@ use crate::outbox::ConnKey;
 /// connection's buffer holds at most about twice this without a reservation.
 pub const UNBUDGETED_FRAME: usize = 256 << 10;
 
+/// Whose turn a peer's connections wait for: its IPv4 address (an IPv4-mapped IPv6
+/// address is one), or its IPv6 address's /64 prefix, the least a site is given, so that
+/// a host cannot take more turns by cycling through the addresses of its own network.
+fn turn_of(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        },
+    }
+}
+
 /// The bytes reserved for large frames being received, and the connections waiting for
 /// room, by their peers' addresses.
 #[derive(Debug)]
 pub struct ReceiveBudget {
     limit: usize,
     in_use: usize,
-    /// Addresses with connections waiting, in the order their turns come.
+    /// Addresses (see [`turn_of`]) with connections waiting, in the order their turns
+    /// come.
     turns: VecDeque<IpAddr>,
     /// Each of those addresses' waiting connections and the bytes they ask for, in the
     /// order they asked.
@@ -95,9 +110,10 @@ impl ReceiveBudget {
             self.in_use += bytes;
             return true;
         }
-        let queue = self.queues.entry(peer).or_default();
+        let turn = turn_of(peer);
+        let queue = self.queues.entry(turn).or_default();
         if queue.is_empty() {
-            self.turns.push_back(peer);
+            self.turns.push_back(turn);
         }
         queue.push_back((key, bytes));
         self.waiting += 1;
@@ -113,23 +129,19 @@ impl ReceiveBudget {
         self.admit(admitted);
     }
 
-    /// Takes connection `key` out of the queue (it closed while it waited), and admits
-    /// those that now fit, into `admitted`.
-    pub fn forget(&mut self, key: ConnKey, admitted: &mut Vec<(ConnKey, usize)>) {
-        let mut emptied = None;
-        for (peer, queue) in &mut self.queues {
+    /// Takes connection `key`, from `peer`, out of the queue (it closed while it waited),
+    /// and admits those that now fit, into `admitted`.
+    pub fn forget(&mut self, key: ConnKey, peer: IpAddr, admitted: &mut Vec<(ConnKey, usize)>) {
+        let turn = turn_of(peer);
+        if let Some(queue) = self.queues.get_mut(&turn) {
             if let Some(at) = queue.iter().position(|&(waiting, _)| waiting == key) {
                 queue.remove(at);
                 self.waiting -= 1;
                 if queue.is_empty() {
-                    emptied = Some(*peer);
+                    self.queues.remove(&turn);
+                    self.turns.retain(|&waiting| waiting != turn);
                 }
-                break;
             }
-        }
-        if let Some(peer) = emptied {
-            self.queues.remove(&peer);
-            self.turns.retain(|&turn| turn != peer);
         }
         self.admit(admitted);
     }
@@ -230,7 +242,7 @@ mod tests {
         assert!(budget.reserve(1, A, 60));
         assert!(!budget.reserve(2, A, 80));
         assert!(!budget.reserve(3, A, 40));
-        budget.forget(2, &mut admitted);
+        budget.forget(2, A, &mut admitted);
         assert_eq!(admitted, [(3, 40)]);
         assert_eq!(budget.in_use(), 100);
         assert_eq!(budget.waiting(), 0);
@@ -268,14 +280,38 @@ mod tests {
         assert!(!budget.reserve(10, A, 60));
         assert!(!budget.reserve(20, B, 60));
         assert!(!budget.reserve(11, A, 40));
-        budget.forget(10, &mut admitted);
+        budget.forget(10, A, &mut admitted);
         assert!(admitted.is_empty(), "nothing fits yet");
-        budget.forget(20, &mut admitted);
+        budget.forget(20, B, &mut admitted);
         budget.release(100, &mut admitted);
         assert_eq!(admitted, [(11, 40)]);
         assert_eq!(budget.waiting(), 0);
         assert!(budget.reserve(2, B, 60), "no queue left behind");
-        budget.forget(99, &mut admitted);
+        budget.forget(99, A, &mut admitted);
         assert_eq!(budget.in_use(), 100);
+    }
+
+    #[test]
+    fn an_ipv6_network_of_64_bits_and_a_mapped_ipv4_address_take_one_turn() {
+        let mut budget = ReceiveBudget::new(100);
+        let mut admitted = Vec::new();
+        let one: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let same_net: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let other_net: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        let mapped_a: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert!(budget.reserve(1, one, 100));
+        assert!(!budget.reserve(10, one, 100));
+        assert!(!budget.reserve(11, same_net, 100));
+        assert!(!budget.reserve(20, other_net, 100));
+        assert!(!budget.reserve(30, A, 100));
+        assert!(!budget.reserve(31, mapped_a, 100));
+        let mut order = Vec::new();
+        while budget.waiting() > 0 {
+            budget.release(100, &mut admitted);
+            order.extend(admitted.drain(..).map(|(key, _)| key));
+        }
+        assert_eq!(order, [10, 20, 30, 11, 31]);
+        budget.forget(31, mapped_a, &mut admitted);
+        assert!(admitted.is_empty());
     }
 }

@@ -2210,6 +2210,14 @@ fn a_client_environment_listens_nowhere_and_talks_over_the_connections_it_opens(
         .unwrap();
     let client = RpcEnv::client(&conf(&["rpc.port=0", "rpc.bindAddress=0.0.0.0"])).unwrap();
     assert_eq!(client.address(), flint_rpc::CLIENT_ADDRESS);
+    let nowhere = client
+        .handle()
+        .endpoint_ref(flint_rpc::CLIENT_ADDRESS, "probe");
+    assert_eq!(
+        nowhere.address(),
+        Some(flint_rpc::CLIENT_ADDRESS),
+        "a client's address is not a way to its own endpoints"
+    );
     let probe = Probe::default();
     client.handle().register("probe", probe.clone()).unwrap();
     let caller = client.handle().endpoint_ref(server.address(), "caller");
