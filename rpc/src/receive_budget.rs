@@ -44,6 +44,12 @@ use crate::outbox::ConnKey;
 /// connection's buffer holds at most about twice this without a reservation.
 pub const UNBUDGETED_FRAME: usize = 256 << 10;
 
+/// Whether `bytes` more fit beside `in_use` of a budget of `limit`: always when nothing
+/// is reserved, so that a frame larger than the budget does not wait for good.
+fn fits(in_use: usize, limit: usize, bytes: usize) -> bool {
+    in_use == 0 || in_use.saturating_add(bytes) <= limit
+}
+
 /// Whose turn a peer's connections wait for: its IPv4 address (an IPv4-mapped IPv6
 /// address is one), or its IPv6 address's /64 prefix, the least a site is given, so that
 /// a host cannot take more turns by cycling through the addresses of its own network.
@@ -67,9 +73,8 @@ pub struct ReceiveBudget {
     /// come.
     turns: VecDeque<IpAddr>,
     /// Each of those addresses' waiting connections and the bytes they ask for, in the
-    /// order they asked.
+    /// order they asked; never an empty queue.
     queues: HashMap<IpAddr, VecDeque<(ConnKey, usize)>>,
-    waiting: usize,
 }
 
 impl ReceiveBudget {
@@ -80,7 +85,6 @@ impl ReceiveBudget {
             in_use: 0,
             turns: VecDeque::new(),
             queues: HashMap::new(),
-            waiting: 0,
         }
     }
 
@@ -96,7 +100,7 @@ impl ReceiveBudget {
 
     /// Connections waiting for room.
     pub fn waiting(&self) -> usize {
-        self.waiting
+        self.queues.values().map(VecDeque::len).sum()
     }
 
     /// Reserves `bytes` for the frame connection `key`, from `peer`, is receiving: `true`
@@ -106,7 +110,7 @@ impl ReceiveBudget {
     /// cannot starve a large one. A frame larger than the whole budget is admitted when
     /// nothing else is reserved, so that no frame waits for good.
     pub fn reserve(&mut self, key: ConnKey, peer: IpAddr, bytes: usize) -> bool {
-        if self.waiting == 0 && self.fits(bytes) {
+        if self.turns.is_empty() && fits(self.in_use, self.limit, bytes) {
             self.in_use += bytes;
             return true;
         }
@@ -116,7 +120,6 @@ impl ReceiveBudget {
             self.turns.push_back(turn);
         }
         queue.push_back((key, bytes));
-        self.waiting += 1;
         false
     }
 
@@ -136,7 +139,6 @@ impl ReceiveBudget {
         if let Some(queue) = self.queues.get_mut(&turn) {
             if let Some(at) = queue.iter().position(|&(waiting, _)| waiting == key) {
                 queue.remove(at);
-                self.waiting -= 1;
                 if queue.is_empty() {
                     self.queues.remove(&turn);
                     self.turns.retain(|&waiting| waiting != turn);
@@ -146,32 +148,31 @@ impl ReceiveBudget {
         self.admit(admitted);
     }
 
-    fn fits(&self, bytes: usize) -> bool {
-        self.in_use == 0 || self.in_use.saturating_add(bytes) <= self.limit
-    }
-
     /// Admits the connection whose turn it is while it fits, then the next: one who
     /// does not fit holds up the rest, so that a large frame is not starved.
     fn admit(&mut self, admitted: &mut Vec<(ConnKey, usize)>) {
         while let Some(&peer) = self.turns.front() {
-            let Some(&(key, bytes)) = self.queues.get(&peer).and_then(VecDeque::front) else {
+            let Some(queue) = self.queues.get_mut(&peer) else {
                 debug_assert!(false, "a turn without a queue");
+                self.turns.pop_front();
+                continue;
+            };
+            let Some(&(key, bytes)) = queue.front() else {
+                debug_assert!(false, "an empty queue kept");
                 self.queues.remove(&peer);
                 self.turns.pop_front();
                 continue;
             };
-            if !self.fits(bytes) {
+            if !fits(self.in_use, self.limit, bytes) {
                 return;
             }
-            self.turns.pop_front();
-            let queue = self.queues.entry(peer).or_default();
             queue.pop_front();
+            self.turns.pop_front();
             if queue.is_empty() {
                 self.queues.remove(&peer);
             } else {
                 self.turns.push_back(peer);
             }
-            self.waiting -= 1;
             self.in_use += bytes;
             admitted.push((key, bytes));
         }
