@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use flint::executor::{run_executor, ExecutorOptions, TaskContext, TaskError, TaskRegistry};
+use flint::executor::{run_executor, ExecutorConfig, TaskContext, TaskError, TaskRegistry};
 use flint::rpc::Conf;
 use flint::scheduler::{Driver, LocalClusterManager, TaskSet, TaskSpec};
 use flint::wire::TaskPayload;
@@ -59,15 +59,16 @@ fn executor_main(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let conf = Conf::from_pairs(conf_pairs.iter().map(String::as_str))?;
-    let options = ExecutorOptions::new(
-        option("--driver")?.parse()?,
+    let driver = option("--driver")?.parse()?;
+    let config = ExecutorConfig::from_conf(
+        &conf,
         option("--executor-id")?,
         option("--hostname")?,
         option("--cores")?.parse()?,
-    );
+    )?;
     let mut registry = TaskRegistry::with_builtins();
     registry.register("word-count", word_count)?;
-    let exit = run_executor(&conf, options, registry);
+    let exit = run_executor(&conf, driver, config, registry);
     if exit.code() != 0 {
         eprintln!("word_count executor: {exit}");
     }

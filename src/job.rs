@@ -324,7 +324,7 @@ pub fn run_job(
             latency: outcome.latency,
             failed_attempts: outcome.failed_attempts,
             duplicate_results: outcome.duplicate_results,
-            prefetch: conf.executor_task_prefetch()?,
+            prefetch: driver.config().prefetch as usize,
         })
     })();
     let stopped = driver.stop();

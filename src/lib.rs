@@ -5,6 +5,7 @@
 //!
 //! - [`wire`]: frames, the message catalogue and the codec (no I/O);
 //! - [`rpc`]: the transport (event loop, endpoints, send/ask, configuration);
+//! - [`conf`]: every crate's configuration keys together, and the checks between them;
 //! - [`scheduler`]: the driver side;
 //! - [`executor`]: the executor side.
 //!
@@ -20,6 +21,7 @@
 //! ```
 
 pub mod bench;
+pub mod conf;
 pub mod job;
 pub mod transport_bench;
 

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use flint::bench::{run_bench, BenchOptions};
-use flint::executor::{run_executor, ExecutorOptions, TaskRegistry};
+use flint::executor::{run_executor, ExecutorConfig, TaskRegistry};
 use flint::job::{local_cluster, run_job, JobError, JobHooks, JobReport, JobSpec, TaskSpec};
 use flint::rpc::Conf;
 use flint::scheduler::cluster_manager::SECRET_ENV;
-use flint::scheduler::{ClusterManager, StandaloneExecutors};
+use flint::scheduler::{ClusterManager, SchedulerConfig, StandaloneExecutors};
 
 /// flint: a zero-copy task-launch control plane (driver, executors, and the RPC
 /// transport under them).
@@ -35,6 +35,8 @@ enum Command {
     /// Measure task launch beside its floors: raw TCP round trip, one-task job latency,
     /// throughput with and without launch pipelining.
     Bench(BenchArgs),
+    /// List every configuration key with its default, unit and meaning, by crate.
+    Conf,
 }
 
 #[derive(Debug, Args)]
@@ -134,6 +136,10 @@ fn main() -> ExitCode {
         Command::Driver(args) => driver(args),
         Command::Executor(args) => executor(args),
         Command::Bench(args) => bench(args),
+        Command::Conf => {
+            print!("{}", flint::conf::catalogue_text());
+            ExitCode::SUCCESS
+        }
     }
 }
 
@@ -151,12 +157,26 @@ fn init_logging() {
         .try_init();
 }
 
+/// The configuration of `--conf` arguments, checked as a whole. A key no crate reads is
+/// not an error (other tools' `spark.` keys pass through), but it is named in a warning
+/// with the closest known key, as it is most likely misspelt.
 fn parse_conf(pairs: &[String]) -> Result<Conf, String> {
     let mut conf = Conf::from_pairs(pairs.iter().map(String::as_str)).map_err(|e| e.to_string())?;
     if let Ok(secret) = std::env::var(SECRET_ENV) {
         conf.set("authenticate.secret", secret);
     }
-    conf.validate().map_err(|e| e.to_string())?;
+    for unknown in flint::conf::unknown_keys(&conf) {
+        let hint = match unknown.suggestion {
+            Some(known) => format!(" (did you mean {known}?)"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "flint: warning: no part of flint reads the key {}{hint}; `flint conf` lists them",
+            unknown.key
+        );
+    }
+    flint::conf::validate(&conf).map_err(|e| e.to_string())?;
     Ok(conf)
 }
 
@@ -174,8 +194,8 @@ fn run(args: RunArgs) -> ExitCode {
     if args.executors == 0 {
         return fail("flint run needs at least 1 executor (--executors)");
     }
-    let task_cpus = conf.task_cpus().unwrap_or(1);
-    if task_cpus > args.cores as usize {
+    let task_cpus = SchedulerConfig::read(&conf).map_or(1, |c| c.task_cpus);
+    if task_cpus > args.cores {
         return fail(format!(
             "each task needs task.cpus={task_cpus} cores, but each executor has --cores {}",
             args.cores
@@ -330,7 +350,11 @@ fn bench(args: BenchArgs) -> ExitCode {
         Ok(conf) => conf,
         Err(e) => return fail(e),
     };
-    if let Ok(cpus @ 2..) = checked.task_cpus() {
+    if let Ok(SchedulerConfig {
+        task_cpus: cpus @ 2..,
+        ..
+    }) = SchedulerConfig::read(&checked)
+    {
         return fail(format!(
             "flint bench runs executors of 1 core, which cannot take tasks of task.cpus={cpus}"
         ));
@@ -402,8 +426,20 @@ fn executor(args: ExecutorArgs) -> ExitCode {
     let executor_id = args
         .executor_id
         .unwrap_or_else(|| std::process::id().to_string());
-    let options = ExecutorOptions::new(driver, executor_id, args.hostname, args.cores);
-    let exit = run_executor(&conf, options, TaskRegistry::with_builtins());
+    let mut config = match ExecutorConfig::from_conf(&conf, executor_id, args.hostname, args.cores)
+    {
+        Ok(config) => config,
+        Err(e) => return fail(e),
+    };
+    // The driver's limit, as its cluster manager passes it on; an executor that was not
+    // told keeps every result and leaves the refusal to the driver.
+    if conf.get("driver.maxResultSize").is_some() {
+        match SchedulerConfig::read(&conf) {
+            Ok(driver) => config.max_result_size = driver.max_result_size,
+            Err(e) => return fail(e),
+        }
+    }
+    let exit = run_executor(&conf, driver, config, TaskRegistry::with_builtins());
     let code = exit.code();
     // The executor logged why it exits (the seeds' "Executor self-exiting due to : ..."),
     // unless that log is filtered out: only then is the reason printed here.

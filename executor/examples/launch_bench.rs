@@ -16,7 +16,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flint_executor::{run_executor, ExecutorOptions, TaskRegistry};
+use flint_executor::{run_executor, ExecutorConfig, TaskRegistry};
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
 use flint_wire::{
     ArchivedMessage, Message, SharedStr, TaskDescription, TaskName, TaskPayload, DRIVER_ENDPOINT,
@@ -179,13 +179,15 @@ fn main() {
         .register(HEARTBEAT_ENDPOINT, Heartbeats)
         .expect("the heartbeat endpoint");
 
-    let options = ExecutorOptions::new(driver.address(), "1", "localhost", 1);
+    let config = ExecutorConfig::from_conf(&conf, "1", "localhost", 1).expect("a valid conf");
+    let driver_address = driver.address();
     let (exited, exit) = mpsc::channel();
     let executor_conf = conf.clone();
     std::thread::spawn(move || {
         let _ = exited.send(run_executor(
             &executor_conf,
-            options,
+            driver_address,
+            config,
             TaskRegistry::with_builtins(),
         ));
     });

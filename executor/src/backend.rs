@@ -17,7 +17,8 @@ use flint_wire::{
 };
 use tracing::{debug, error, info, warn};
 
-use crate::executor::{Executor, ExecutorConfig, Launch, Staged, RESULT_OVERHEAD};
+use crate::config::ExecutorConfig;
+use crate::executor::{Executor, Launch, Staged, RESULT_OVERHEAD};
 use crate::heartbeater::{random_initial_delay, HeartbeatAction, Heartbeater};
 use crate::registry::TaskRegistry;
 
@@ -28,37 +29,6 @@ const STAGED_CAPACITY: usize = 256;
 /// First and longest pause before a chunk reply refused for a full outbox is tried again.
 const CHUNK_RETRY_FIRST: Duration = Duration::from_millis(1);
 const CHUNK_RETRY_MAX: Duration = Duration::from_millis(100);
-
-/// Where an executor finds its driver and what it offers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecutorOptions {
-    /// The address of the driver's RPC environment.
-    pub driver: SocketAddr,
-    /// The executor's id, unique among the application's executors.
-    pub executor_id: String,
-    /// The host name the executor reports.
-    pub hostname: String,
-    /// Tasks it runs at once.
-    pub cores: u32,
-}
-
-impl ExecutorOptions {
-    /// Options for executor `executor_id` on `hostname`, with `cores` cores, whose driver
-    /// listens at `driver`.
-    pub fn new(
-        driver: SocketAddr,
-        executor_id: impl Into<String>,
-        hostname: impl Into<String>,
-        cores: u32,
-    ) -> Self {
-        ExecutorOptions {
-            driver,
-            executor_id: executor_id.into(),
-            hostname: hostname.into(),
-            cores,
-        }
-    }
-}
 
 /// Why an executor ended ([`run_executor`]'s result), with the process exit code that
 /// goes with it ([`ExecutorExit::code`]). Its `Display` is a sentence for a person.
@@ -635,13 +605,10 @@ struct Running {
 
 fn start(
     conf: &Conf,
-    options: ExecutorOptions,
+    driver_address: SocketAddr,
+    mut config: ExecutorConfig,
     registry: TaskRegistry,
 ) -> Result<Running, ExecutorExit> {
-    let bad_conf = |e: flint_rpc::conf::ConfError| ExecutorExit::Error(e.to_string());
-    let heartbeat_interval = conf.executor_heartbeat_interval().map_err(bad_conf)?;
-    let heartbeat_max_failures = conf.executor_heartbeat_max_failures().map_err(bad_conf)?;
-    let heartbeat_max_failures = u32::try_from(heartbeat_max_failures).unwrap_or(u32::MAX);
     // No listener: the driver reaches the executor over the connection it opens, and
     // nobody else has any business with it.
     let env = RpcEnv::client(conf).map_err(|e| {
@@ -651,41 +618,30 @@ fn start(
     let settings = handle.settings();
     let max_payload = settings.max_payload;
     let ask_timeout = settings.ask_timeout;
-    let driver = handle.endpoint_ref(options.driver, DRIVER_ENDPOINT);
-    let executor = Executor::new(
-        ExecutorConfig {
-            executor_id: options.executor_id,
-            hostname: options.hostname.clone(),
-            cores: options.cores,
-            max_message_size: max_payload,
-            busy_poll: conf.executor_busy_poll().map_err(bad_conf)?,
-            // The driver's limit, as its cluster manager passes it on; an executor that was
-            // not told keeps every result and leaves the refusal to the driver.
-            max_result_size: match conf.get("driver.maxResultSize") {
-                Some(_) => conf.driver_max_result_size().map_err(bad_conf)?,
-                None => None,
-            },
-        },
-        registry,
-        driver.clone(),
-    )
-    .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor: {e}")))?;
+    config.max_message_size = max_payload;
+    let heartbeat_interval = config.heartbeat_interval;
+    let heartbeat_max_failures = config.heartbeat_max_failures;
+    let hostname = config.hostname.clone();
+    let cores = config.cores;
+    let driver = handle.endpoint_ref(driver_address, DRIVER_ENDPOINT);
+    let executor = Executor::new(config, registry, driver.clone())
+        .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor: {e}")))?;
     let executor_id = executor.shared_id().clone();
     let backend = Arc::new(Backend {
-        driver_address: options.driver,
-        heartbeat_receiver: handle.endpoint_ref(options.driver, HEARTBEAT_ENDPOINT),
+        driver_address,
+        heartbeat_receiver: handle.endpoint_ref(driver_address, HEARTBEAT_ENDPOINT),
         driver,
         registration: RegisterExecutor {
             executor_id: executor_id.clone(),
             executor_address: String::new(),
             endpoint_name: EXECUTOR_ENDPOINT.to_owned(),
-            hostname: options.hostname.clone(),
-            cores: options.cores,
+            hostname: hostname.clone(),
+            cores,
             log_urls: Vec::new(),
         },
         block_manager_id: BlockManagerId {
             executor_id,
-            host: options.hostname,
+            host: hostname,
             port: 0,
         },
         ask_timeout,
@@ -759,14 +715,22 @@ impl Running {
 ///
 /// Starts an RPC environment from `conf` that does not listen ([`RpcEnv::client`]),
 /// registers the executor's endpoint as [`EXECUTOR_ENDPOINT`], registers with the
-/// driver's [`DRIVER_ENDPOINT`] at `options.driver`, and from then on runs the tasks the
+/// driver's [`DRIVER_ENDPOINT`] at `driver`, and from then on runs the tasks the
 /// driver launches with the functions of `registry`, sending a heartbeat to
 /// [`HEARTBEAT_ENDPOINT`] every `executor.heartbeatInterval`. It ends when the driver
 /// stops it, refuses it, goes away, or stops answering heartbeats
 /// (`executor.heartbeat.maxFailures` in a row); then it stops the task runners (a
 /// bounded wait) and the RPC environment. A process exits with [`ExecutorExit::code`].
-pub fn run_executor(conf: &Conf, options: ExecutorOptions, registry: TaskRegistry) -> ExecutorExit {
-    match start(conf, options, registry) {
+///
+/// `config` is read from the same `conf` ([`ExecutorConfig::from_conf`]); the transport's
+/// keys are read from `conf` here.
+pub fn run_executor(
+    conf: &Conf,
+    driver: SocketAddr,
+    config: ExecutorConfig,
+    registry: TaskRegistry,
+) -> ExecutorExit {
+    match start(conf, driver, config, registry) {
         Ok(running) => running.run(),
         Err(exit) => {
             error!("Executor self-exiting due to : {exit}");

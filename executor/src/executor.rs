@@ -72,15 +72,13 @@ use rustc_hash::FxHashMap;
 use tracing::{debug, error, info, warn};
 
 use crate::block_store::BlockStore;
+use crate::config::ExecutorConfig;
 use crate::registry::{TaskFn, TaskRegistry};
 use crate::task::{TaskContext, TaskError, TaskExtras, TaskHandle};
 
 /// Room left in a message for everything but a direct result's value: a result travels
 /// in its status update when `value.len() + RESULT_OVERHEAD <= rpc.message.maxSize`.
 pub const RESULT_OVERHEAD: usize = 64 * 1024;
-
-/// The default of `executor.busyPoll`.
-pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
 
 /// How long [`Executor::stop`] waits for the task runners to finish.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -167,41 +165,6 @@ impl StatusSender for EndpointRef {
 
     fn lend_transport(&self) -> Option<LoopLease> {
         Some(self.env().lend())
-    }
-}
-
-/// What an [`Executor`] is and the limits it runs tasks with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecutorConfig {
-    /// The executor's id, as registered with the driver.
-    pub executor_id: String,
-    /// The host it runs on.
-    pub hostname: String,
-    /// Task runner threads: tasks it runs at once.
-    pub cores: u32,
-    /// `rpc.message.maxSize` in bytes: larger results go to the block store.
-    pub max_message_size: usize,
-    /// `executor.busyPoll`: how long a runner that ran out of tasks keeps looking for
-    /// its next one before it sleeps.
-    pub busy_poll: Duration,
-    /// The driver's `driver.maxResultSize` in bytes, when known (`None`: none): a larger
-    /// result is dropped here, and only its size reported, since the driver would refuse
-    /// it. Set it only to the driver's own value: a smaller one loses results the driver
-    /// would take.
-    pub max_result_size: Option<u64>,
-}
-
-impl ExecutorConfig {
-    /// A configuration with the default `rpc.message.maxSize` (128 MiB).
-    pub fn new(executor_id: impl Into<String>, hostname: impl Into<String>, cores: u32) -> Self {
-        ExecutorConfig {
-            executor_id: executor_id.into(),
-            hostname: hostname.into(),
-            cores,
-            max_message_size: flint_wire::DEFAULT_MAX_MESSAGE_SIZE,
-            busy_poll: DEFAULT_BUSY_POLL,
-            max_result_size: None,
-        }
     }
 }
 

@@ -63,7 +63,7 @@
 //!
 //! ```no_run
 //! use bytes::Bytes;
-//! use flint_executor::{run_executor, ExecutorOptions, TaskContext, TaskError, TaskRegistry};
+//! use flint_executor::{run_executor, ExecutorConfig, TaskContext, TaskError, TaskRegistry};
 //!
 //! /// Counts the words of its input.
 //! fn word_count(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
@@ -78,8 +78,9 @@
 //!     let conf = flint_rpc::Conf::from_pairs(["executor.heartbeatInterval=5s"])
 //!         .expect("a valid configuration");
 //!     let driver = "127.0.0.1:7077".parse().expect("an address");
-//!     let options = ExecutorOptions::new(driver, "1", "localhost", 4);
-//!     let exit = run_executor(&conf, options, registry);
+//!     let config = ExecutorConfig::from_conf(&conf, "1", "localhost", 4)
+//!         .expect("a valid configuration");
+//!     let exit = run_executor(&conf, driver, config, registry);
 //!     if exit.code() != 0 {
 //!         eprintln!("{exit}");
 //!     }
@@ -92,16 +93,17 @@
 
 mod backend;
 mod block_store;
+pub mod config;
 mod executor;
 mod heartbeater;
 mod registry;
 mod task;
 
-pub use backend::{run_executor, ExecutorExit, ExecutorOptions};
+pub use backend::{run_executor, ExecutorExit};
 pub use block_store::{BlockStore, BlockStoreError};
+pub use config::ExecutorConfig;
 pub use executor::{
-    Executor, ExecutorConfig, ExecutorError, StatusSender, DEFAULT_BUSY_POLL, RESULT_OVERHEAD,
-    STOP_GRACE, STOP_REASON,
+    Executor, ExecutorError, StatusSender, RESULT_OVERHEAD, STOP_GRACE, STOP_REASON,
 };
 pub use flint_wire::{TaskDescription, TaskState};
 pub use heartbeater::{random_initial_delay, HeartbeatAction, HeartbeatExit, Heartbeater};

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_executor::{
-    run_executor, ExecutorExit, ExecutorOptions, TaskContext, TaskError, TaskRegistry,
+    run_executor, ExecutorConfig, ExecutorExit, TaskContext, TaskError, TaskRegistry,
 };
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv, RpcError};
 use flint_wire::{
@@ -175,6 +175,8 @@ struct Setup {
     executor_conf: Vec<&'static str>,
     driver_conf: Vec<&'static str>,
     cores: u32,
+    /// The driver's driver.maxResultSize, as the `flint executor` command passes it on.
+    max_result_size: Option<u64>,
     refuse: Option<&'static str>,
     heartbeats: Heartbeats,
     registry: TaskRegistry,
@@ -186,6 +188,7 @@ impl Default for Setup {
             executor_conf: vec![],
             driver_conf: vec![],
             cores: 1,
+            max_result_size: None,
             refuse: None,
             heartbeats: Heartbeats::Answered,
             registry: TaskRegistry::with_builtins(),
@@ -230,13 +233,17 @@ impl Harness {
                 .unwrap();
         }
         let conf = Conf::from_pairs(&setup.executor_conf).unwrap();
-        let options = ExecutorOptions::new(driver.address(), "3", "localhost", setup.cores);
+        let config = ExecutorConfig {
+            max_result_size: setup.max_result_size,
+            ..ExecutorConfig::from_conf(&conf, "3", "localhost", setup.cores).unwrap()
+        };
+        let driver_address = driver.address();
         let (tx, exit) = mpsc::channel();
         let registry = setup.registry;
         let thread = std::thread::Builder::new()
             .name("run_executor".into())
             .spawn(move || {
-                let _ = tx.send(run_executor(&conf, options, registry));
+                let _ = tx.send(run_executor(&conf, driver_address, config, registry));
             })
             .unwrap();
         Harness {
@@ -413,10 +420,10 @@ fn an_unreachable_driver_ends_the_executor_naming_its_address() {
     let driver: SocketAddr = ([127, 0, 0, 1], port).into();
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::spawn(move || {
-        let options = ExecutorOptions::new(driver, "1", "localhost", 1);
         let _ = tx.send(run_executor(
             &Conf::from_pairs(["rpc.askTimeout=5s"]).unwrap(),
-            options,
+            driver,
+            ExecutorConfig::new("1", "localhost", 1),
             TaskRegistry::with_builtins(),
         ));
     });
@@ -433,14 +440,23 @@ fn an_unreachable_driver_ends_the_executor_naming_its_address() {
 
 #[test]
 fn a_bad_configuration_is_an_error_naming_the_key() {
-    let options = ExecutorOptions::new(([127, 0, 0, 1], 9).into(), "1", "localhost", 1);
     let conf = Conf::from_pairs(["executor.heartbeatInterval=soon"]).unwrap();
-    let exit = run_executor(&conf, options, TaskRegistry::new());
-    assert_eq!(exit.code(), 1);
+    let err = ExecutorConfig::from_conf(&conf, "1", "localhost", 1).unwrap_err();
     assert!(
-        exit.to_string().contains("executor.heartbeatInterval"),
-        "{exit}"
+        err.to_string().contains("executor.heartbeatInterval"),
+        "{err}"
     );
+    // The transport's keys are read as the executor starts.
+    let conf = Conf::from_pairs(["rpc.connect.timeout=soon"]).unwrap();
+    let config = ExecutorConfig::new("1", "localhost", 1);
+    let exit = run_executor(
+        &conf,
+        ([127, 0, 0, 1], 9).into(),
+        config,
+        TaskRegistry::new(),
+    );
+    assert_eq!(exit.code(), 1);
+    assert!(exit.to_string().contains("rpc.connect.timeout"), "{exit}");
 }
 
 #[test]
@@ -645,7 +661,8 @@ fn a_failure_text_larger_than_a_message_is_cut_to_fit() {
 #[test]
 fn a_result_over_the_max_result_size_is_dropped_and_only_its_size_reported() {
     let harness = Harness::start(Setup {
-        executor_conf: vec!["rpc.message.maxSize=1m", "driver.maxResultSize=1500k"],
+        executor_conf: vec!["rpc.message.maxSize=1m"],
+        max_result_size: Some(1500 << 10),
         driver_conf: vec!["rpc.message.maxSize=1m"],
         ..Setup::default()
     });

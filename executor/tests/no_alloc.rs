@@ -19,7 +19,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flint_executor::{run_executor, ExecutorExit, ExecutorOptions, TaskRegistry};
+use flint_executor::{run_executor, ExecutorConfig, ExecutorExit, TaskRegistry};
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
 use flint_wire::{
     ArchivedMessage, ArchivedTaskState, Message, SharedStr, TaskDescription, TaskName, TaskPayload,
@@ -219,13 +219,15 @@ fn steady_state_task_launches_allocate_nothing() {
         .register(HEARTBEAT_ENDPOINT, FakeHeartbeatReceiver(progress.clone()))
         .unwrap();
 
-    let options = ExecutorOptions::new(driver.address(), "1", "localhost", 1);
+    let config = ExecutorConfig::from_conf(&conf, "1", "localhost", 1).unwrap();
+    let driver_address = driver.address();
     let (exited, exit) = mpsc::channel();
     let executor_conf = conf.clone();
     std::thread::spawn(move || {
         let _ = exited.send(run_executor(
             &executor_conf,
-            options,
+            driver_address,
+            config,
             TaskRegistry::with_builtins(),
         ));
     });

@@ -14,7 +14,8 @@ use flint_wire::{ExecutorLossReason, Message, SharedStr, DRIVER_ENDPOINT, HEARTB
 use tracing::info;
 
 use crate::cluster_manager::{ClusterManager, ClusterManagerError, StandaloneExecutors};
-use crate::driver_core::{DriverCore, DriverSettings};
+use crate::config::SchedulerConfig;
+use crate::driver_core::DriverCore;
 use crate::driver_endpoint::{DriverEndpoint, HeartbeatReceiver};
 use crate::events::SchedulerListener;
 use crate::job::TaskSetHandle;
@@ -135,32 +136,26 @@ impl Driver {
         conf: &Conf,
         mut cluster_manager: Box<dyn ClusterManager>,
     ) -> Result<Driver, DriverError> {
-        conf.validate()?;
-        let mut scheduler = TaskScheduler::from_conf(conf)?;
-        if let Some(path) = conf.scheduler_allocation_file() {
+        let config = SchedulerConfig::from_conf(conf)?;
+        let mut scheduler = TaskScheduler::new(config.clone());
+        if let Some(path) = &config.allocation_file {
             let text = std::fs::read_to_string(path).map_err(|source| DriverError::PoolsFile {
-                path: path.to_owned(),
+                path: path.clone(),
                 source,
             })?;
             scheduler.add_pools_file(&text)?;
         }
-        let settings = DriverSettings {
-            task_cpus: u32::try_from(conf.task_cpus()?).unwrap_or(u32::MAX),
-            prefetch: u32::try_from(conf.executor_task_prefetch()?).unwrap_or(u32::MAX),
-            max_payload: conf.message_max_size()?,
-            max_result_size: conf.driver_max_result_size()?,
-            ask_timeout: conf.ask_timeout()?,
-            min_registered_ratio: conf.min_registered_resources_ratio()?,
-            max_registered_wait: conf.max_registered_resources_waiting_time()?,
-            network_timeout: conf.network_timeout()?,
-            max_executor_failures: conf
-                .executor_max_num_failures()?
-                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
-        };
-        let revive_interval = conf.revive_interval()?;
         let env = RpcEnv::new(conf)?;
         cluster_manager.start(env.address());
-        let core = DriverCore::new(settings, scheduler, cluster_manager, Instant::now());
+        let transport = env.handle().settings().clone();
+        let revive_interval = config.revive_interval;
+        let core = DriverCore::new(
+            config,
+            transport,
+            scheduler,
+            cluster_manager,
+            Instant::now(),
+        );
         let handle = env.handle();
         let endpoint = handle.register(
             DRIVER_ENDPOINT,
@@ -183,6 +178,11 @@ impl Driver {
 
     fn core(&self) -> MutexGuard<'_, DriverCore> {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The scheduler's configuration, as the driver read it at start.
+    pub fn config(&self) -> SchedulerConfig {
+        self.core().config.clone()
     }
 
     /// Where executors register: the driver's RPC address.

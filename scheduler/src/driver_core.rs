@@ -27,10 +27,10 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
-use flint_rpc::{EndpointRef, Reply, RpcError};
+use flint_rpc::{EndpointRef, Reply, RpcError, Settings};
 use flint_wire::{
     bytes_to_string, ArchivedMessage, BlockId, ExecutorLossReason, Message, SharedStr,
     TaskAccumUpdates, TaskFailureKind, TaskMetrics, TaskOutcome, TaskState, WireError,
@@ -38,6 +38,7 @@ use flint_wire::{
 use tracing::{debug, error, info, warn};
 
 use crate::cluster_manager::{ClusterManager, ExitedExecutor};
+use crate::config::SchedulerConfig;
 use crate::events::{Action, SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
 use crate::fx_hash::{FxHashMap, FxHashSet};
 use crate::heartbeat::HeartbeatTracker;
@@ -63,21 +64,6 @@ const MAX_OFFER_ROUNDS: usize = 4;
 
 /// The longest executor ID, and host name, an executor may register with.
 pub const MAX_EXECUTOR_ID_LEN: usize = 256;
-
-/// The driver's settings, read from the configuration once.
-#[derive(Debug, Clone)]
-pub(crate) struct DriverSettings {
-    pub task_cpus: u32,
-    pub prefetch: u32,
-    pub max_payload: usize,
-    pub max_result_size: Option<u64>,
-    pub ask_timeout: Duration,
-    pub min_registered_ratio: f64,
-    pub max_registered_wait: Duration,
-    pub network_timeout: Duration,
-    /// `executor.maxNumFailures`; `None`: twice the executors asked for, at least 3.
-    pub max_executor_failures: Option<u32>,
-}
 
 /// A registered executor (the seeds' `ExecutorData`).
 #[derive(Debug)]
@@ -121,7 +107,10 @@ struct ResultFetch {
 
 /// The driver's state. See the module docs.
 pub(crate) struct DriverCore {
-    pub settings: DriverSettings,
+    /// The scheduler's keys, as the task scheduler inside has them too.
+    pub config: SchedulerConfig,
+    /// The transport's, for message sizes and timeouts.
+    pub transport: Settings,
     pub scheduler: TaskScheduler,
     /// The seeds' `executorDataMap`.
     executors: FxHashMap<SharedStr, ExecutorData>,
@@ -171,7 +160,8 @@ impl std::fmt::Debug for DriverCore {
 
 impl DriverCore {
     pub fn new(
-        settings: DriverSettings,
+        config: SchedulerConfig,
+        transport: Settings,
         mut scheduler: TaskScheduler,
         cluster_manager: Box<dyn ClusterManager>,
         now: Instant,
@@ -179,8 +169,9 @@ impl DriverCore {
         scheduler.set_task_start_events(false);
         Arc::new_cyclic(|self_ref| {
             Mutex::new(DriverCore {
-                heartbeats: HeartbeatTracker::new(settings.network_timeout),
-                settings,
+                heartbeats: HeartbeatTracker::new(transport.stalled_frame_timeout),
+                config,
+                transport,
                 scheduler,
                 executors: FxHashMap::default(),
                 address_to_executor: FxHashMap::default(),
@@ -264,7 +255,7 @@ impl DriverCore {
     /// (`scheduler.minRegisteredResourcesRatio` of those asked for), or
     /// `scheduler.maxRegisteredResourcesWaitingTime` passed since the driver started.
     pub fn is_ready(&mut self, now: Instant) -> bool {
-        let ratio = self.settings.min_registered_ratio;
+        let ratio = self.config.min_registered_ratio;
         let wanted = (f64::from(self.target_executors) * ratio).ceil();
         if self.executors.len() as f64 >= wanted {
             if !self.ready_logged {
@@ -274,12 +265,12 @@ impl DriverCore {
             return true;
         }
         let waited = now.saturating_duration_since(self.created);
-        if waited >= self.settings.max_registered_wait {
+        if waited >= self.config.max_registered_wait {
             if !self.ready_logged {
                 self.ready_logged = true;
                 info!(
                     "SchedulerBackend is ready for scheduling beginning after waiting maxRegisteredResourcesWaitingTime: {}(ms)",
-                    self.settings.max_registered_wait.as_millis()
+                    self.config.max_registered_wait.as_millis()
                 );
             }
             return true;
@@ -312,7 +303,7 @@ impl DriverCore {
 
     /// `executor.maxNumFailures`, or twice the executors asked for, at least 3.
     pub fn max_executor_failures(&self) -> u32 {
-        self.settings
+        self.config
             .max_executor_failures
             .unwrap_or_else(|| self.target_executors.saturating_mul(2).max(3))
     }
@@ -402,9 +393,9 @@ impl DriverCore {
         }
         // Launch pipelining deepens the queue of an executor that can run a task; it
         // does not make one with fewer cores than task.cpus eligible.
-        let cpus = self.settings.task_cpus;
+        let cpus = self.config.task_cpus;
         let queue_slots = if cores >= cpus {
-            self.settings.prefetch.saturating_mul(cpus)
+            self.config.prefetch.saturating_mul(cpus)
         } else {
             0
         };
@@ -526,7 +517,7 @@ impl DriverCore {
                 // The task's cores are free at once, whatever happens to its result (a
                 // failed fetch may make offers before this returns).
                 if runs_here {
-                    executor.free_slots += self.settings.task_cpus;
+                    executor.free_slots += self.config.task_cpus;
                 }
                 Self::offer_later_to(executor, &mut self.pending_offers);
             } else {
@@ -593,7 +584,7 @@ impl DriverCore {
     /// Spark's `canFetchMoreResults`: counts a result against `driver.maxResultSize`,
     /// aborting its task set when the total goes over.
     fn can_take_result(&mut self, task_id: u64, size: u64) -> bool {
-        let Some(limit) = self.settings.max_result_size else {
+        let Some(limit) = self.config.max_result_size else {
             return true;
         };
         let Some(task_set) = self.scheduler.task_set_of(task_id) else {
@@ -652,7 +643,7 @@ impl DriverCore {
 
     fn chunk_size(&self) -> u32 {
         let room = self
-            .settings
+            .transport
             .max_payload
             .saturating_sub(MESSAGE_OVERHEAD)
             .max(1024);
@@ -672,7 +663,7 @@ impl DriverCore {
         let core = self.self_ref.clone();
         let sent = fetch
             .endpoint
-            .ask_then(&message, self.settings.ask_timeout, move |reply| {
+            .ask_then(&message, self.transport.ask_timeout, move |reply| {
                 if let Some(core) = core.upgrade() {
                     let mut core = core.lock().unwrap_or_else(|e| e.into_inner());
                     core.on_chunk(Instant::now(), task_id, reply);
@@ -782,7 +773,7 @@ impl DriverCore {
         if self.stopping {
             return;
         }
-        let cpus = self.settings.task_cpus;
+        let cpus = self.config.task_cpus;
         let mut offers = std::mem::take(&mut self.offers);
         offers.clear();
         offers.extend(
@@ -819,7 +810,7 @@ impl DriverCore {
         if self.pending_offers.is_empty() {
             return;
         }
-        let cpus = self.settings.task_cpus;
+        let cpus = self.config.task_cpus;
         let mut offers = std::mem::take(&mut self.offers);
         offers.clear();
         for id in self.pending_offers.drain(..) {
@@ -850,7 +841,7 @@ impl DriverCore {
         if offers.is_empty() {
             return;
         }
-        let cpus = self.settings.task_cpus;
+        let cpus = self.config.task_cpus;
         let DriverCore {
             scheduler,
             executors,
@@ -1379,25 +1370,27 @@ mod tests {
     use crate::SchedulerConfig;
     use flint_rpc::{Conf, RpcEnv};
     use std::collections::VecDeque;
+    use std::time::Duration;
 
-    fn settings(ratio: f64, wait: Duration) -> DriverSettings {
-        DriverSettings {
-            task_cpus: 1,
-            prefetch: 0,
-            max_payload: 1 << 20,
-            max_result_size: None,
-            ask_timeout: Duration::from_secs(1),
+    fn config(ratio: f64, wait: Duration) -> SchedulerConfig {
+        SchedulerConfig {
             min_registered_ratio: ratio,
             max_registered_wait: wait,
-            network_timeout: Duration::from_secs(120),
-            max_executor_failures: None,
+            ..SchedulerConfig::default()
         }
     }
 
+    fn transport() -> Settings {
+        let conf = Conf::from_pairs(["rpc.message.maxSize=1m", "rpc.askTimeout=1s"]).unwrap();
+        Settings::from_conf(&conf).unwrap()
+    }
+
     fn core(ratio: f64, wait: Duration, now: Instant) -> Arc<Mutex<DriverCore>> {
-        let scheduler = TaskScheduler::new(SchedulerConfig::default());
+        let config = config(ratio, wait);
+        let scheduler = TaskScheduler::new(config.clone());
         DriverCore::new(
-            settings(ratio, wait),
+            config,
+            transport(),
             scheduler,
             Box::new(StandaloneExecutors),
             now,
@@ -1563,9 +1556,11 @@ mod tests {
 
     fn scripted_core(now: Instant) -> (Arc<Mutex<DriverCore>>, Scripted) {
         let cluster = Scripted::default();
-        let scheduler = TaskScheduler::new(SchedulerConfig::default());
+        let config = config(0.0, Duration::from_secs(30));
+        let scheduler = TaskScheduler::new(config.clone());
         let core = DriverCore::new(
-            settings(0.0, Duration::from_secs(30)),
+            config,
+            transport(),
             scheduler,
             Box::new(cluster.clone()),
             now,
@@ -1624,7 +1619,7 @@ mod tests {
         let t0 = Instant::now();
         let (core, cluster) = scripted_core(t0);
         let mut core = core.lock().unwrap();
-        core.settings.max_executor_failures = Some(4);
+        core.config.max_executor_failures = Some(4);
         core.request_total_executors(2).unwrap();
         cluster.0.lock().unwrap().refuse = true;
         cluster.exit("1", 1);

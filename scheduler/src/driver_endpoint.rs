@@ -85,7 +85,7 @@ impl Endpoint for DriverEndpoint {
         match message.message() {
             ArchivedMessage::StatusUpdate(update) => {
                 // rpc.message.maxSize also bounds what the accumulators take decoded.
-                let max_decoded = core.settings.max_payload;
+                let max_decoded = core.transport.max_payload;
                 let (state, outcome) =
                     match outcome_from_archived(message.frame(), &update.outcome, max_decoded) {
                         Ok(outcome) => (TaskState::from(&update.state), outcome),
@@ -252,7 +252,7 @@ impl HeartbeatReceiver {
             let core = lock(&core);
             (
                 core.heartbeats().check_interval(),
-                core.settings.max_payload,
+                core.transport.max_payload,
             )
         };
         HeartbeatReceiver {

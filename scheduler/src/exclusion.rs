@@ -15,6 +15,7 @@
 use flint_wire::SharedStr;
 use tracing::info;
 
+use crate::config;
 use crate::error::SchedulerError;
 use crate::fx_hash::{FxHashMap, FxHashSet};
 
@@ -38,21 +39,13 @@ pub struct ExclusionPolicy {
     pub max_failed_executors_per_host: u32,
 }
 
-/// The keys of the thresholds, in the order Spark checks them.
-const TASK_ATTEMPTS_PER_EXECUTOR_KEY: &str = "excludeOnFailure.task.maxTaskAttemptsPerExecutor";
-const TASK_ATTEMPTS_PER_NODE_KEY: &str = "excludeOnFailure.task.maxTaskAttemptsPerNode";
-const FAILED_TASKS_PER_EXECUTOR_KEY: &str = "excludeOnFailure.stage.maxFailedTasksPerExecutor";
-const FAILED_EXECUTORS_PER_NODE_KEY: &str = "excludeOnFailure.stage.maxFailedExecutorsPerNode";
-
 impl Default for ExclusionPolicy {
-    /// On, with Spark's thresholds: 1, 2, 2, 2.
+    /// On, with the keys' default thresholds (Spark's: 1, 2, 2, 2).
     fn default() -> Self {
         ExclusionPolicy {
             enabled: true,
-            max_task_attempts_per_executor: 1,
-            max_task_attempts_per_host: 2,
-            max_failed_tasks_per_executor: 2,
-            max_failed_executors_per_host: 2,
+            ..ExclusionPolicy::from_conf(&flint_rpc::conf::Conf::new())
+                .expect("the key table's defaults are valid")
         }
     }
 }
@@ -77,16 +70,19 @@ impl ExclusionPolicy {
         }
         for (key, value) in [
             (
-                TASK_ATTEMPTS_PER_EXECUTOR_KEY,
+                config::TASK_ATTEMPTS_PER_EXECUTOR.name(),
                 self.max_task_attempts_per_executor,
             ),
-            (TASK_ATTEMPTS_PER_NODE_KEY, self.max_task_attempts_per_host),
             (
-                FAILED_TASKS_PER_EXECUTOR_KEY,
+                config::TASK_ATTEMPTS_PER_NODE.name(),
+                self.max_task_attempts_per_host,
+            ),
+            (
+                config::FAILED_TASKS_PER_EXECUTOR.name(),
                 self.max_failed_tasks_per_executor,
             ),
             (
-                FAILED_EXECUTORS_PER_NODE_KEY,
+                config::FAILED_EXECUTORS_PER_NODE.name(),
                 self.max_failed_executors_per_host,
             ),
         ] {

@@ -88,7 +88,8 @@ pub mod task_set_manager;
 pub use cluster_manager::{
     ClusterManager, ExitedExecutor, LocalClusterManager, StandaloneExecutors,
 };
-pub use config::{SchedulerConfig, SpeculationConfig};
+pub use config::SchedulingMode;
+pub use config::{SchedulerConfig, SpeculationConfig, KEYS};
 pub use driver::{Driver, DriverError};
 pub use driver_core::{DISASSOCIATED, DRIVER_STOPPED, MAX_EXECUTOR_ID_LEN, STALE_EXECUTOR};
 pub use error::SchedulerError;
@@ -97,7 +98,6 @@ pub use events::{
     TaskResult,
 };
 pub use exclusion::ExclusionPolicy;
-pub use flint_rpc::conf::SchedulingMode;
 pub use flint_wire::bytes_to_string;
 pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};
 pub use job::{LatencySummary, TaskSetError, TaskSetHandle, TaskSetOutcome};

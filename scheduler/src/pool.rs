@@ -26,7 +26,7 @@
 
 use std::cmp::Ordering;
 
-use flint_rpc::conf::SchedulingMode;
+use crate::config::SchedulingMode;
 use flint_wire::SharedStr;
 use tracing::warn;
 

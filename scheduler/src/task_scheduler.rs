@@ -4,14 +4,14 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use flint_rpc::conf::{Conf, SchedulingMode};
+use flint_rpc::conf::Conf;
 use flint_rpc::log_budget::{LogBudget, Spend};
 use flint_wire::{
     ExecutorLossReason, SharedStr, TaskDescription, TaskFailureKind, TaskOutcome, TaskState,
 };
 use tracing::{debug, error, info, warn};
 
-use crate::config::SchedulerConfig;
+use crate::config::{SchedulerConfig, SchedulingMode};
 use crate::error::SchedulerError;
 use crate::events::{Action, JobResult, SchedulerEvent, TaskResult};
 use crate::fx_hash::{FxHashMap, FxHashSet};
