@@ -28,8 +28,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use flint::bench::transport::{ask_frame_sizes, payload_message, Echo};
 use flint::bench::{pin_to_one_cpu, read_all, RawPingPong, Waiting};
-use flint::transport_bench::{ask_frame_sizes, payload_message, Echo};
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError};
 use flint_wire::{Encoder, Message, Route};
 

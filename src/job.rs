@@ -4,7 +4,6 @@
 //! `flint run` and `flint driver` are thin wrappers around [`run_job`]; the end-to-end
 //! tests and the task-launch benches use it too.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -76,17 +75,52 @@ pub struct JobSpec {
     pub job_timeout: Duration,
 }
 
-/// How the job went.
-#[derive(Debug, Clone)]
+/// Latency percentiles, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LatencyUs {
+    /// Tasks measured.
+    pub count: u64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Slowest.
+    pub max: f64,
+    /// Mean.
+    pub mean: f64,
+}
+
+impl From<LatencySummary> for LatencyUs {
+    fn from(l: LatencySummary) -> Self {
+        LatencyUs {
+            count: l.count,
+            p50: l.p50_us,
+            p90: l.p90_us,
+            p99: l.p99_us,
+            max: l.max_us,
+            mean: l.mean_us,
+        }
+    }
+}
+
+/// How the job went; its JSON form (`flint run --json`) has these fields by these names.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct JobReport {
     /// Tasks run.
     pub tasks: u32,
     /// Executors registered when the job started.
     pub executors: usize,
-    /// Cores of the executors, in all.
-    pub cores: u32,
+    /// Cores of each executor the local cluster manager started (`--cores`); 0 when
+    /// executors registered on their own.
+    pub cores_per_executor: u32,
+    /// Cores of the registered executors, in all.
+    pub total_cores: u32,
     /// The task.
     pub task: String,
+    /// `executor.taskPrefetch` the job ran with.
+    pub prefetch: usize,
     /// From the driver's start to every executor registered.
     pub startup_seconds: f64,
     /// From submitting the task set to its last result.
@@ -94,47 +128,23 @@ pub struct JobReport {
     /// Tasks per second over `seconds`.
     pub tasks_per_sec: f64,
     /// Task latency, from launch at the driver to result at the driver.
-    pub latency: LatencySummary,
+    pub latency_us: LatencyUs,
     /// Attempts that failed on the way (retried).
     pub failed_attempts: u64,
     /// Successes reported for a task whose result was already recorded (0: every
     /// result is recorded exactly once).
     pub duplicate_results: u64,
-    /// `executor.taskPrefetch` the job ran with.
-    pub prefetch: usize,
 }
 
 impl JobReport {
-    /// One JSON object: tasks, seconds, tasks_per_sec, latency_us (p50, p90, p99, max,
-    /// mean), startup_seconds, failed_attempts, duplicate_results, and the job's shape.
+    /// One JSON object of every field.
     pub fn to_json(&self) -> String {
-        let l = &self.latency;
-        let mut out = String::new();
-        let _ = write!(
-            out,
-            "{{\"tasks\":{},\"executors\":{},\"cores\":{},\"task\":{},\"prefetch\":{},\"startup_seconds\":{:.6},\"seconds\":{:.6},\"tasks_per_sec\":{:.1},\"latency_us\":{{\"p50\":{:.1},\"p90\":{:.1},\"p99\":{:.1},\"max\":{:.1},\"mean\":{:.1}}},\"failed_attempts\":{},\"duplicate_results\":{}}}",
-            self.tasks,
-            self.executors,
-            self.cores,
-            json_string(&self.task),
-            self.prefetch,
-            self.startup_seconds,
-            self.seconds,
-            self.tasks_per_sec,
-            l.p50_us,
-            l.p90_us,
-            l.p99_us,
-            l.max_us,
-            l.mean_us,
-            self.failed_attempts,
-            self.duplicate_results
-        );
-        out
+        serde_json::to_string(self).expect("a report serializes")
     }
 
     /// A few lines for a person.
     pub fn to_text(&self) -> String {
-        let l = &self.latency;
+        let l = &self.latency_us;
         format!(
             "{} tasks ({}) on {} executors ({} cores) in {:.3} s: {:.0} tasks/s\n\
              task latency (launch to result at the driver): p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, max {:.1} us\n\
@@ -142,35 +152,22 @@ impl JobReport {
             self.tasks,
             self.task,
             self.executors,
-            self.cores,
+            self.total_cores,
             self.seconds,
             self.tasks_per_sec,
-            l.p50_us,
-            l.p90_us,
-            l.p99_us,
-            l.max_us,
+            l.p50,
+            l.p90,
+            l.p99,
+            l.max,
             self.startup_seconds,
             self.failed_attempts
         )
     }
 }
 
-/// A string as a JSON string literal.
-pub fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+/// A failed job as one JSON object (`flint run --json`): `{"error": "..."}`.
+pub fn error_json(error: &dyn std::fmt::Display) -> String {
+    serde_json::json!({ "error": error.to_string() }).to_string()
 }
 
 /// Why a job did not complete.
@@ -312,7 +309,8 @@ pub fn run_job(
         Ok(JobReport {
             tasks: spec.tasks,
             executors,
-            cores,
+            cores_per_executor: spec.cores,
+            total_cores: cores,
             task: spec.task.to_string(),
             startup_seconds: startup.as_secs_f64(),
             seconds,
@@ -321,7 +319,7 @@ pub fn run_job(
             } else {
                 0.0
             },
-            latency: outcome.latency,
+            latency_us: outcome.latency.into(),
             failed_attempts: outcome.failed_attempts,
             duplicate_results: outcome.duplicate_results,
             prefetch: driver.config().prefetch as usize,
@@ -370,18 +368,19 @@ mod tests {
         let report = JobReport {
             tasks: 10,
             executors: 2,
-            cores: 2,
+            cores_per_executor: 1,
+            total_cores: 2,
             task: "echo:\"hi\"".into(),
             startup_seconds: 0.5,
             seconds: 0.25,
             tasks_per_sec: 40.0,
-            latency: LatencySummary {
+            latency_us: LatencyUs {
                 count: 10,
-                p50_us: 12.5,
-                p90_us: 20.0,
-                p99_us: 30.0,
-                max_us: 31.0,
-                mean_us: 14.0,
+                p50: 12.5,
+                p90: 20.0,
+                p99: 30.0,
+                max: 31.0,
+                mean: 14.0,
             },
             failed_attempts: 0,
             duplicate_results: 0,
@@ -389,11 +388,15 @@ mod tests {
         };
         assert_eq!(
             report.to_json(),
-            "{\"tasks\":10,\"executors\":2,\"cores\":2,\"task\":\"echo:\\\"hi\\\"\",\"prefetch\":0,\"startup_seconds\":0.500000,\"seconds\":0.250000,\"tasks_per_sec\":40.0,\"latency_us\":{\"p50\":12.5,\"p90\":20.0,\"p99\":30.0,\"max\":31.0,\"mean\":14.0},\"failed_attempts\":0,\"duplicate_results\":0}"
+            "{\"tasks\":10,\"executors\":2,\"cores_per_executor\":1,\"total_cores\":2,\"task\":\"echo:\\\"hi\\\"\",\"prefetch\":0,\"startup_seconds\":0.5,\"seconds\":0.25,\"tasks_per_sec\":40.0,\"latency_us\":{\"count\":10,\"p50\":12.5,\"p90\":20.0,\"p99\":30.0,\"max\":31.0,\"mean\":14.0},\"failed_attempts\":0,\"duplicate_results\":0}"
         );
         assert!(report
             .to_text()
-            .contains("10 tasks (echo:\"hi\") on 2 executors"));
+            .contains("10 tasks (echo:\"hi\") on 2 executors (2 cores)"));
+        assert_eq!(
+            error_json(&"the job failed: \"x\"\n"),
+            "{\"error\":\"the job failed: \\\"x\\\"\\n\"}"
+        );
     }
 
     #[test]

@@ -20,10 +20,10 @@
 //! assert!(decoder.next_frame().unwrap().is_some());
 //! ```
 
+#[doc(hidden)]
 pub mod bench;
 pub mod conf;
 pub mod job;
-pub mod transport_bench;
 
 pub use flint_executor as executor;
 pub use flint_rpc as rpc;

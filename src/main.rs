@@ -319,6 +319,13 @@ fn run_and_report(
                 ExitCode::from(130)
             }
         }
+        Err(e) if job.json => {
+            println!(
+                "{}",
+                flint::job::error_json(&format!("the job failed: {e}"))
+            );
+            ExitCode::FAILURE
+        }
         Err(e) => fail(format!("the job failed: {e}")),
     }
 }

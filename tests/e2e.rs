@@ -126,7 +126,7 @@ fn a_100_000_task_noop_job_records_every_result_once() {
     .unwrap();
     assert_eq!(report.tasks, 100_000);
     assert_eq!(
-        report.latency.count, 100_000,
+        report.latency_us.count, 100_000,
         "one latency sample per task: {report:?}"
     );
     assert_eq!(report.duplicate_results, 0, "no result recorded twice");
@@ -526,19 +526,19 @@ fn the_cli_runs_the_main_job_and_prints_json() {
         "{stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let line = stdout.trim();
-    assert!(
-        line.starts_with("{\"tasks\":2000,") && line.ends_with('}'),
-        "{line}"
-    );
-    for field in [
-        "\"tasks_per_sec\":",
-        "\"startup_seconds\":",
-        "\"latency_us\":{\"p50\":",
-        "\"p90\":",
-        "\"p99\":",
-    ] {
-        assert!(line.contains(field), "{field} missing: {line}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(report["tasks"], 2000, "{report}");
+    assert_eq!(report["executors"], 2, "{report}");
+    assert_eq!(report["cores_per_executor"], 1, "{report}");
+    assert_eq!(report["total_cores"], 2, "{report}");
+    assert!(report["tasks_per_sec"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["startup_seconds"].is_f64(), "{report}");
+    assert_eq!(report["latency_us"]["count"], 2000, "{report}");
+    for percentile in ["p50", "p90", "p99", "max", "mean"] {
+        assert!(
+            report["latency_us"][percentile].as_f64().unwrap() > 0.0,
+            "{report}"
+        );
     }
 
     // A failed job exits non-zero with the reason.
@@ -558,6 +558,25 @@ fn the_cli_runs_the_main_job_and_prints_json() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("failed 2 times"), "{stderr}");
+    // Under --json, the failure is one JSON object too.
+    let output = Command::new(FLINT)
+        .args(["run", "--executors", "1", "--tasks", "1", "--json"])
+        .args([
+            "--task",
+            "fail-n-attempts:100",
+            "--conf",
+            "task.maxFailures=1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let failure: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let error = failure["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the job failed") && error.contains("failed 1 times"),
+        "{failure}"
+    );
     // The log went to a pipe, not a terminal: plain text, without colour codes.
     assert!(stderr.contains(" WARN "), "{stderr}");
     assert!(!stderr.contains('\x1b'), "{stderr}");
@@ -902,13 +921,13 @@ fn the_main_job_starts_once_the_driver_is_ready() {
         run_job(&conf, &spec, Box::new(cluster), JobHooks::default()).unwrap()
     };
     let waited = job(&["scheduler.maxRegisteredResourcesWaitingTime=1s"]);
-    assert_eq!((waited.executors, waited.latency.count), (1, 100));
+    assert_eq!((waited.executors, waited.latency_us.count), (1, 100));
     assert!(waited.startup_seconds >= 1.0, "{waited:?}");
     let half = job(&[
         "scheduler.minRegisteredResourcesRatio=0.5",
         "scheduler.maxRegisteredResourcesWaitingTime=1h",
     ]);
-    assert_eq!((half.executors, half.latency.count), (1, 100));
+    assert_eq!((half.executors, half.latency_us.count), (1, 100));
 }
 
 /// The processes whose parent is `pid`.

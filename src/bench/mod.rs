@@ -1,3 +1,6 @@
+//! flint's measurement harness, not its API (hidden from the docs): what `flint bench`,
+//! the criterion benches and a few end-to-end tests share.
+//!
 //! Task-launch figures beside their floors, as `flint bench` prints them and the
 //! `task_launch` criterion bench measures them:
 //!
@@ -36,7 +39,7 @@
 //!
 //! Executors are real `flint executor` processes started by a local cluster manager.
 //!
-//! Beside them, the transport's own figures ([`crate::transport_bench`]): an ask round
+//! Beside them, the transport's own figures ([`transport`]): an ask round
 //! trip against the raw ping-pong of the same bytes, and one-way messages per second.
 
 use std::io::{Read, Write};
@@ -54,8 +57,10 @@ use flint_wire::{
 };
 use hdrhistogram::Histogram;
 
-use crate::job::{json_string, local_cluster, run_job, JobError, JobHooks, JobSpec};
-use crate::transport_bench::{measure_transport, TransportReport, TransportRounds, PAYLOAD};
+use crate::job::{local_cluster, run_job, JobError, JobHooks, JobSpec};
+pub mod transport;
+
+use self::transport::{measure_transport, TransportReport, TransportRounds, PAYLOAD};
 
 /// The frame sizes of a noop task's LaunchTask and of its StatusUpdate, as the driver
 /// and the executor send them.
@@ -376,49 +381,47 @@ impl BenchReport {
         self.strict_tps / self.loopback_cpu_bound_tps()
     }
 
-    /// One JSON object.
+    /// One JSON object: every figure, and every ratio of a figure to its baseline.
     pub fn to_json(&self) -> String {
-        format!(
-            "{{\"floor_rtt_us\":{:.2},\"floor_rtt_p99_us\":{:.2},\"floor_rtt_free_us\":{:.2},\"floor_rtt_one_cpu_us\":{},\"busy_poll_rtt_us\":{:.2},\"busy_poll_rtt_p99_us\":{:.2},\"launch_frame_bytes\":{},\"status_frame_bytes\":{},\"job_latency_us\":{{\"p50\":{:.2},\"p99\":{:.2}}},\"latency_ratio\":{:.3},\"busy_poll_latency_ratio\":{:.3},\"cores\":{},\"tasks\":{},\"free_core_floor_tps\":{:.0},\"free_core_busy_poll_tps\":{:.0},\"strict_tps\":{:.0},\"strict_ratio\":{:.3},\"busy_poll_strict_ratio\":{:.3},\"raw_strict_tps\":{:.0},\"raw_strict_ratio\":{:.3},\"loopback_cpu_us\":{:.2},\"cpus\":{},\"loopback_cpu_bound_tps\":{:.0},\"strict_cpu_bound_ratio\":{:.3},\"one_cpu_strict_us\":{},\"one_cpu_raw_strict_us\":{},\"one_cpu_strict_ratio\":{},\"pipelined_tps\":{:.0},\"prefetch\":{},\"ask_rtt_us\":{:.2},\"ask_floor_rtt_us\":{:.2},\"ask_ratio\":{:.3},\"ask_ratio_range\":[{:.3},{:.3}],\"one_way_msgs_per_sec\":{:.0},\"one_way_min_msgs_per_sec\":{:.0},\"version\":{}}}",
-            self.floor_rtt_us,
-            self.floor_rtt_p99_us,
-            self.floor_rtt_free_us,
-            json_number(self.floor_rtt_one_cpu_us, 2),
-            self.busy_rtt_us,
-            self.busy_rtt_p99_us,
-            self.frames.launch,
-            self.frames.status,
-            self.job_latency_p50_us,
-            self.job_latency_p99_us,
-            self.latency_ratio(),
-            self.busy_latency_ratio(),
-            self.cores,
-            self.tasks,
-            self.free_core_floor_tps,
-            self.free_core_busy_tps,
-            self.strict_tps,
-            self.strict_ratio(),
-            self.busy_strict_ratio(),
-            self.raw_strict_tps,
-            self.raw_strict_ratio(),
-            self.loopback_cpu_us,
-            self.cpus,
-            self.loopback_cpu_bound_tps(),
-            self.strict_cpu_bound_ratio(),
-            json_number(self.one_cpu.map(|one| one.flint_us), 2),
-            json_number(self.one_cpu.map(|one| one.raw_us), 2),
-            json_number(self.one_cpu_ratio(), 3),
-            self.pipelined_tps,
-            self.prefetch,
-            self.transport.ask_us,
-            self.transport.floor_us,
-            self.transport.ask_ratio,
-            self.transport.ask_ratio_range.0,
-            self.transport.ask_ratio_range.1,
-            self.transport.one_way_per_sec,
-            self.transport.one_way_min_per_sec,
-            json_string(env!("CARGO_PKG_VERSION")),
-        )
+        serde_json::json!({
+            "floor_rtt_us": self.floor_rtt_us,
+            "floor_rtt_p99_us": self.floor_rtt_p99_us,
+            "floor_rtt_free_us": self.floor_rtt_free_us,
+            "floor_rtt_one_cpu_us": self.floor_rtt_one_cpu_us,
+            "busy_poll_rtt_us": self.busy_rtt_us,
+            "busy_poll_rtt_p99_us": self.busy_rtt_p99_us,
+            "launch_frame_bytes": self.frames.launch,
+            "status_frame_bytes": self.frames.status,
+            "job_latency_us": {"p50": self.job_latency_p50_us, "p99": self.job_latency_p99_us},
+            "latency_ratio": self.latency_ratio(),
+            "busy_poll_latency_ratio": self.busy_latency_ratio(),
+            "executor_cores_total": self.cores,
+            "tasks": self.tasks,
+            "free_core_floor_tps": self.free_core_floor_tps,
+            "free_core_busy_poll_tps": self.free_core_busy_tps,
+            "strict_tps": self.strict_tps,
+            "strict_ratio": self.strict_ratio(),
+            "busy_poll_strict_ratio": self.busy_strict_ratio(),
+            "raw_strict_tps": self.raw_strict_tps,
+            "raw_strict_ratio": self.raw_strict_ratio(),
+            "loopback_cpu_us": self.loopback_cpu_us,
+            "cpus": self.cpus,
+            "loopback_cpu_bound_tps": self.loopback_cpu_bound_tps(),
+            "strict_cpu_bound_ratio": self.strict_cpu_bound_ratio(),
+            "one_cpu_strict_us": self.one_cpu.map(|one| one.flint_us),
+            "one_cpu_raw_strict_us": self.one_cpu.map(|one| one.raw_us),
+            "one_cpu_strict_ratio": self.one_cpu_ratio(),
+            "pipelined_tps": self.pipelined_tps,
+            "prefetch": self.prefetch,
+            "ask_rtt_us": self.transport.ask_us,
+            "ask_floor_rtt_us": self.transport.floor_us,
+            "ask_ratio": self.transport.ask_ratio,
+            "ask_ratio_range": [self.transport.ask_ratio_range.0, self.transport.ask_ratio_range.1],
+            "one_way_msgs_per_sec": self.transport.one_way_per_sec,
+            "one_way_min_msgs_per_sec": self.transport.one_way_min_per_sec,
+            "version": env!("CARGO_PKG_VERSION"),
+        })
+        .to_string()
     }
 
     /// A table for people.
@@ -534,10 +537,6 @@ impl BenchReport {
 }
 
 /// A JSON number with `decimals` places, or `null`.
-fn json_number(value: Option<f64>, decimals: usize) -> String {
-    value.map_or("null".to_owned(), |v| format!("{v:.decimals$}"))
-}
-
 /// The strict schedule with everything on one CPU ([`one_cpu_strict`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OneCpuStrict {
@@ -983,39 +982,47 @@ mod tests {
                 one_way_min_per_sec: 2_500_000.0,
             },
         };
-        let json = report.to_json();
-        for field in [
-            "\"floor_rtt_us\":20.00",
-            "\"floor_rtt_free_us\":70.00",
-            "\"floor_rtt_one_cpu_us\":20.00",
-            "\"job_latency_us\":{\"p50\":28.00,\"p99\":60.00}",
-            "\"free_core_floor_tps\":100000",
-            "\"strict_tps\":85000",
-            "\"pipelined_tps\":1200000",
-            "\"prefetch\":64",
-            "\"latency_ratio\":1.400",
-            "\"busy_poll_rtt_us\":8.00",
-            "\"busy_poll_latency_ratio\":3.500",
-            "\"free_core_busy_poll_tps\":250000",
-            "\"busy_poll_strict_ratio\":0.340",
-            "\"raw_strict_tps\":125000",
-            "\"raw_strict_ratio\":0.680",
-            "\"loopback_cpu_us\":16.00",
-            "\"cpus\":2",
-            "\"loopback_cpu_bound_tps\":125000",
-            "\"strict_cpu_bound_ratio\":0.680",
-            "\"one_cpu_strict_us\":20.00",
-            "\"one_cpu_raw_strict_us\":16.00",
-            "\"one_cpu_strict_ratio\":1.250",
-            "\"ask_rtt_us\":18.00",
-            "\"ask_floor_rtt_us\":15.00",
-            "\"ask_ratio\":1.200",
-            "\"ask_ratio_range\":[1.100,1.350]",
-            "\"one_way_msgs_per_sec\":3000000",
-            "\"one_way_min_msgs_per_sec\":2500000",
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        for (field, expected) in [
+            ("floor_rtt_us", 20.0),
+            ("floor_rtt_free_us", 70.0),
+            ("floor_rtt_one_cpu_us", 20.0),
+            ("free_core_floor_tps", 100_000.0),
+            ("strict_tps", 85_000.0),
+            ("pipelined_tps", 1_200_000.0),
+            ("prefetch", 64.0),
+            ("executor_cores_total", 2.0),
+            ("latency_ratio", 1.4),
+            ("busy_poll_rtt_us", 8.0),
+            ("busy_poll_latency_ratio", 3.5),
+            ("free_core_busy_poll_tps", 250_000.0),
+            ("busy_poll_strict_ratio", 0.34),
+            ("raw_strict_tps", 125_000.0),
+            ("raw_strict_ratio", 0.68),
+            ("loopback_cpu_us", 16.0),
+            ("cpus", 2.0),
+            ("loopback_cpu_bound_tps", 125_000.0),
+            ("strict_cpu_bound_ratio", 0.68),
+            ("one_cpu_strict_us", 20.0),
+            ("one_cpu_raw_strict_us", 16.0),
+            ("one_cpu_strict_ratio", 1.25),
+            ("ask_rtt_us", 18.0),
+            ("ask_floor_rtt_us", 15.0),
+            ("ask_ratio", 1.2),
+            ("one_way_msgs_per_sec", 3_000_000.0),
+            ("one_way_min_msgs_per_sec", 2_500_000.0),
         ] {
-            assert!(json.contains(field), "{field} not in {json}");
+            let value = json[field].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                (value - expected).abs() < 1e-9,
+                "{field}: {value} in {json}"
+            );
         }
+        assert_eq!(
+            json["job_latency_us"],
+            serde_json::json!({"p50": 28.0, "p99": 60.0})
+        );
+        assert_eq!(json["ask_ratio_range"], serde_json::json!([1.1, 1.35]));
         let table = report.to_table();
         assert!(table.contains("1.40 x floor"), "{table}");
         assert!(
@@ -1043,7 +1050,8 @@ mod tests {
             one_cpu: None,
             ..report
         };
-        assert!(unpinned.to_json().contains("\"one_cpu_strict_ratio\":null"));
+        let json: serde_json::Value = serde_json::from_str(&unpinned.to_json()).unwrap();
+        assert!(json["one_cpu_strict_ratio"].is_null(), "{json}");
         assert!(unpinned
             .to_table()
             .contains("threads cannot be pinned here"));

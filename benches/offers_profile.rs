@@ -5,9 +5,9 @@
 //! For perf or callgrind, which profile a plain process better than criterion's:
 //!
 //! ```text
-//! cargo build --release -p flint-scheduler --example offers_profile
+//! cargo bench --no-run --bench offers_profile   # prints the binary's path
 //! valgrind --tool=callgrind --cache-sim=yes --toggle-collect='*resource_offers*' \
-//!     target/release/examples/offers_profile 3
+//!     target/release/deps/offers_profile-HASH 3
 //! ```
 
 use std::time::Instant;
@@ -17,8 +17,10 @@ use flint_scheduler::{SchedulerConfig, TaskScheduler, TaskSet, WorkerOffer};
 use flint_wire::{TaskOutcome, TaskState};
 
 fn main() {
+    // `cargo bench` passes --bench (and criterion's flags) to every bench: not ours.
     let rounds: u32 = std::env::args()
-        .nth(1)
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
         .map_or(3, |a| a.parse().expect("ROUNDS is a number"));
     let start = Instant::now();
     let offers: Vec<WorkerOffer> = (0..1000u32)

@@ -8,7 +8,7 @@
 //! executor costs; the fake driver's loop is the floor of any driver.
 //!
 //! ```text
-//! cargo run --release -p flint-executor --example launch_bench -- [tasks] [in-flight]
+//! cargo bench --bench executor_launch -- [tasks] [in-flight]
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,8 +145,10 @@ fn thread_cpu() -> Vec<(String, u64, u64)> {
 }
 
 fn main() {
+    // `cargo bench` passes --bench (and criterion's flags) to every bench: not ours.
     let args: Vec<u64> = std::env::args()
         .skip(1)
+        .filter(|a| !a.starts_with("--"))
         .map(|a| a.parse().expect("numbers: [tasks] [in-flight]"))
         .collect();
     let total = args.first().copied().unwrap_or(1_000_000);
