@@ -1,14 +1,21 @@
 //! The executor's configuration: the keys an executor reads (one table, [`KEYS`], with
 //! their defaults), and [`ExecutorConfig`], what an executor is and what it runs with.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use flint_rpc::conf::{Conf, ConfError, Key, KeyInfo, TimeUnit, Unit};
+use flint_rpc::conf::{Conf, ConfError, Key, KeyInfo, OptionalKey, TimeUnit, Unit};
 
 /// Every key an executor reads, in alphabetical order, with its default, unit and
 /// meaning. (The transport's keys, `rpc.message.maxSize` among them, are
 /// [`flint_rpc::conf::KEYS`].)
 pub const KEYS: &[KeyInfo] = &[
+    KeyInfo::new(
+        "blockManager.port",
+        Some("0"),
+        Unit::Port,
+        "Port of the executor's block server, which serves its shuffle blocks; 0 is any free port.",
+    ),
     KeyInfo::new(
         "executor.busyPoll",
         Some("50us"),
@@ -29,9 +36,32 @@ pub const KEYS: &[KeyInfo] = &[
         "Interval between an executor's heartbeats, after a random initial delay; below \
          network.timeout.",
     ),
+    KeyInfo::new(
+        "local.dir",
+        None,
+        Unit::Text,
+        "Directory of shuffle spill files, removed when the executor stops; the system's \
+         temporary directory when not set.",
+    ),
+    KeyInfo::new(
+        "reducer.maxSizeInFlight",
+        Some("48m"),
+        Unit::Bytes,
+        "Bytes of shuffle blocks a reduce task has requested and not yet received.",
+    ),
+    KeyInfo::new(
+        "shuffle.maxMemory",
+        Some("256m"),
+        Unit::Bytes,
+        "flint's own: shuffle bytes an executor holds in memory before it spills to local.dir.",
+    ),
 ];
 
+const BLOCK_MANAGER_PORT: Key = Key::of(KEYS, "blockManager.port");
 const BUSY_POLL: Key = Key::of(KEYS, "executor.busyPoll");
+const LOCAL_DIR: OptionalKey = OptionalKey::of(KEYS, "local.dir");
+const MAX_SIZE_IN_FLIGHT: Key = Key::of(KEYS, "reducer.maxSizeInFlight");
+const SHUFFLE_MAX_MEMORY: Key = Key::of(KEYS, "shuffle.maxMemory");
 const HEARTBEAT_MAX_FAILURES: Key = Key::of(KEYS, "executor.heartbeat.maxFailures");
 /// The key of [`ExecutorConfig::heartbeat_interval`], which the `flint` facade checks
 /// against the transport's timeouts.
@@ -66,6 +96,16 @@ pub struct ExecutorConfig {
     /// `executor.heartbeat.maxFailures`: heartbeats that may fail in a row before the
     /// executor exits with code 56.
     pub heartbeat_max_failures: u32,
+    /// `blockManager.port`: where the executor's block server listens (0: any free port).
+    pub block_manager_port: u16,
+    /// `local.dir`: under it, the executor's own directory of shuffle spill files.
+    pub local_dir: PathBuf,
+    /// `reducer.maxSizeInFlight`: bytes of shuffle blocks one reduce task may have
+    /// requested and not yet received.
+    pub max_size_in_flight: u64,
+    /// `shuffle.maxMemory`: shuffle bytes held in memory (map tasks' buffers and their
+    /// outputs) before the executor spills them to `local_dir`.
+    pub shuffle_max_memory: u64,
 }
 
 impl ExecutorConfig {
@@ -95,6 +135,12 @@ impl ExecutorConfig {
             heartbeat_interval: conf.positive_duration(HEARTBEAT_INTERVAL)?,
             heartbeat_max_failures: u32::try_from(conf.count(HEARTBEAT_MAX_FAILURES, 1)?)
                 .unwrap_or(u32::MAX),
+            block_manager_port: conf.port_number(BLOCK_MANAGER_PORT)?,
+            local_dir: conf
+                .text(LOCAL_DIR)
+                .map_or_else(std::env::temp_dir, PathBuf::from),
+            max_size_in_flight: conf.size(MAX_SIZE_IN_FLIGHT)?,
+            shuffle_max_memory: conf.size(SHUFFLE_MAX_MEMORY)?,
         })
     }
 }
@@ -125,6 +171,10 @@ mod tests {
         assert_eq!(c.heartbeat_max_failures, 60);
         assert_eq!(c.max_message_size, flint_wire::DEFAULT_MAX_MESSAGE_SIZE);
         assert_eq!(c.max_result_size, None);
+        assert_eq!(c.block_manager_port, 0);
+        assert_eq!(c.local_dir, std::env::temp_dir());
+        assert_eq!(c.max_size_in_flight, 48 << 20);
+        assert_eq!(c.shuffle_max_memory, 256 << 20);
         assert_eq!(
             (c.executor_id.as_str(), c.hostname.as_str(), c.cores),
             ("1", "h", 2)
@@ -149,7 +199,6 @@ mod tests {
                 "{}",
                 info.key
             );
-            assert!(info.key.starts_with("executor."), "{}", info.key);
         }
     }
 
@@ -160,8 +209,16 @@ mod tests {
             ("spark.executor.heartbeatInterval", "500"),
             ("executor.heartbeat.maxFailures", "3"),
             ("rpc.message.maxSize", "2"),
+            ("spark.blockManager.port", "7337"),
+            ("local.dir", "/scratch"),
+            ("reducer.maxSizeInFlight", "8m"),
+            ("shuffle.maxMemory", "1g"),
         ])
         .unwrap();
+        assert_eq!(c.block_manager_port, 7337);
+        assert_eq!(c.local_dir, PathBuf::from("/scratch"));
+        assert_eq!(c.max_size_in_flight, 8 << 20);
+        assert_eq!(c.shuffle_max_memory, 1 << 30);
         assert_eq!(c.busy_poll, Duration::from_micros(20));
         assert_eq!(c.heartbeat_interval, Duration::from_millis(500));
         assert_eq!(c.heartbeat_max_failures, 3);
@@ -183,5 +240,8 @@ mod tests {
         for value in ["0", "-1", "1.5", "two", ""] {
             assert_refused("executor.heartbeat.maxFailures", value);
         }
+        assert_refused("blockManager.port", "65536");
+        assert_refused("shuffle.maxMemory", "lots");
+        assert_refused("reducer.maxSizeInFlight", "-1m");
     }
 }

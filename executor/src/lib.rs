@@ -97,6 +97,7 @@ pub mod config;
 mod executor;
 mod heartbeater;
 mod registry;
+pub mod shuffle;
 mod task;
 
 pub use backend::{run_executor, ExecutorExit};

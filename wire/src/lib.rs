@@ -104,6 +104,7 @@ mod kind;
 mod message;
 #[allow(unsafe_code)]
 mod read_uninit;
+pub mod records;
 mod shared_str;
 mod task_name;
 mod task_payload;
@@ -126,7 +127,8 @@ pub use read_uninit::ReadUninit;
 pub use shared_str::{AsArchivedString, SharedStr};
 pub use task_name::{AsNameString, TaskName};
 pub use task_payload::{
-    TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAX_FUNCTION_NAME,
+    ShuffleRead, ShuffleWrite, StageInfo, TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT,
+    HEARTBEAT_ENDPOINT, MAX_FUNCTION_NAME,
 };
 pub use units::bytes_to_string;
 

@@ -86,6 +86,7 @@ const EXPECT_POSITIVE_COUNT: &str = "a whole number of at least 1";
 const EXPECT_BOOL: &str = "true or false";
 const EXPECT_FRACTION: &str = "a number between 0.0 and 1.0";
 const EXPECT_POSITIVE_NUMBER: &str = "a number above 0 such as 1.5";
+const EXPECT_PORT: &str = "a port number between 0 and 65535";
 
 impl DurationError {
     fn into_conf(self, key: &'static str, value: &str) -> ConfError {
@@ -363,6 +364,15 @@ impl Conf {
                 EXPECT_POSITIVE_NUMBER,
             )),
         }
+    }
+
+    /// `key` as a port number, 0 to 65535.
+    pub fn port_number(&self, key: Key) -> Result<u16, ConfError> {
+        let value = self.value(key);
+        value
+            .trim()
+            .parse()
+            .map_err(|_| ConfError::invalid(key.name(), value, EXPECT_PORT))
     }
 
     /// `key` as `true` or `false`, in any case.

@@ -160,7 +160,6 @@ const RPC_SHUTDOWN_FLUSH_TIMEOUT: Key = key("rpc.shutdown.flushTimeout");
 const EXPECT_MESSAGE_SIZE: &str =
     "a size above zero in MiB such as 128, or with a unit such as 128m or 1g";
 const EXPECT_IP: &str = "an IP address such as 127.0.0.1 or 0.0.0.0";
-const EXPECT_PORT: &str = "a port number between 0 and 65535";
 
 /// The transport's keys.
 impl Conf {
@@ -282,11 +281,7 @@ impl Conf {
     /// `rpc.port` (flint's own): the port the RPC listener binds to. Default 0, which lets
     /// the OS choose a free port.
     pub fn port(&self) -> Result<u16, ConfError> {
-        let value = self.value(RPC_PORT);
-        value
-            .trim()
-            .parse()
-            .map_err(|_| ConfError::invalid(RPC_PORT.name(), value, EXPECT_PORT))
+        self.port_number(RPC_PORT)
     }
 
     /// `rpc.shutdown.flushTimeout` (flint's own): how long stopping an RPC environment

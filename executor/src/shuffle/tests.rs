@@ -1,0 +1,261 @@
+//! The store and the writer together: what is written is read back, within the memory
+//! bound, whatever spilled.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use flint_wire::records::{KeyedRecords, Records};
+
+use super::*;
+
+/// A directory of its own under the system's temporary one, removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("flint-test-{name}-{:x}", nonce()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn files(&self) -> usize {
+        walk(&self.0)
+    }
+}
+
+fn walk(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| {
+                    let e = e.unwrap();
+                    if e.file_type().unwrap().is_dir() {
+                        walk(&e.path())
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn records_of(pieces: &[Bytes]) -> Vec<Vec<u8>> {
+    pieces
+        .iter()
+        .flat_map(|piece| Records::new(piece).map(|r| r.unwrap().to_vec()))
+        .collect()
+}
+
+fn record(map: u32, partition: u32, i: u32) -> Vec<u8> {
+    format!("{map}:{partition}:{i}:{}", "x".repeat((i % 50) as usize)).into_bytes()
+}
+
+/// Writes `count` records to each of `partitions` partitions of map output `map`.
+fn write_map(store: &Arc<ShuffleStore>, map: u32, partitions: u32, count: u32) -> Vec<u64> {
+    let mut writer = ShuffleWriter::new(store.clone(), 1, map, partitions);
+    for i in 0..count {
+        for partition in 0..partitions {
+            writer.write(partition, &record(map, partition, i)).unwrap();
+        }
+    }
+    writer.commit()
+}
+
+fn expected(map: u32, partition: u32, count: u32) -> Vec<Vec<u8>> {
+    (0..count).map(|i| record(map, partition, i)).collect()
+}
+
+#[test]
+fn what_is_written_is_read_back_by_partition() {
+    let dir = TempDir::new("written");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "7", 64 << 20));
+    let sizes = write_map(&store, 0, 3, 100);
+    for partition in 0..3 {
+        let pieces = store.read_block(1, 0, partition).unwrap();
+        assert_eq!(records_of(&pieces), expected(0, partition, 100));
+        let len: usize = pieces.iter().map(Bytes::len).sum();
+        assert_eq!(sizes[partition as usize], len as u64);
+    }
+    assert_eq!(dir.files(), 0, "nothing spilled");
+    assert!(matches!(
+        store.read_block(1, 0, 3),
+        Err(ShuffleError::BlockNotFound { reduce: 3, .. })
+    ));
+    assert!(matches!(
+        store.read_block(2, 0, 0),
+        Err(ShuffleError::BlockNotFound { shuffle: 2, .. })
+    ));
+}
+
+#[test]
+fn keyed_records_go_to_their_keys_partition() {
+    let dir = TempDir::new("keyed");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
+    let mut writer = ShuffleWriter::new(store.clone(), 4, 0, 5);
+    let words = ["apple", "pear", "fig", "kiwi", "plum", "lime", "date"];
+    for word in words {
+        writer.write_keyed(word.as_bytes(), b"1").unwrap();
+    }
+    assert_eq!(writer.records_written(), 7);
+    writer.commit();
+    let mut seen = 0;
+    for partition in 0..5 {
+        for piece in store.read_block(4, 0, partition).unwrap() {
+            for pair in KeyedRecords::new(&piece) {
+                let (key, value) = pair.unwrap();
+                assert_eq!(partition_of(key, 5), partition);
+                assert_eq!(value, b"1");
+                seen += 1;
+            }
+        }
+    }
+    assert_eq!(seen, 7);
+    let mut writer = ShuffleWriter::new(store, 4, 1, 5);
+    assert!(matches!(
+        writer.write(5, b"x"),
+        Err(ShuffleError::NoSuchPartition {
+            partition: 5,
+            partitions: 5
+        })
+    ));
+}
+
+#[test]
+fn a_writer_over_the_memory_bound_spills_and_loses_nothing() {
+    let dir = TempDir::new("spill");
+    let limit = 64 << 10;
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", limit));
+    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 4);
+    let mut peak = 0;
+    for i in 0..20_000 {
+        writer.write(i % 4, &record(0, i % 4, i)).unwrap();
+        peak = peak.max(store.memory().used());
+    }
+    assert!(
+        writer.bytes_written() > 10 * limit,
+        "{}",
+        writer.bytes_written()
+    );
+    writer.commit();
+    assert!(
+        peak <= limit,
+        "held {peak} bytes, over the bound of {limit}"
+    );
+    assert!(dir.files() >= 1, "spilled to a file");
+    for partition in 0..4 {
+        let got = records_of(&store.read_block(1, 0, partition).unwrap());
+        let want: Vec<Vec<u8>> = (0..20_000)
+            .filter(|i| i % 4 == partition)
+            .map(|i| record(0, partition, i))
+            .collect();
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn older_outputs_are_spilled_first_to_make_room() {
+    let dir = TempDir::new("evict");
+    let limit = 256 << 10;
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", limit));
+    write_map(&store, 0, 2, 1_000);
+    let after_first = store.memory().used();
+    assert!(after_first > 0 && dir.files() == 0);
+    for map in 1..6 {
+        write_map(&store, map, 2, 1_000);
+        assert!(store.memory().used() <= limit, "{}", store.memory().used());
+    }
+    assert!(dir.files() >= 1, "the oldest outputs went to disk");
+    for map in 0..6 {
+        for partition in 0..2 {
+            let got = records_of(&store.read_block(1, map, partition).unwrap());
+            assert_eq!(got, expected(map, partition, 1_000), "map {map}");
+        }
+    }
+    assert_eq!(store.outputs(), 6);
+}
+
+#[test]
+fn ranges_cross_memory_and_file_segments() {
+    let dir = TempDir::new("ranges");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", 16 << 10));
+    let sizes = write_map(&store, 0, 1, 3_000);
+    let mut whole = BytesMut::new();
+    for piece in store.read_block(1, 0, 0).unwrap() {
+        whole.extend_from_slice(&piece);
+    }
+    assert_eq!(whole.len() as u64, sizes[0]);
+    let total = sizes[0];
+    for (offset, len) in [
+        (0, 10),
+        (5, 50_000),
+        (total - 3, 100),
+        (0, total),
+        (total, 10),
+    ] {
+        let (data, size) = store.read_range(1, 0, 0, offset, len).unwrap();
+        assert_eq!(size, total);
+        let end = (offset + len).min(total) as usize;
+        assert_eq!(&data[..], &whole[offset as usize..end], "{offset}+{len}");
+    }
+    assert!(matches!(
+        store.read_range(1, 0, 0, total + 1, 1),
+        Err(ShuffleError::OffsetPastEnd { .. })
+    ));
+}
+
+#[test]
+fn removing_a_shuffle_frees_its_memory_and_files_and_dropping_the_store_its_directory() {
+    let dir = TempDir::new("remove");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "exec/1", 32 << 10));
+    write_map(&store, 0, 2, 2_000);
+    assert!(dir.files() > 0);
+    assert!(store.dir().starts_with(&dir.0));
+    store.remove_shuffle(1);
+    assert_eq!(store.memory().used(), 0);
+    assert_eq!(store.outputs(), 0);
+    assert_eq!(dir.files(), 0, "spill files removed with their outputs");
+    write_map(&store, 0, 2, 2_000);
+    let spill_dir = store.dir().to_owned();
+    drop(store);
+    assert!(!spill_dir.exists(), "the store's directory goes with it");
+}
+
+#[test]
+fn a_writer_dropped_without_commit_gives_its_memory_back() {
+    let dir = TempDir::new("abort");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
+    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 2);
+    for i in 0..500 {
+        writer.write(i % 2, b"some bytes of a record").unwrap();
+    }
+    assert!(store.memory().used() > 0);
+    drop(writer);
+    assert_eq!(store.memory().used(), 0);
+    assert_eq!(store.outputs(), 0);
+}
+
+#[test]
+fn a_second_attempt_replaces_the_first() {
+    let dir = TempDir::new("attempts");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
+    write_map(&store, 0, 1, 10);
+    let first = store.memory().used();
+    write_map(&store, 0, 1, 10);
+    assert_eq!(
+        store.memory().used(),
+        first,
+        "the first attempt's memory is freed"
+    );
+    assert_eq!(
+        records_of(&store.read_block(1, 0, 0).unwrap()),
+        expected(0, 0, 10)
+    );
+}

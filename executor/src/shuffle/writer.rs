@@ -1,0 +1,235 @@
+//! A map task's shuffle writer: records into one bucket per reduce partition, within the
+//! executor's shuffle memory, spilling to a file of its own when that runs out.
+
+use std::hash::Hasher;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use flint_wire::records::{fits, put_keyed, put_record, LENGTH_PREFIX};
+use rustc_hash::FxHasher;
+
+use super::store::{Block, Segment, ShuffleStore, SpillFile};
+use super::ShuffleError;
+
+/// The smallest a bucket grows to at once: small buckets would reserve memory a few bytes
+/// at a time.
+const MIN_BUCKET: usize = 4 << 10;
+
+/// The reduce partition of `key` among `partitions`: a hash of its bytes that every
+/// executor computes alike (no random seed), so that one key's records meet in one
+/// reduce task.
+pub fn partition_of(key: &[u8], partitions: u32) -> u32 {
+    let mut hasher = FxHasher::default();
+    hasher.write(key);
+    (hasher.finish() % u64::from(partitions.max(1))) as u32
+}
+
+/// Writes one map task's records, partitioned by reducer (the seeds' shuffle writer
+/// group): [`ShuffleWriter::write`] to a partition chosen by the task,
+/// [`ShuffleWriter::write_keyed`] to the partition of the key's hash.
+///
+/// Records are appended to a bucket per reduce partition. The buckets' memory comes from
+/// the executor's `shuffle.maxMemory`; when none is left, the store spills older map
+/// outputs first, then this writer appends its buckets to a spill file of its own and
+/// starts them again. Writing a record allocates nothing but when a bucket grows.
+#[derive(Debug)]
+pub struct ShuffleWriter {
+    store: Arc<ShuffleStore>,
+    shuffle_id: u32,
+    map_index: u32,
+    buckets: Vec<BytesMut>,
+    /// What each partition has spilled, in order.
+    spilled: Vec<Vec<(u64, u64)>>,
+    spill: Option<SpillFile>,
+    /// Shuffle memory this writer holds: its buckets' capacity.
+    reserved: u64,
+    records: u64,
+    bytes: u64,
+}
+
+impl ShuffleWriter {
+    /// A writer of map output `map_index` of `shuffle_id`, with `partitions` buckets.
+    pub fn new(store: Arc<ShuffleStore>, shuffle_id: u32, map_index: u32, partitions: u32) -> Self {
+        ShuffleWriter {
+            store,
+            shuffle_id,
+            map_index,
+            buckets: (0..partitions).map(|_| BytesMut::new()).collect(),
+            spilled: Vec::new(),
+            spill: None,
+            reserved: 0,
+            records: 0,
+            bytes: 0,
+        }
+    }
+
+    /// The reduce partitions: buckets written to.
+    pub fn partitions(&self) -> u32 {
+        self.buckets.len() as u32
+    }
+
+    /// The shuffle written.
+    pub fn shuffle_id(&self) -> u32 {
+        self.shuffle_id
+    }
+
+    /// Records written so far.
+    pub fn records_written(&self) -> u64 {
+        self.records
+    }
+
+    /// Bytes written so far, length prefixes included.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The reduce partition of `key`: see [`partition_of`].
+    pub fn partition_of(&self, key: &[u8]) -> u32 {
+        partition_of(key, self.partitions())
+    }
+
+    /// Writes `record` to reduce partition `partition`.
+    #[inline]
+    pub fn write(&mut self, partition: u32, record: &[u8]) -> Result<(), ShuffleError> {
+        let need = LENGTH_PREFIX + record.len();
+        self.room(partition, need, fits(record.len()))?;
+        put_record(&mut self.buckets[partition as usize], record);
+        self.records += 1;
+        self.bytes += need as u64;
+        Ok(())
+    }
+
+    /// Writes a keyed record to the reduce partition of its key's hash.
+    #[inline]
+    pub fn write_keyed(&mut self, key: &[u8], value: &[u8]) -> Result<(), ShuffleError> {
+        let partition = self.partition_of(key);
+        self.write_keyed_to(partition, key, value)
+    }
+
+    /// Writes a keyed record to reduce partition `partition`.
+    #[inline]
+    pub fn write_keyed_to(
+        &mut self,
+        partition: u32,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), ShuffleError> {
+        let need = 2 * LENGTH_PREFIX + key.len() + value.len();
+        self.room(partition, need, fits(key.len()) && fits(value.len()))?;
+        put_keyed(&mut self.buckets[partition as usize], key, value);
+        self.records += 1;
+        self.bytes += need as u64;
+        Ok(())
+    }
+
+    #[inline]
+    fn room(&mut self, partition: u32, need: usize, fits: bool) -> Result<(), ShuffleError> {
+        let Some(bucket) = self.buckets.get(partition as usize) else {
+            return Err(ShuffleError::NoSuchPartition {
+                partition,
+                partitions: self.partitions(),
+            });
+        };
+        if !fits {
+            return Err(ShuffleError::TooLarge(need as u64));
+        }
+        if bucket.capacity() - bucket.len() >= need {
+            return Ok(());
+        }
+        self.grow(partition as usize, need)
+    }
+
+    /// Makes room for `need` more bytes in bucket `index`: from the shuffle memory if it
+    /// has some, else by spilling older outputs, else by spilling this writer's buckets
+    /// (whose capacity it keeps), and only then beyond the limit.
+    #[cold]
+    fn grow(&mut self, index: usize, need: usize) -> Result<(), ShuffleError> {
+        let (len, capacity) = (self.buckets[index].len(), self.buckets[index].capacity());
+        let target = (len + need).max(capacity.saturating_mul(2)).max(MIN_BUCKET);
+        let delta = (target - capacity) as u64;
+        let store = self.store.clone();
+        let memory = store.memory();
+        if !memory.try_reserve(delta) {
+            store.evict(delta);
+            if !memory.try_reserve(delta) {
+                self.spill_buckets()?;
+                let bucket = &self.buckets[index];
+                if bucket.capacity() - bucket.len() >= need {
+                    return Ok(());
+                }
+                // Nothing left to spill: a record larger than this bucket has room for
+                // overdraws the limit by what it needs.
+                memory.force_reserve(delta);
+            }
+        }
+        let bucket = &mut self.buckets[index];
+        bucket.reserve(target - len);
+        let grown = (bucket.capacity() - capacity) as u64;
+        // Vec's growth may differ from the target by a little either way.
+        if grown > delta {
+            memory.force_reserve(grown - delta);
+        } else {
+            memory.release(delta - grown);
+        }
+        self.reserved += grown;
+        Ok(())
+    }
+
+    /// Appends every bucket's records to this writer's spill file and empties the
+    /// buckets, keeping their capacity.
+    fn spill_buckets(&mut self) -> Result<(), ShuffleError> {
+        if self.buckets.iter().all(BytesMut::is_empty) {
+            return Ok(());
+        }
+        if self.spill.is_none() {
+            self.spill = Some(self.store.spill_file()?);
+            self.spilled = vec![Vec::new(); self.buckets.len()];
+        }
+        let file = self.spill.as_mut().expect("made above");
+        for (bucket, spilled) in self.buckets.iter_mut().zip(&mut self.spilled) {
+            if !bucket.is_empty() {
+                let offset = file.append(bucket)?;
+                spilled.push((offset, bucket.len() as u64));
+                bucket.clear();
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the map output to the store, returning each block's size: the map status's
+    /// sizes.
+    pub fn commit(mut self) -> Vec<u64> {
+        let file = self.spill.take().map(Arc::new);
+        let spilled = std::mem::take(&mut self.spilled);
+        let buckets = std::mem::take(&mut self.buckets);
+        let blocks = buckets
+            .into_iter()
+            .enumerate()
+            .map(|(index, bucket)| {
+                let mut segments = Vec::new();
+                if let (Some(file), Some(ranges)) = (&file, spilled.get(index)) {
+                    segments.extend(ranges.iter().map(|&(offset, len)| Segment::File {
+                        file: file.clone(),
+                        offset,
+                        len,
+                    }));
+                }
+                if !bucket.is_empty() {
+                    segments.push(Segment::Memory(bucket.freeze()));
+                }
+                Block { segments }
+            })
+            .collect();
+        let reserved = std::mem::take(&mut self.reserved);
+        self.store
+            .commit(self.shuffle_id, self.map_index, blocks, reserved)
+    }
+}
+
+impl Drop for ShuffleWriter {
+    /// A writer dropped without a commit (its task failed) gives its memory back; its
+    /// spill file goes with it.
+    fn drop(&mut self) {
+        self.store.memory().release(self.reserved);
+    }
+}
