@@ -412,6 +412,25 @@ fn outcome_from_archived(
             counts_towards_failures: *counts_towards_failures,
             metrics: metrics_from_archived(metrics),
         },
+        ArchivedTaskOutcome::FetchFailed { failure, metrics } => {
+            let archived = failure.get();
+            // A few small fields, each no larger decoded than in the frame.
+            let mut failure: flint_wire::FetchFailure =
+                rkyv::deserialize::<_, rancor::Error>(archived).unwrap_or_else(|_| {
+                    flint_wire::FetchFailure {
+                        address: None,
+                        shuffle_id: archived.shuffle_id.to_native(),
+                        map_index: None,
+                        reduce_id: archived.reduce_id.to_native(),
+                        message: String::new(),
+                    }
+                });
+            failure.message = cut_text(&failure.message, MAX_FAILURE_TEXT);
+            TaskOutcome::FetchFailed {
+                failure: Box::new(failure),
+                metrics: metrics_from_archived(metrics),
+            }
+        }
     })
 }
 

@@ -98,6 +98,7 @@ mod failure_text;
 pub mod fuzzing;
 mod header;
 mod kind;
+mod map_output;
 // rkyv's derive generates public resolver enums whose variant fields carry no docs; every
 // item written in this module is documented.
 #[allow(missing_docs)]
@@ -122,6 +123,7 @@ pub use header::{
     PROTOCOL_VERSION,
 };
 pub use kind::MessageKind;
+pub use map_output::MapStatusCache;
 pub use message::*;
 pub use read_uninit::ReadUninit;
 pub use shared_str::{AsArchivedString, SharedStr};

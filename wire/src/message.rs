@@ -319,6 +319,68 @@ pub struct BlockManagerId {
     pub port: u16,
 }
 
+/// What a shuffle map task produced (the seeds' `MapStatus`): where its output waits, and
+/// how many bytes it holds for each reduce partition.
+///
+/// A map task's result value is a `MapStatus` archived with [`MapStatus::encode`]. Sizes
+/// are exact, not Spark's one-byte log-scale estimates: a reducer then knows exactly how
+/// many bytes are coming, which `reducer.maxSizeInFlight` accounting needs, for 8 bytes a
+/// reduce partition.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct MapStatus {
+    /// The block manager holding the map output.
+    pub location: BlockManagerId,
+    /// Bytes of the output for each reduce partition, by reduce partition id.
+    #[cfg_attr(
+        test,
+        proptest(strategy = "proptest::collection::vec(any::<u64>(), 0..40)")
+    )]
+    pub sizes: Vec<u64>,
+}
+
+/// Why a task could not read a shuffle block (the seeds' `FetchFailed` reason): the
+/// block's address, shuffle, map and reduce partition, and what went wrong.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct FetchFailure {
+    /// The block manager the block was asked of; `None` when the driver knew no location
+    /// for a map output (Spark's `MetadataFetchFailedException`, "Missing an output
+    /// location for shuffle ...").
+    pub address: Option<BlockManagerId>,
+    /// The shuffle read.
+    pub shuffle_id: u32,
+    /// The map partition whose output could not be read; `None` when no single map
+    /// output is to blame.
+    pub map_index: Option<u32>,
+    /// The reduce partition the task reads.
+    pub reduce_id: u32,
+    /// What went wrong (connection refused, block missing, peer gone...).
+    pub message: String,
+}
+
+impl std::fmt::Display for FetchFailure {
+    /// Spark's `FetchFailed.toErrorString`, with -1 for a map index that is not known.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.address {
+            Some(a) => write!(
+                f,
+                "FetchFailed(BlockManagerId({}, {}, {}), ",
+                a.executor_id, a.host, a.port
+            )?,
+            None => f.write_str("FetchFailed(null, ")?,
+        }
+        let map_index = self.map_index.map_or(-1, i64::from);
+        write!(
+            f,
+            "shuffleId={}, mapIndex={map_index}, reduceId={}, message=\n{}\n)",
+            self.shuffle_id, self.reduce_id, self.message
+        )
+    }
+}
+
 /// Identifies a block in an executor's block store.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -354,6 +416,11 @@ pub enum TaskFailureKind {
     TaskKilled,
     /// The task could not be decoded or its function is not registered.
     Undeserializable,
+    // Variants are added at the end: an archived enum's tag is its variant's position.
+    /// The task could not fetch a shuffle block it reads (the seeds' `FetchFailed`): the
+    /// map output is lost, not the task at fault. It does not count towards
+    /// task.maxFailures; the DAG scheduler recomputes the output instead.
+    FetchFailed,
 }
 
 /// What a task attempt produced: carried by [`StatusUpdate`].
@@ -391,6 +458,17 @@ pub enum TaskOutcome {
         message: String,
         /// Whether it counts towards task.maxFailures.
         counts_towards_failures: bool,
+        /// The task's metrics up to the failure.
+        metrics: TaskMetrics,
+    },
+    // Variants are added at the end: an archived enum's tag is its variant's position.
+    /// A task that could not fetch a shuffle block it reads (state FAILED): which map
+    /// output, so that the driver can mark it lost and recompute it. Never counts
+    /// towards task.maxFailures.
+    FetchFailed {
+        /// What could not be fetched, and why (boxed: a status update of the common
+        /// kinds stays small).
+        failure: Box<FetchFailure>,
         /// The task's metrics up to the failure.
         metrics: TaskMetrics,
     },
