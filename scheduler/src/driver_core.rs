@@ -927,7 +927,9 @@ impl DriverCore {
                         }
                         TaskEndReason::Success(TaskResult::Indirect { .. }) => {}
                         TaskEndReason::AlreadySucceeded => {}
-                        TaskEndReason::Failed { .. } => handle.record_failed_attempt(),
+                        TaskEndReason::Failed { .. } | TaskEndReason::FetchFailed(_) => {
+                            handle.record_failed_attempt()
+                        }
                     }
                 }
             }

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use flint_wire::{AccumulatorUpdate, BlockId, SharedStr, TaskFailureKind, TaskMetrics, TaskState};
+use flint_wire::{
+    AccumulatorUpdate, BlockId, FetchFailure, SharedStr, TaskFailureKind, TaskMetrics, TaskState,
+};
 
 use crate::locality::TaskLocality;
 use crate::task_set::TaskSetId;
@@ -74,6 +76,11 @@ pub enum TaskEndReason {
         /// Whether it counted towards `task.maxFailures`.
         counted: bool,
     },
+    /// The attempt could not read a shuffle block (state FAILED): the map output is at
+    /// fault, not the task. It does not count towards `task.maxFailures` and the task is
+    /// not retried: its task set launches nothing more (it becomes a zombie), and the
+    /// DAG scheduler recomputes the lost output and resubmits the stage.
+    FetchFailed(FetchFailure),
 }
 
 /// A running task's metrics and accumulator values so far, from its executor's

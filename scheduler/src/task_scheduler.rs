@@ -459,6 +459,23 @@ impl TaskScheduler {
         }
     }
 
+    /// A partition of a stage was computed by an earlier attempt of the stage (the
+    /// seeds' `notifyPartitionCompletion`): the stage's active task set counts it done
+    /// and does not launch it, and completes once every partition is done.
+    pub fn notify_partition_completion(&mut self, stage_id: u32, partition_id: u32) {
+        let keys: Vec<u32> = self
+            .task_sets_by_stage
+            .get(&stage_id)
+            .map(|attempts| attempts.values().copied().collect())
+            .unwrap_or_default();
+        for key in keys {
+            if let Some(manager) = self.task_sets.get_mut(&key) {
+                manager.mark_partition_completed(partition_id);
+            }
+            self.after_task_set_change(key);
+        }
+    }
+
     /// Asks for one task attempt to be killed; false if no such task runs.
     pub fn kill_task_attempt(
         &mut self,
@@ -937,6 +954,18 @@ impl TaskScheduler {
             .map(|a| a.executor_id.clone())
         else {
             return;
+        };
+        // A fetch failure is no retry of the task but the end of its task set: the DAG
+        // scheduler decides what runs next.
+        let outcome = match (state, outcome) {
+            (TaskState::Failed, TaskOutcome::FetchFailed { failure, .. }) => {
+                if let Some(manager) = self.task_sets.get_mut(&key) {
+                    manager.handle_fetch_failed_task(now, task_id, *failure, &mut self.actions);
+                }
+                self.after_task_set_change(key);
+                return;
+            }
+            (_, outcome) => outcome,
         };
         let result = match (state, outcome) {
             (TaskState::Finished, TaskOutcome::Direct { value, metrics, .. }) => {

@@ -8,7 +8,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flint_wire::{Property, SharedStr, TaskDescription, TaskFailureKind, TaskName, TaskState};
+use flint_wire::{
+    FetchFailure, Property, SharedStr, TaskDescription, TaskFailureKind, TaskName, TaskState,
+};
 use tracing::{debug, error, info, warn};
 
 use crate::config::SpeculationConfig;
@@ -738,6 +740,79 @@ impl TaskSetManager {
             }
         }
         !self.zombie
+    }
+
+    /// Records an attempt that could not read a shuffle block, as Spark's TaskSetManager
+    /// does: the map output is at fault, so the failure does not count towards
+    /// `task.maxFailures` and the task is not pending again; the task set launches
+    /// nothing more (the DAG scheduler submits a new attempt of the stage once the lost
+    /// output is recomputed). Its other running attempts go on: their results still
+    /// count. The task set ends with the failure unless it had already ended, so that
+    /// without a DAG scheduler to resubmit it its job still ends.
+    pub(crate) fn handle_fetch_failed_task(
+        &mut self,
+        now: Instant,
+        task_id: u64,
+        fetch: FetchFailure,
+        actions: &mut VecDeque<Action>,
+    ) {
+        let Some(attempt) = self.running.remove(task_id) else {
+            return;
+        };
+        let index = attempt.index;
+        let record = &mut self.tasks[index as usize];
+        record.copies_running = record.copies_running.saturating_sub(1);
+        if record.copies_running == 0 && record.speculatable {
+            record.speculatable = false;
+            self.speculatable.retain(|&(marked, _)| marked != index);
+        }
+        let lost_task = format!(
+            "Lost task {index}.{} in stage {} (TID {task_id}, {}, executor {}): {fetch}",
+            attempt.attempt, self.id, attempt.host, attempt.executor_id
+        );
+        warn!("{lost_task}");
+        if !self.zombie {
+            self.zombie = true;
+            self.failure = Some(lost_task);
+        }
+        actions.push_back(Action::Event(SchedulerEvent::TaskEnd {
+            task_id,
+            task_set: self.id,
+            index,
+            attempt: attempt.attempt,
+            executor_id: attempt.executor_id,
+            state: TaskState::Failed,
+            duration: now.saturating_duration_since(attempt.launched_at),
+            reason: TaskEndReason::FetchFailed(fetch),
+        }));
+    }
+
+    /// Counts a partition done that another attempt of the stage computed (Spark's
+    /// `markPartitionCompleted`): its task is launched no more, and the task set
+    /// completes when every partition is done, so that the stage can have a new attempt
+    /// (the scheduler refuses two active ones). Running copies go on; their results are
+    /// dropped as duplicates.
+    pub(crate) fn mark_partition_completed(&mut self, partition_id: u32) {
+        if self.zombie {
+            return;
+        }
+        let Some(index) = self
+            .specs
+            .iter()
+            .position(|spec| spec.partition_id == partition_id)
+        else {
+            return;
+        };
+        let record = &mut self.tasks[index];
+        if record.successful {
+            return;
+        }
+        record.successful = true;
+        self.successful += 1;
+        self.failed_on_hosts.remove(&(index as u32));
+        if self.successful as usize == self.specs.len() {
+            self.zombie = true;
+        }
     }
 
     /// Stops launching, kills what runs, and records why.
