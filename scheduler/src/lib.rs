@@ -63,6 +63,7 @@
 
 pub mod cluster_manager;
 pub mod config;
+pub mod dag;
 mod driver;
 mod driver_core;
 mod driver_endpoint;
