@@ -9,12 +9,16 @@
 //! across a read. `seed-all-kinds` holds every frame in one stream read through
 //! `read_from`, `seed-all-kinds-uninit` through `read_uninit_from`, `seed-all-kinds-feed`
 //! the same stream fed. For `validate` each seed is the
-//! kind byte and the payload.
+//! kind byte and the payload; `outcome-<Variant>` seeds add status updates whose outcome
+//! is not the sample's, so that the fuzzer starts from every outcome's layout.
 
 use std::path::PathBuf;
 
-use flint_wire::fuzzing::{sample_frames, Chunk, StreamInput};
-use flint_wire::HEADER_LEN;
+use flint_wire::fuzzing::{sample_frames, sample_route, Chunk, StreamInput};
+use flint_wire::{
+    BlockManagerId, Encoder, FetchFailure, Message, MessageKind, StatusUpdate, TaskFailureKind,
+    TaskMetrics, TaskOutcome, TaskState, HEADER_LEN,
+};
 
 fn chunk(len: usize, keep: bool) -> Chunk {
     Chunk { len, keep }
@@ -121,5 +125,58 @@ fn main() -> std::io::Result<()> {
         stream: &all,
     };
     std::fs::write(stream_dir.join("small-decoder-all-kinds"), small.to_bytes())?;
+    for (name, outcome) in other_outcomes() {
+        let mut frame = bytes::BytesMut::new();
+        let update = Message::StatusUpdate(StatusUpdate {
+            executor_id: "exec-7".into(),
+            task_id: 17,
+            state: TaskState::Failed,
+            outcome,
+        });
+        Encoder::new(usize::MAX)
+            .encode(
+                &sample_route(MessageKind::StatusUpdate),
+                &update,
+                &mut frame,
+            )
+            .expect("samples encode");
+        let payload_len = u32::from_le_bytes(frame[12..16].try_into().expect("4 bytes")) as usize;
+        let mut validate_seed = vec![MessageKind::StatusUpdate as u8];
+        validate_seed.extend_from_slice(&frame[HEADER_LEN..HEADER_LEN + payload_len]);
+        std::fs::write(validate_dir.join(format!("outcome-{name}")), validate_seed)?;
+    }
     Ok(())
+}
+
+/// Status update outcomes other than the sample's `Direct`.
+fn other_outcomes() -> Vec<(&'static str, TaskOutcome)> {
+    let fetch_failed =
+        |address: Option<BlockManagerId>, map_index: Option<u32>| TaskOutcome::FetchFailed {
+            failure: Box::new(FetchFailure {
+                address,
+                shuffle_id: 3,
+                map_index,
+                reduce_id: 5,
+                message: "Failed to connect to 10.0.0.3:7337".into(),
+            }),
+            metrics: TaskMetrics::default(),
+        };
+    let holder = BlockManagerId {
+        executor_id: "exec-3".into(),
+        host: "10.0.0.3".into(),
+        port: 7337,
+    };
+    vec![
+        ("FetchFailed", fetch_failed(Some(holder), Some(2))),
+        ("FetchFailed-metadata", fetch_failed(None, None)),
+        (
+            "Failure",
+            TaskOutcome::Failure {
+                kind: TaskFailureKind::Exception,
+                message: "java.lang.ArithmeticException: / by zero".into(),
+                counts_towards_failures: true,
+                metrics: TaskMetrics::default(),
+            },
+        ),
+    ]
 }
