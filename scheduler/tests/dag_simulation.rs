@@ -1005,6 +1005,17 @@ impl Sim {
             }
             DagAction::CancelStage { stage_id, .. } => self.tasks.cancel_tasks(stage_id, false),
             DagAction::JobEnded { job_id, result } => self.check_job_end(job_id, result),
+            DagAction::Event(SchedulerEvent::StageSubmitted { task_set, .. }) => {
+                // Every attempt, a task set or not (one with nothing left to compute).
+                let previous = self
+                    .latest_attempt
+                    .insert(task_set.stage_id, task_set.stage_attempt_id);
+                assert_eq!(
+                    task_set.stage_attempt_id,
+                    previous.map_or(0, |a| a + 1),
+                    "attempts follow each other"
+                );
+            }
             DagAction::Event(SchedulerEvent::StageCompleted {
                 task_set,
                 failure: None,
@@ -1037,9 +1048,11 @@ impl Sim {
             );
         }
         assert!(!set.partitions.is_empty());
-        let expected_attempt = self.latest_attempt.get(&stage_id).map_or(0, |a| a + 1);
-        // Attempts without tasks (nothing was missing) are never task sets.
-        assert!(set.id.stage_attempt_id >= expected_attempt, "{:?}", set.id);
+        assert_eq!(
+            self.latest_attempt.get(&stage_id),
+            Some(&set.id.stage_attempt_id),
+            "a task set is the attempt just announced"
+        );
         let failed = self
             .consecutive_failures
             .get(&stage_id)
@@ -1048,8 +1061,6 @@ impl Sim {
             (failed as u32) < MAX_CONSECUTIVE_ATTEMPTS,
             "stage {stage_id} resubmitted after {failed} consecutive failed attempts"
         );
-        self.latest_attempt
-            .insert(stage_id, set.id.stage_attempt_id);
         self.stats.stage_attempts += 1;
         if set.id.stage_attempt_id > 0 {
             self.stats.stage_retries += 1;
