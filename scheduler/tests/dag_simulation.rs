@@ -40,8 +40,8 @@ use flint_scheduler::{
     TaskEndReason, TaskResult, TaskScheduler, TaskSetId, WorkerOffer,
 };
 use flint_wire::{
-    BlockManagerId, ExecutorLossReason, FetchFailure, MapStatus, MapStatusCache, TaskDescription,
-    TaskFailureKind, TaskOutcome, TaskState,
+    BlockManagerId, ExecutorLossReason, FetchFailure, MapStatus, MapStatusCache, ShuffleRead,
+    ShuffleWrite, TaskDescription, TaskFailureKind, TaskOutcome, TaskPayload, TaskState,
 };
 
 const HOSTS: u64 = 3;
@@ -116,7 +116,7 @@ impl Universe {
 
     fn job_spec(&self, index: usize, job: &JobDef) -> JobSpec {
         let name = format!("job{index}");
-        let result = StageSpec::new(name.as_str(), job.partitions, Bytes::from(name.clone()))
+        let result = StageSpec::new(name.as_str(), job.partitions, payload(&name))
             .reading(job.reads.iter().copied());
         let mut spec = JobSpec::new(format!("collect at job{index}.rs:1"), result);
         let mut todo = job.reads.clone();
@@ -127,9 +127,9 @@ impl Universe {
             }
             let def = &self.shuffles[s as usize];
             let name = format!("s{s}");
-            let stage = StageSpec::new(name.clone(), def.maps, Bytes::from(name))
+            let stage = StageSpec::new(name.as_str(), def.maps, payload(&name))
                 .reading(def.reads.iter().copied());
-            spec = spec.with_shuffle(s, stage);
+            spec = spec.with_shuffle(s, self.reduces(s), stage);
             todo.extend(def.reads.iter().copied());
         }
         spec
@@ -227,37 +227,36 @@ enum Event {
     ReviveTick,
 }
 
-/// What a task runs, as the glue encoded it in the serialized task.
+/// A stage's payload: a plain serialized task of the simulation's one function, whose
+/// input is the stage's name.
+fn payload(name: &str) -> Bytes {
+    TaskPayload::encode("sim", name.as_bytes()).unwrap()
+}
+
+/// The glue's encoding of a stage attempt: the stage's task, as a stage task with the
+/// attempt's epoch and shuffles.
+fn encode_task(set: &StageTaskSet) -> Bytes {
+    let task = TaskPayload::parse(&set.payload).unwrap();
+    TaskPayload::encode_stage(task.function, task.input, set.epoch, set.writes, &set.reads).unwrap()
+}
+
+/// What a task runs, as an executor reads it from its serialized form.
 #[derive(Debug, Clone)]
 struct TaskInfo {
-    writes: Option<u32>,
-    reads: Vec<u32>,
+    writes: Option<ShuffleWrite>,
+    reads: Vec<ShuffleRead>,
     epoch: u64,
     name: String,
 }
 
-fn encode_task(set: &StageTaskSet) -> Bytes {
-    let writes = match set.kind {
-        StageKind::ShuffleMap { shuffle_id } => shuffle_id.to_string(),
-        StageKind::Result => "-".to_owned(),
-    };
-    let reads: Vec<String> = set.reads.iter().map(u32::to_string).collect();
-    let name = std::str::from_utf8(&set.payload).expect("the simulation's payloads are text");
-    Bytes::from(format!("{writes}|{}|{}|{name}", reads.join(","), set.epoch))
-}
-
 fn decode_task(bytes: &[u8]) -> TaskInfo {
-    let text = std::str::from_utf8(bytes).unwrap();
-    let fields: Vec<&str> = text.split('|').collect();
+    let task = TaskPayload::parse(bytes).unwrap();
+    let stage = task.stage.expect("a stage task");
     TaskInfo {
-        writes: fields[0].parse().ok(),
-        reads: fields[1]
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().unwrap())
-            .collect(),
-        epoch: fields[2].parse().unwrap(),
-        name: fields[3].to_owned(),
+        writes: stage.writes,
+        reads: stage.reads().collect(),
+        epoch: stage.epoch,
+        name: String::from_utf8(task.input.to_vec()).unwrap(),
     }
 }
 
@@ -268,7 +267,7 @@ struct RunningTask {
     partition: u32,
     info: TaskInfo,
     /// The statuses of each shuffle read, as the executor knew them at launch.
-    inputs: Vec<(u32, Vec<Option<MapStatus>>)>,
+    inputs: Vec<(ShuffleRead, Vec<Option<MapStatus>>)>,
 }
 
 #[derive(Debug)]
@@ -674,7 +673,8 @@ impl Sim {
         // not cached is asked of the driver.
         exec.statuses.update_epoch(info.epoch);
         let mut inputs = Vec::new();
-        for &shuffle_id in &info.reads {
+        for &read in &info.reads {
+            let shuffle_id = read.shuffle_id;
             let statuses = match exec.statuses.get(shuffle_id) {
                 Some(cached) => cached.clone(),
                 None => {
@@ -688,7 +688,7 @@ impl Sim {
                     served
                 }
             };
-            inputs.push((shuffle_id, statuses));
+            inputs.push((read, statuses));
         }
         exec.running.insert(
             task.task_id,
@@ -719,14 +719,14 @@ impl Sim {
     /// executor holding it, then writes its output or result.
     fn ending(&mut self, executor: &str, task: &RunningTask) -> Ending {
         let partition = task.partition;
-        for (shuffle_id, statuses) in &task.inputs {
-            let shuffle_id = *shuffle_id;
-            if statuses.is_empty() {
-                assert!(
-                    self.universe.shuffles[shuffle_id as usize].maps == 0,
-                    "a stage reading shuffle {shuffle_id} ran before it was registered"
-                );
-            }
+        for (read, statuses) in &task.inputs {
+            let shuffle_id = read.shuffle_id;
+            assert_eq!(
+                statuses.len() as u32,
+                read.maps,
+                "the driver serves a status slot for each map partition of shuffle {shuffle_id}"
+            );
+            assert_eq!(read.maps, self.universe.shuffles[shuffle_id as usize].maps);
             for (map_index, status) in statuses.iter().enumerate() {
                 let map_index = map_index as u32;
                 let Some(status) = status else {
@@ -766,10 +766,13 @@ impl Sim {
             .inputs
             .iter()
             .flat_map(|(s, statuses)| {
-                statuses
-                    .iter()
-                    .enumerate()
-                    .map(move |(m, st)| (*s, m as u32, st.as_ref().unwrap().location.clone()))
+                statuses.iter().enumerate().map(move |(m, st)| {
+                    (
+                        s.shuffle_id,
+                        m as u32,
+                        st.as_ref().unwrap().location.clone(),
+                    )
+                })
             })
             .collect();
         if !readable.is_empty() && self.rng.unit() < self.fetch_probability {
@@ -791,7 +794,8 @@ impl Sim {
             return Ending::Failure;
         }
         match task.info.writes {
-            Some(shuffle_id) => {
+            Some(writes) => {
+                assert_eq!(writes.partitions, self.universe.reduces(writes.shuffle_id));
                 let exec = &self.executors[executor];
                 Ending::MapOutput(MapStatus {
                     location: BlockManagerId {
@@ -799,7 +803,7 @@ impl Sim {
                         host: exec.host.clone(),
                         port: 0,
                     },
-                    sizes: vec![1; self.universe.reduces(shuffle_id) as usize],
+                    sizes: vec![1; writes.partitions as usize],
                 })
             }
             None => {
@@ -808,7 +812,7 @@ impl Sim {
                 let digest: Vec<String> = task
                     .inputs
                     .iter()
-                    .map(|(s, statuses)| format!("{s}x{}", statuses.len()))
+                    .map(|(read, statuses)| format!("{}x{}", read.shuffle_id, statuses.len()))
                     .collect();
                 Ending::Result(Bytes::from(format!(
                     "{}:p{partition}:{}",
@@ -858,7 +862,7 @@ impl Sim {
                     .status_update(now, task_id, TaskState::Failed, outcome);
             }
             Ending::MapOutput(status) => {
-                let shuffle_id = task.info.writes.unwrap();
+                let shuffle_id = task.info.writes.unwrap().shuffle_id;
                 self.executors
                     .get_mut(executor)
                     .unwrap()
@@ -1032,7 +1036,8 @@ impl Sim {
     fn check_submission(&mut self, set: &StageTaskSet) {
         let stage_id = set.id.stage_id;
         let tracker = self.dag.map_output_tracker();
-        for &shuffle_id in &set.reads {
+        for read in &set.reads {
+            let shuffle_id = read.shuffle_id;
             assert!(
                 tracker.is_available(shuffle_id),
                 "{:?} of stage {stage_id} submitted before shuffle {shuffle_id} is complete (missing {:?})",

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use flint_wire::{FetchFailure, MapStatus, Property, SharedStr};
+use flint_wire::{FetchFailure, MapStatus, Property, SharedStr, ShuffleRead, ShuffleWrite};
 
 use crate::events::SchedulerEvent;
 use crate::task_set::{TaskSet, TaskSetId, TaskSpec};
@@ -62,8 +62,10 @@ pub struct StageTaskSet {
     /// The partitions to compute, in order; a task's index in the task set is its
     /// position here.
     pub partitions: Vec<u32>,
-    /// The shuffles the tasks read.
-    pub reads: Vec<u32>,
+    /// The shuffle the tasks write, with its reduce partitions (map stages only).
+    pub writes: Option<ShuffleWrite>,
+    /// The shuffles the tasks read, each with its map partitions, in the stage's order.
+    pub reads: Vec<ShuffleRead>,
     /// The map-output epoch at submission: executors holding statuses cached at an
     /// older epoch fetch them again before the tasks read.
     pub epoch: u64,
@@ -78,8 +80,9 @@ pub struct StageTaskSet {
 impl StageTaskSet {
     /// The task set [`crate::TaskScheduler::submit_tasks`] takes: one task per
     /// partition, in order, sharing the serialized task `encode` makes of this attempt
-    /// (the glue's encoding of the stage's kind, shuffles, epoch and payload; a task
-    /// learns its partition from its description).
+    /// (the glue's encoding of the payload with the shuffles and the epoch, e.g. by
+    /// [`flint_wire::TaskPayload::encode_stage`]; a task learns its partition from its
+    /// description).
     pub fn to_task_set(&self, encode: impl FnOnce(&StageTaskSet) -> Bytes) -> TaskSet {
         TaskSet {
             id: self.id,

@@ -15,7 +15,8 @@
 //! ```text
 //! dag.submit_job(now, spec)                       -> job id (or DagError)
 //! loop, after every event and timer, until both queues are empty:
-//!   DagAction::SubmitTaskSet(s)      => tasks.submit_tasks(now, s.to_task_set(encode))
+//!   DagAction::SubmitTaskSet(s)      => tasks.submit_tasks(now, s.to_task_set(encode)), where encode
+//!                                       is e.g. TaskPayload::encode_stage(f, input, s.epoch, s.writes, &s.reads)
 //!   DagAction::PartitionCompleted{..}=> tasks.notify_partition_completion(stage, partition)
 //!   DagAction::CancelStage{..}       => tasks.cancel_tasks(stage, false)
 //!   DagAction::JobEnded{..}          => hand results (partition order) or the error to the job's submitter
@@ -81,9 +82,9 @@
 //!
 //! let now = Instant::now();
 //! let mut dag = DagScheduler::new(DagConfig::default());
-//! // count by key: 2 map tasks write shuffle 0, 3 reduce tasks read it.
+//! // count by key: 2 map tasks write shuffle 0 (3 buckets each), 3 reduce tasks read it.
 //! let job = JobSpec::new("count at example.rs:9", StageSpec::new("count", 3, Bytes::new()).reading([0]))
-//!     .with_shuffle(0, StageSpec::new("map", 2, Bytes::new()));
+//!     .with_shuffle(0, 3, StageSpec::new("map", 2, Bytes::new()));
 //! let job_id = dag.submit_job(now, job)?;
 //!
 //! let submitted = |dag: &mut DagScheduler| {
@@ -102,7 +103,7 @@
 //!     dag.task_ended(now, maps.id, index, TaskCompletion::MapOutput(status));
 //! }
 //! let reduces = submitted(&mut dag); // only once both map outputs are registered
-//! assert_eq!((reduces.reads.as_slice(), reduces.partitions.len()), (&[0][..], 3));
+//! assert_eq!((reduces.reads[0].shuffle_id, reduces.reads[0].maps, reduces.partitions.len()), (0, 2, 3));
 //! for index in [2, 0, 1] {
 //!     let value = Bytes::from(format!("count {index}"));
 //!     dag.task_ended(now, reduces.id, index, TaskCompletion::Result(value));

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Instant;
 
 use bytes::Bytes;
-use flint_wire::{FetchFailure, MapStatus, Property, SharedStr};
+use flint_wire::{FetchFailure, MapStatus, Property, SharedStr, ShuffleRead, ShuffleWrite};
 use tracing::{debug, info, warn};
 
 use super::action::{DagAction, DagConfig, StageKind, StageTaskSet, TaskCompletion};
@@ -43,7 +43,8 @@ struct Stage {
     num_partitions: u32,
     /// The map stages writing the shuffles it reads, in id order.
     parents: Vec<u32>,
-    reads: Vec<u32>,
+    writes: Option<ShuffleWrite>,
+    reads: Vec<ShuffleRead>,
     payload: Bytes,
     /// The job that made it: FIFO order among stages of several jobs.
     first_job_id: u32,
@@ -287,7 +288,7 @@ impl DagScheduler {
                 self.new_shuffle_map_stage(by_id[&shuffle_id], job_id);
             }
         }
-        let final_stage = self.new_stage(&spec.result_stage, StageKind::Result, job_id);
+        let final_stage = self.new_stage(&spec.result_stage, None, job_id);
         self.stages
             .get_mut(&final_stage)
             .expect("just made")
@@ -352,25 +353,46 @@ impl DagScheduler {
                 continue;
             };
             *next += 1;
-            if done.contains(&shuffle_id) {
-                continue;
-            }
-            if on_path.contains(&shuffle_id) {
-                return Err(DagError::Cycle { shuffle_id });
-            }
             let Some(shuffle) = by_id.get(&shuffle_id) else {
                 return Err(DagError::UnknownShuffle {
                     stage: stage.name.clone(),
                     shuffle_id,
                 });
             };
+            if stage.num_partitions != shuffle.reduce_partitions {
+                return Err(DagError::ReadPartitionsMismatch {
+                    stage: stage.name.clone(),
+                    partitions: stage.num_partitions,
+                    shuffle_id,
+                    reduce_partitions: shuffle.reduce_partitions,
+                });
+            }
+            if done.contains(&shuffle_id) {
+                continue;
+            }
+            if on_path.contains(&shuffle_id) {
+                return Err(DagError::Cycle { shuffle_id });
+            }
+            let live = self
+                .shuffle_to_map_stage
+                .get(&shuffle_id)
+                .map(|stage_id| &self.stages[stage_id]);
             let given = shuffle.map_stage.num_partitions;
-            let known = match self.shuffle_to_map_stage.get(&shuffle_id) {
-                Some(stage_id) => Some(self.stages[stage_id].num_partitions),
+            let known = match live {
+                Some(live) => Some(live.num_partitions),
                 None => self.tracker.num_maps(shuffle_id),
             };
             if let Some(known) = known.filter(|&known| known != given) {
                 return Err(DagError::MapPartitionsMismatch {
+                    shuffle_id,
+                    known,
+                    given,
+                });
+            }
+            let given = shuffle.reduce_partitions;
+            let known = live.and_then(|live| live.writes).map(|w| w.partitions);
+            if let Some(known) = known.filter(|&known| known != given) {
+                return Err(DagError::ReducePartitionsMismatch {
                     shuffle_id,
                     known,
                     given,
@@ -382,20 +404,27 @@ impl DagScheduler {
         Ok(order)
     }
 
-    fn new_stage(&mut self, spec: &StageSpec, kind: StageKind, job_id: u32) -> u32 {
+    fn new_stage(&mut self, spec: &StageSpec, writes: Option<ShuffleWrite>, job_id: u32) -> u32 {
         let id = self.next_stage_id;
         self.next_stage_id += 1;
+        let kind = writes.map_or(StageKind::Result, |w| StageKind::ShuffleMap {
+            shuffle_id: w.shuffle_id,
+        });
         // Read order is kept (it is the glue's, e.g. a join's sides); a shuffle read
         // twice is read once.
-        let mut reads: Vec<u32> = Vec::with_capacity(spec.reads.len());
+        let mut reads: Vec<ShuffleRead> = Vec::with_capacity(spec.reads.len());
         for &shuffle_id in &spec.reads {
-            if !reads.contains(&shuffle_id) {
-                reads.push(shuffle_id);
+            if !reads.iter().any(|r| r.shuffle_id == shuffle_id) {
+                let parent = &self.stages[&self.shuffle_to_map_stage[&shuffle_id]];
+                reads.push(ShuffleRead {
+                    shuffle_id,
+                    maps: parent.num_partitions,
+                });
             }
         }
         let mut parents: Vec<u32> = reads
             .iter()
-            .map(|shuffle_id| self.shuffle_to_map_stage[shuffle_id])
+            .map(|read| self.shuffle_to_map_stage[&read.shuffle_id])
             .collect();
         parents.sort_unstable();
         parents.dedup();
@@ -407,6 +436,7 @@ impl DagScheduler {
                 kind,
                 num_partitions: spec.num_partitions,
                 parents,
+                writes,
                 reads,
                 payload: spec.payload.clone(),
                 first_job_id: job_id,
@@ -425,10 +455,12 @@ impl DagScheduler {
     /// holds (an ended job computed it) keeps its outputs: the stage computes only
     /// what is missing.
     fn new_shuffle_map_stage(&mut self, shuffle: &ShuffleSpec, job_id: u32) {
-        let kind = StageKind::ShuffleMap {
+        let writes = ShuffleWrite {
             shuffle_id: shuffle.shuffle_id,
+            partitions: shuffle.reduce_partitions,
         };
-        let id = self.new_stage(&shuffle.map_stage, kind, job_id);
+        let id = self.new_stage(&shuffle.map_stage, Some(writes), job_id);
+        let kind = self.stages[&id].kind;
         self.shuffle_to_map_stage.insert(shuffle.shuffle_id, id);
         if self
             .tracker
@@ -629,6 +661,7 @@ impl DagScheduler {
             name,
             kind,
             partitions,
+            writes: stage.writes,
             reads: stage.reads.clone(),
             epoch,
             payload: stage.payload.clone(),

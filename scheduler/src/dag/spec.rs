@@ -39,7 +39,7 @@ impl StageSpec {
     }
 }
 
-/// A shuffle: its id, and the map stage that writes it.
+/// A shuffle: its id, its reduce partitions, and the map stage that writes it.
 ///
 /// A shuffle id names one shuffle for the whole application: a later job that reads it
 /// uses the same map stage while one is live, or the outputs the map output tracker
@@ -48,6 +48,9 @@ impl StageSpec {
 pub struct ShuffleSpec {
     /// The shuffle.
     pub shuffle_id: u32,
+    /// Its reduce partitions (its partitioner's): the buckets each map task writes, and
+    /// the partitions of every stage that reads it.
+    pub reduce_partitions: u32,
     /// The stage whose tasks write its map outputs.
     pub map_stage: StageSpec,
 }
@@ -81,10 +84,17 @@ impl JobSpec {
         }
     }
 
-    /// The same job, with shuffle `shuffle_id` written by `map_stage`.
-    pub fn with_shuffle(mut self, shuffle_id: u32, map_stage: StageSpec) -> Self {
+    /// The same job, with shuffle `shuffle_id` of `reduce_partitions` written by
+    /// `map_stage`.
+    pub fn with_shuffle(
+        mut self,
+        shuffle_id: u32,
+        reduce_partitions: u32,
+        map_stage: StageSpec,
+    ) -> Self {
         self.shuffles.push(ShuffleSpec {
             shuffle_id,
+            reduce_partitions,
             map_stage,
         });
         self
@@ -119,6 +129,32 @@ pub enum DagError {
     Cycle {
         /// A shuffle on the cycle.
         shuffle_id: u32,
+    },
+    /// A stage reads a shuffle with another number of reduce partitions than its own
+    /// partitions: reduce task `p` reads reduce partition `p`.
+    #[error(
+        "stage {stage} has {partitions} partitions but reads shuffle {shuffle_id}, which has {reduce_partitions} reduce partitions"
+    )]
+    ReadPartitionsMismatch {
+        /// The reading stage's name.
+        stage: String,
+        /// Its partitions.
+        partitions: u32,
+        /// The shuffle.
+        shuffle_id: u32,
+        /// The shuffle's reduce partitions.
+        reduce_partitions: u32,
+    },
+    /// The job gives a shuffle another number of reduce partitions than the live map
+    /// stage writing it has.
+    #[error("shuffle {shuffle_id} has {known} reduce partitions, but the job gives it {given}")]
+    ReducePartitionsMismatch {
+        /// The shuffle.
+        shuffle_id: u32,
+        /// Reduce partitions its live map stage writes.
+        known: u32,
+        /// Reduce partitions the job gives.
+        given: u32,
     },
     /// The job gives a known shuffle another number of map partitions.
     #[error(

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flint_wire::{BlockManagerId, FetchFailure, MapStatus};
+use flint_wire::{BlockManagerId, FetchFailure, MapStatus, ShuffleRead, ShuffleWrite, TaskPayload};
 use tracing::Level;
 
 use super::*;
@@ -139,13 +139,21 @@ impl Harness {
     }
 }
 
+fn read_ids(set: &StageTaskSet) -> Vec<u32> {
+    set.reads.iter().map(|r| r.shuffle_id).collect()
+}
+
 fn all_results(n: u32) -> Vec<Bytes> {
     (0..n).map(result_of).collect()
 }
 
 /// map (2) -> reduce (3).
 fn two_stage_job() -> JobSpec {
-    JobSpec::new("count at job.rs:1", stage("count", 3, &[0])).with_shuffle(0, stage("map", 2, &[]))
+    JobSpec::new("count at job.rs:1", stage("count", 3, &[0])).with_shuffle(
+        0,
+        3,
+        stage("map", 2, &[]),
+    )
 }
 
 #[test]
@@ -190,7 +198,9 @@ fn a_two_stage_job_runs_its_map_stage_then_its_result_stage_and_logs_as_spark() 
         h.end(&maps, 1, TaskCompletion::MapOutput(status("2")));
         let reduces = h.one_task_set();
         assert_eq!(reduces.kind, StageKind::Result);
-        assert_eq!((reduces.id.stage_id, reduces.reads.as_slice()), (1, &[0][..]));
+        assert_eq!((reduces.id.stage_id, read_ids(&reduces)), (1, vec![0]));
+        assert_eq!(reduces.reads[0].maps, 2);
+        assert_eq!(reduces.writes, None);
         assert_eq!(reduces.epoch, 1, "a map stage's completion moves the epoch on");
         assert!(logs.contains(Level::INFO, "ShuffleMapStage 0 (map) finished in 0 ms"));
         assert!(logs.contains(Level::INFO, "looking for newly runnable stages"));
@@ -225,9 +235,9 @@ fn a_diamond_runs_its_top_once_and_its_bottom_after_both_sides() {
     // a (shuffle 0) -> b (shuffle 1), c (shuffle 2) -> d (result).
     let mut h = Harness::new();
     let job = JobSpec::new("diamond", stage("d", 2, &[1, 2]))
-        .with_shuffle(2, stage("c", 2, &[0]))
-        .with_shuffle(0, stage("a", 3, &[]))
-        .with_shuffle(1, stage("b", 2, &[0]));
+        .with_shuffle(2, 2, stage("c", 2, &[0]))
+        .with_shuffle(0, 2, stage("a", 3, &[]))
+        .with_shuffle(1, 2, stage("b", 2, &[0]));
     h.submit(job);
     let a = h.one_task_set();
     assert_eq!((a.name.as_str(), a.partitions.len()), ("a", 3));
@@ -235,12 +245,12 @@ fn a_diamond_runs_its_top_once_and_its_bottom_after_both_sides() {
     let sides = h.task_sets();
     let names: Vec<&str> = sides.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["b", "c"], "both sides at once, in stage order");
-    assert!(sides.iter().all(|s| s.reads == [0]));
+    assert!(sides.iter().all(|s| read_ids(s) == [0]));
     h.maps_succeed(&sides[0], "2");
     assert!(h.task_sets().is_empty(), "d waits for c");
     h.maps_succeed(&sides[1], "3");
     let d = h.one_task_set();
-    assert_eq!((d.name.as_str(), d.reads.as_slice()), ("d", &[1, 2][..]));
+    assert_eq!((d.name.as_str(), read_ids(&d)), ("d", vec![1, 2]));
     h.results_succeed(&d);
     assert_eq!(Harness::job_ended(&h.take()).unwrap().1, Ok(all_results(2)));
 }
@@ -249,8 +259,8 @@ fn a_diamond_runs_its_top_once_and_its_bottom_after_both_sides() {
 fn a_join_submits_both_map_stages_and_reads_both_shuffles() {
     let mut h = Harness::new();
     let job = JobSpec::new("join", stage("join", 4, &[5, 7]))
-        .with_shuffle(5, stage("left", 2, &[]))
-        .with_shuffle(7, stage("right", 3, &[]));
+        .with_shuffle(5, 4, stage("left", 2, &[]))
+        .with_shuffle(7, 4, stage("right", 3, &[]));
     h.submit(job);
     let maps = h.task_sets();
     assert_eq!(maps.len(), 2);
@@ -260,7 +270,9 @@ fn a_join_submits_both_map_stages_and_reads_both_shuffles() {
     assert!(h.task_sets().is_empty());
     h.maps_succeed(&maps[0], "1");
     let join = h.one_task_set();
-    assert_eq!(join.reads, [5, 7]);
+    assert_eq!(read_ids(&join), [5, 7]);
+    let maps: Vec<u32> = join.reads.iter().map(|r| r.maps).collect();
+    assert_eq!(maps, [2, 3]);
     h.results_succeed(&join);
     assert_eq!(Harness::job_ended(&h.take()).unwrap().1, Ok(all_results(4)));
 }
@@ -271,7 +283,13 @@ fn a_chain_of_five_shuffles_runs_one_stage_after_the_other() {
     let mut job = JobSpec::new("chain", stage("result", 2, &[4]));
     for shuffle in 0..5 {
         let reads: Vec<u32> = (shuffle > 0).then(|| shuffle - 1).into_iter().collect();
-        job = job.with_shuffle(shuffle, stage(&format!("s{shuffle}"), 2 + shuffle, &reads));
+        // Each shuffle has as many reduce partitions as its reader has partitions.
+        let reduces = if shuffle == 4 { 2 } else { 3 + shuffle };
+        job = job.with_shuffle(
+            shuffle,
+            reduces,
+            stage(&format!("s{shuffle}"), 2 + shuffle, &reads),
+        );
     }
     h.submit(job);
     for shuffle in 0..5 {
@@ -394,8 +412,8 @@ fn only_consecutive_failed_attempts_count() {
     // map -> middle map (shuffle 1, reads 0) -> result: the middle stage fails once,
     // succeeds, then fails once more; with two allowed, it is never aborted.
     let job = JobSpec::new("three", stage("result", 2, &[1]))
-        .with_shuffle(0, stage("first", 2, &[]))
-        .with_shuffle(1, stage("middle", 2, &[0]));
+        .with_shuffle(0, 2, stage("first", 2, &[]))
+        .with_shuffle(1, 2, stage("middle", 2, &[0]));
     let job = h.submit(job);
     let first = h.one_task_set();
     h.maps_succeed(&first, "1");
@@ -438,8 +456,8 @@ fn outputs_lost_with_an_executor_after_their_stage_finished_are_recomputed_when_
     let mut h = Harness::new();
     // join of shuffle 0 (3 maps) and shuffle 1 (1 map).
     let job = JobSpec::new("join", stage("join", 2, &[0, 1]))
-        .with_shuffle(0, stage("left", 3, &[]))
-        .with_shuffle(1, stage("right", 1, &[]));
+        .with_shuffle(0, 2, stage("left", 3, &[]))
+        .with_shuffle(1, 2, stage("right", 1, &[]));
     let job = h.submit(job);
     let maps = h.task_sets();
     h.end(&maps[0], 0, TaskCompletion::MapOutput(status("1")));
@@ -516,8 +534,11 @@ fn a_map_stage_two_jobs_share_runs_once() {
     let first = h.submit(two_stage_job());
     let maps = h.one_task_set();
     // The second job reads the same shuffle while the first's map stage runs.
-    let second =
-        h.submit(JobSpec::new("sum", stage("sum", 2, &[0])).with_shuffle(0, stage("map", 2, &[])));
+    let second = h.submit(JobSpec::new("sum", stage("sum", 3, &[0])).with_shuffle(
+        0,
+        3,
+        stage("map", 2, &[]),
+    ));
     assert!(h.task_sets().is_empty(), "the running map stage serves it");
     assert_eq!(h.dag.map_stage_of(0), Some(0));
     h.maps_succeed(&maps, "1");
@@ -527,7 +548,7 @@ fn a_map_stage_two_jobs_share_runs_once() {
     h.results_succeed(&readers[1]);
     assert_eq!(
         Harness::job_ended(&h.take()),
-        Some((second, Ok(all_results(2))))
+        Some((second, Ok(all_results(3))))
     );
     assert_eq!(
         h.dag.map_stage_of(0),
@@ -539,9 +560,11 @@ fn a_map_stage_two_jobs_share_runs_once() {
     assert_eq!(h.dag.map_stage_of(0), None);
 
     // A third job, after both ended, finds the outputs in the tracker: no map task runs.
-    let third = h.submit(
-        JobSpec::new("again", stage("again", 1, &[0])).with_shuffle(0, stage("map", 2, &[])),
-    );
+    let third = h.submit(JobSpec::new("again", stage("again", 3, &[0])).with_shuffle(
+        0,
+        3,
+        stage("map", 2, &[]),
+    ));
     let only = h.one_task_set();
     assert_eq!((only.kind, only.job_id), (StageKind::Result, third));
     // Once the application says the shuffle will not be read again, it is forgotten.
@@ -581,9 +604,11 @@ fn the_epoch_moves_on_with_every_loss_and_tasks_carry_it() {
 fn an_aborted_task_set_fails_the_jobs_that_need_its_stage() {
     let mut h = Harness::new();
     let first = h.submit(two_stage_job());
-    let second = h.submit(
-        JobSpec::new("other", stage("other", 1, &[0])).with_shuffle(0, stage("map", 2, &[])),
-    );
+    let second = h.submit(JobSpec::new("other", stage("other", 3, &[0])).with_shuffle(
+        0,
+        3,
+        stage("map", 2, &[]),
+    ));
     let maps = h.one_task_set();
     let now = h.now();
     // An abort of an attempt the stage has moved past is not its end.
@@ -765,15 +790,26 @@ fn jobs_that_do_not_add_up_are_refused_and_leave_nothing_behind() {
         ),
         (
             JobSpec::new("j", stage("r", 1, &[0]))
-                .with_shuffle(0, stage("a", 1, &[]))
-                .with_shuffle(0, stage("b", 1, &[])),
+                .with_shuffle(0, 1, stage("a", 1, &[]))
+                .with_shuffle(0, 1, stage("b", 1, &[])),
             DagError::DuplicateShuffle { shuffle_id: 0 },
         ),
         (
             JobSpec::new("j", stage("r", 1, &[0]))
-                .with_shuffle(0, stage("a", 1, &[1]))
-                .with_shuffle(1, stage("b", 1, &[0])),
+                .with_shuffle(0, 1, stage("a", 1, &[1]))
+                .with_shuffle(1, 1, stage("b", 1, &[0])),
             DagError::Cycle { shuffle_id: 0 },
+        ),
+        (
+            JobSpec::new("j", stage("join", 2, &[0, 1]))
+                .with_shuffle(0, 2, stage("a", 1, &[]))
+                .with_shuffle(1, 3, stage("b", 1, &[])),
+            DagError::ReadPartitionsMismatch {
+                stage: "join".into(),
+                partitions: 2,
+                shuffle_id: 1,
+                reduce_partitions: 3,
+            },
         ),
     ];
     for (job, error) in cases {
@@ -786,13 +822,18 @@ fn jobs_that_do_not_add_up_are_refused_and_leave_nothing_behind() {
 
     h.submit(two_stage_job());
     let now = h.now();
-    let mismatch = JobSpec::new("j", stage("r", 1, &[0])).with_shuffle(0, stage("map", 5, &[]));
+    let mismatch = JobSpec::new("j", stage("r", 3, &[0])).with_shuffle(0, 3, stage("map", 5, &[]));
     assert_eq!(
         h.dag.submit_job(now, mismatch).unwrap_err().to_string(),
         "shuffle 0 has 2 map partitions, but the job gives its map stage 5"
     );
+    let mismatch = JobSpec::new("j", stage("r", 4, &[0])).with_shuffle(0, 4, stage("map", 2, &[]));
+    assert_eq!(
+        h.dag.submit_job(now, mismatch).unwrap_err().to_string(),
+        "shuffle 0 has 3 reduce partitions, but the job gives it 4"
+    );
     // Unread shuffles are ignored, even bad ones.
-    let unread = JobSpec::new("j", stage("r", 1, &[])).with_shuffle(9, stage("x", 1, &[42]));
+    let unread = JobSpec::new("j", stage("r", 1, &[])).with_shuffle(9, 1, stage("x", 1, &[42]));
     assert!(h.dag.submit_job(now, unread).is_ok());
 }
 
@@ -801,19 +842,44 @@ fn a_stage_task_set_becomes_the_task_schedulers_task_set() {
     let mut h = Harness::new();
     h.submit(two_stage_job().in_pool("etl"));
     let maps = h.one_task_set();
-    let task_set = maps
-        .to_task_set(|s| Bytes::from(format!("{:?} epoch {} {:?}", s.kind, s.epoch, s.payload)));
+    // The glue's encoding: the stage's payload as the input of a stage task.
+    let encode = |s: &StageTaskSet| {
+        TaskPayload::encode_stage("shuffle-fn", &s.payload, s.epoch, s.writes, &s.reads).unwrap()
+    };
+    let task_set = maps.to_task_set(encode);
     assert_eq!(task_set.id, maps.id);
     assert_eq!(task_set.job_id, 0);
     assert!(!task_set.final_stage);
     assert_eq!(task_set.pool.as_deref(), Some("etl"));
+    let task = TaskPayload::parse(&task_set.payload).unwrap();
+    let stage = task.stage.unwrap();
+    assert_eq!((task.function, task.input), ("shuffle-fn", &b"map"[..]));
     assert_eq!(
-        task_set.payload,
-        Bytes::from_static(b"ShuffleMap { shuffle_id: 0 } epoch 0 b\"map\"")
+        stage.writes,
+        Some(ShuffleWrite {
+            shuffle_id: 0,
+            partitions: 3
+        })
     );
+    assert_eq!((stage.epoch, stage.reads().len()), (0, 0));
     let partitions: Vec<u32> = task_set.tasks.iter().map(|t| t.partition_id).collect();
     assert_eq!(partitions, maps.partitions);
     h.maps_succeed(&maps, "1");
     let reduces = h.one_task_set();
-    assert!(reduces.to_task_set(|_| Bytes::new()).final_stage);
+    let task_set = reduces.to_task_set(encode);
+    assert!(task_set.final_stage);
+    let stage = TaskPayload::parse(&task_set.payload)
+        .unwrap()
+        .stage
+        .unwrap();
+    assert_eq!(stage.writes, None);
+    assert_eq!(stage.epoch, 1);
+    let reads: Vec<ShuffleRead> = stage.reads().collect();
+    assert_eq!(
+        reads,
+        [ShuffleRead {
+            shuffle_id: 0,
+            maps: 2
+        }]
+    );
 }
