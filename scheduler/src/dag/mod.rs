@@ -33,7 +33,10 @@
 //!
 //! The task scheduler still retries failed tasks and aborts a task set after
 //! `task.maxFailures`; the DAG scheduler decides which stage attempts run, and when a
-//! job ends. Executors ask the driver for a shuffle's statuses, served from
+//! job ends. A task set that hit a fetch failure also ends with a failure in the task
+//! scheduler (so that, without a DAG scheduler, its job still ends): its
+//! `StageCompleted` reaches [`DagScheduler::task_set_failed`] like an abort's, which
+//! ignores the end of an attempt that is no longer its stage's running one. Executors ask the driver for a shuffle's statuses, served from
 //! [`DagScheduler::map_output_tracker`], and keep them by epoch
 //! ([`flint_wire::MapStatusCache`]).
 //!
@@ -46,7 +49,8 @@
 //!   `submitStage`: a stage whose parents' outputs are all registered
 //!   (`getMissingParentStages` is empty) is submitted by `submitMissingTasks` for its
 //!   missing partitions only, as a new attempt; otherwise its missing parents are
-//!   submitted and it waits.
+//!   submitted and it waits. A shuffle has its reduce partitions, and a stage that
+//!   reads it has that many partitions: reduce task `p` reads reduce partition `p`.
 //! - A map output is registered as it arrives; when every partition of the attempt has
 //!   reported, the stage is complete, the epoch moves on, and the waiting stages that
 //!   read it are submitted. If outputs were lost meanwhile, the stage is resubmitted
