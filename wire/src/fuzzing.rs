@@ -9,7 +9,7 @@ use rkyv::rancor;
 use crate::header::{padded_frame_len, CRC_START, HEADER_LEN};
 use crate::{
     validate_envelope, AccumulatorUpdate, BlockId, BlockManagerId, Dependency, Encoder, Envelope,
-    ExecutorLossReason, Frame, FrameDecoder, Heartbeat, Message, MessageKind, Property,
+    ExecutorLossReason, Frame, FrameDecoder, Heartbeat, MapStatus, Message, MessageKind, Property,
     RegisterExecutor, Route, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskMetrics,
     TaskOutcome, TaskState, WireError, FRAME_ALIGN,
 };
@@ -594,6 +594,35 @@ pub fn sample_message(kind: MessageKind) -> Message {
             tag: 9,
             body: Bytes::from_static(b"application bytes"),
         },
+        MessageKind::GetMapOutputStatuses => Message::GetMapOutputStatuses { shuffle_id: 3 },
+        MessageKind::MapOutputStatuses => Message::MapOutputStatuses {
+            shuffle_id: 3,
+            epoch: 5,
+            statuses: vec![
+                Some(MapStatus {
+                    location: BlockManagerId {
+                        executor_id: "exec-7".into(),
+                        host: "127.0.0.1".into(),
+                        port: 40124,
+                    },
+                    sizes: vec![120, 0, 4096],
+                }),
+                None,
+            ],
+        },
+        MessageKind::FetchShuffleBlock => Message::FetchShuffleBlock {
+            shuffle_id: 3,
+            map_index: 1,
+            reduce_id: 2,
+            offset: 0,
+            max_len: 512 * 1024,
+        },
+        MessageKind::ShuffleBlock => Message::ShuffleBlock {
+            offset: 0,
+            total_size: 14,
+            data: Bytes::from_static(b"\x05\x00\x00\x00hello\x01\x00\x00\x00!"),
+        },
+        MessageKind::RemoveShuffle => Message::RemoveShuffle { shuffle_id: 3 },
     }
 }
 
@@ -642,7 +671,10 @@ pub fn sample_route(kind: MessageKind) -> Route {
             request_id: 42,
             error: "Executor is blacklisted: exec-7".into(),
         },
-        MessageKind::RegisterExecutor | MessageKind::FetchBlockChunk => Route::Ask {
+        MessageKind::RegisterExecutor
+        | MessageKind::FetchBlockChunk
+        | MessageKind::GetMapOutputStatuses
+        | MessageKind::FetchShuffleBlock => Route::Ask {
             request_id: 40,
             endpoint: "CoarseGrainedScheduler".into(),
         },

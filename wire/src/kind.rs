@@ -83,6 +83,11 @@ message_kinds! {
     AuthResponse = 61,
     AuthProof = 62,
     Refused = 63,
+    GetMapOutputStatuses = 70,
+    MapOutputStatuses = 71,
+    FetchShuffleBlock = 72,
+    ShuffleBlock = 73,
+    RemoveShuffle = 74,
 }
 
 impl std::fmt::Display for MessageKind {

@@ -668,4 +668,55 @@ pub enum Message {
         /// [`MAX_REFUSAL_TEXT`](crate::MAX_REFUSAL_TEXT) bytes.
         reason: String,
     },
+    /// Executor to the driver's map output tracker
+    /// ([`MAP_OUTPUT_TRACKER_ENDPOINT`](crate::MAP_OUTPUT_TRACKER_ENDPOINT)), an ask: where
+    /// the map outputs of a shuffle are.
+    GetMapOutputStatuses {
+        /// The shuffle.
+        shuffle_id: u32,
+    },
+    /// The driver's answer: each map partition's status, `None` where its output is
+    /// missing, as of the tracker's epoch.
+    MapOutputStatuses {
+        /// The shuffle.
+        shuffle_id: u32,
+        /// The tracker's map-output epoch when it answered.
+        epoch: u64,
+        /// By map partition.
+        #[cfg_attr(
+            test,
+            proptest(strategy = "proptest::collection::vec(any::<Option<MapStatus>>(), 0..4)")
+        )]
+        statuses: Vec<Option<MapStatus>>,
+    },
+    /// Executor to another executor's block server
+    /// ([`BLOCK_MANAGER_ENDPOINT`](crate::BLOCK_MANAGER_ENDPOINT)), an ask: up to `max_len`
+    /// bytes of a shuffle block from `offset`.
+    FetchShuffleBlock {
+        /// The shuffle.
+        shuffle_id: u32,
+        /// The map output.
+        map_index: u32,
+        /// The reduce partition.
+        reduce_id: u32,
+        /// Where the chunk starts.
+        offset: u64,
+        /// The most bytes to send.
+        max_len: u32,
+    },
+    /// The block server's answer: a chunk of the block, and the block's whole size.
+    ShuffleBlock {
+        /// Where this chunk starts.
+        offset: u64,
+        /// The block's whole size.
+        total_size: u64,
+        /// The chunk's bytes: records, possibly cut at either end.
+        #[cfg_attr(test, proptest(strategy = "arb_bytes()"))]
+        data: Bytes,
+    },
+    /// Driver to executor: the shuffle is no longer needed; its map outputs can go.
+    RemoveShuffle {
+        /// The shuffle.
+        shuffle_id: u32,
+    },
 }

@@ -50,6 +50,12 @@ pub const DRIVER_ENDPOINT: &str = "CoarseGrainedScheduler";
 pub const HEARTBEAT_ENDPOINT: &str = "HeartbeatReceiver";
 /// Name of an executor's endpoint: the driver sends it tasks, kills and stops.
 pub const EXECUTOR_ENDPOINT: &str = "Executor";
+/// Name of the driver's map output tracker endpoint (the seeds' `MapOutputTracker`):
+/// executors ask it where a shuffle's map outputs are.
+pub const MAP_OUTPUT_TRACKER_ENDPOINT: &str = "MapOutputTracker";
+/// Name of an executor's block server endpoint (the seeds' `BlockManager`), on its own
+/// port (`blockManager.port`): other executors fetch shuffle blocks from it.
+pub const BLOCK_MANAGER_ENDPOINT: &str = "BlockManager";
 
 /// The longest function name a serialized task can carry.
 pub const MAX_FUNCTION_NAME: usize = u8::MAX as usize;
