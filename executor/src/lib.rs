@@ -97,6 +97,7 @@ pub mod config;
 mod executor;
 mod heartbeater;
 mod registry;
+mod reply_retry;
 pub mod shuffle;
 mod task;
 

@@ -5,13 +5,17 @@
 
 use std::path::Path;
 
+mod fetch;
 mod memory;
 mod pieces;
+mod server;
 mod store;
 mod writer;
 
+pub use fetch::{FetchError, ShuffleFetcher};
 pub use memory::ShuffleMemory;
 pub use pieces::RecordPieces;
+pub use server::BlockServer;
 pub use store::ShuffleStore;
 pub use writer::{partition_of, ShuffleWriter};
 

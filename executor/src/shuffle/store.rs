@@ -23,38 +23,57 @@ use super::memory::ShuffleMemory;
 use super::ShuffleError;
 
 /// A spill file, removed when the last segment that refers to it goes.
+///
+/// It is written through a descriptor held while it is written, and read by opening it
+/// for each read, as block files are: a file that has gone (a disk lost, a directory
+/// cleaned) fails the reads of its blocks, which the reader reports as a fetch failure,
+/// instead of being served from a descriptor still open.
 #[derive(Debug)]
 pub(crate) struct SpillFile {
     path: PathBuf,
-    file: File,
+    writer: Option<File>,
     len: u64,
 }
 
 impl SpillFile {
     fn create(path: PathBuf) -> Result<Self, ShuffleError> {
         let file = File::options()
-            .read(true)
             .append(true)
             .create_new(true)
             .open(&path)
             .map_err(|source| ShuffleError::io(&path, source))?;
-        Ok(SpillFile { path, file, len: 0 })
+        Ok(SpillFile {
+            path,
+            writer: Some(file),
+            len: 0,
+        })
     }
 
     /// Appends `data`, returning where it starts.
     pub(crate) fn append(&mut self, data: &[u8]) -> Result<u64, ShuffleError> {
         let offset = self.len;
-        self.file
-            .write_all(data)
+        let Some(file) = self.writer.as_mut() else {
+            return Err(ShuffleError::io(
+                &self.path,
+                std::io::Error::other("the spill file was finished"),
+            ));
+        };
+        file.write_all(data)
             .map_err(|source| ShuffleError::io(&self.path, source))?;
         self.len += data.len() as u64;
         Ok(offset)
     }
 
+    /// Closes the file for writing: from now on it is only read.
+    pub(crate) fn finish(mut self) -> Self {
+        self.writer = None;
+        self
+    }
+
     fn read(&self, offset: u64, len: usize) -> Result<Bytes, ShuffleError> {
+        let file = File::open(&self.path).map_err(|source| ShuffleError::io(&self.path, source))?;
         let mut buffer = vec![0; len];
-        self.file
-            .read_exact_at(&mut buffer, offset)
+        file.read_exact_at(&mut buffer, offset)
             .map_err(|source| ShuffleError::io(&self.path, source))?;
         Ok(Bytes::from(buffer))
     }
@@ -368,7 +387,7 @@ impl ShuffleStore {
         for (_, _, bytes) in segments {
             ranges.push((file.append(bytes)?, bytes.len() as u64));
         }
-        let file = Arc::new(file);
+        let file = Arc::new(file.finish());
         Ok(ranges
             .into_iter()
             .map(|(offset, len)| Segment::File {

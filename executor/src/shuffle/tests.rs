@@ -259,3 +259,176 @@ fn a_second_attempt_replaces_the_first() {
         expected(0, 0, 10)
     );
 }
+
+mod served {
+    //! The block server and the fetcher over real sockets on 127.0.0.1.
+
+    use std::time::Duration;
+
+    use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv};
+    use flint_wire::{BlockManagerId, FetchFailure, MapStatus, BLOCK_MANAGER_ENDPOINT};
+
+    use super::*;
+
+    struct Side {
+        env: RpcEnv,
+        store: Arc<ShuffleStore>,
+        id: &'static str,
+    }
+
+    impl Side {
+        fn new(dir: &TempDir, id: &'static str, max_chunk: usize) -> Side {
+            let conf = Conf::from_pairs(["rpc.askTimeout=5s"]).unwrap();
+            let env = RpcEnv::new(&conf).unwrap();
+            let store = Arc::new(ShuffleStore::new(&dir.0, id, 64 << 20));
+            env.handle()
+                .register(
+                    BLOCK_MANAGER_ENDPOINT,
+                    BlockServer::new(store.clone(), max_chunk, Duration::from_secs(5)),
+                )
+                .unwrap();
+            Side { env, store, id }
+        }
+
+        fn location(&self) -> BlockManagerId {
+            BlockManagerId {
+                executor_id: self.id.into(),
+                host: self.env.address().ip().to_string(),
+                port: self.env.address().port(),
+            }
+        }
+
+        fn status(&self, sizes: Vec<u64>) -> Option<MapStatus> {
+            Some(MapStatus {
+                location: self.location(),
+                sizes,
+            })
+        }
+
+        fn fetcher(&self, max_in_flight: u64, max_chunk: u32) -> ShuffleFetcher {
+            ShuffleFetcher::new(
+                self.env.handle(),
+                self.store.clone(),
+                self.id,
+                max_in_flight,
+                max_chunk,
+                Duration::from_secs(5),
+            )
+        }
+    }
+
+    fn never() -> bool {
+        false
+    }
+
+    fn failed(result: Result<Vec<Bytes>, FetchError>) -> FetchFailure {
+        match result {
+            Err(FetchError::Failed(failure)) => *failure,
+            other => panic!("expected a fetch failure, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn local_and_remote_blocks_arrive_whole_whatever_the_chunks() {
+        let dir = TempDir::new("served");
+        let (a, b) = (Side::new(&dir, "a", 1 << 20), Side::new(&dir, "b", 1 << 20));
+        let sizes_a = write_map(&a.store, 0, 2, 300);
+        let sizes_b = write_map(&b.store, 1, 2, 300);
+        let statuses = [a.status(sizes_a), b.status(sizes_b)];
+        for (max_in_flight, max_chunk) in [(48 << 20, 1 << 20), (1_000, 97), (1, 5)] {
+            let fetcher = b.fetcher(max_in_flight, max_chunk);
+            for reduce in 0..2 {
+                let pieces = fetcher.fetch(1, reduce, &statuses, &never).unwrap();
+                let mut got = records_of(&pieces);
+                got.sort();
+                let mut want = [expected(0, reduce, 300), expected(1, reduce, 300)].concat();
+                want.sort();
+                assert_eq!(
+                    got, want,
+                    "in flight {max_in_flight}, chunks of {max_chunk}"
+                );
+            }
+        }
+        // A block server sends chunks of at most its own bound.
+        let small = Side::new(&dir, "c", 64);
+        let sizes = write_map(&small.store, 0, 1, 100);
+        let pieces = b
+            .fetcher(48 << 20, 1 << 20)
+            .fetch(1, 0, &[small.status(sizes)], &never)
+            .unwrap();
+        assert_eq!(records_of(&pieces), expected(0, 0, 100));
+    }
+
+    #[test]
+    fn what_cannot_be_read_is_a_fetch_failure_naming_the_block() {
+        let dir = TempDir::new("failures");
+        let (a, b) = (Side::new(&dir, "a", 1 << 20), Side::new(&dir, "b", 1 << 20));
+        let sizes = write_map(&a.store, 0, 2, 10);
+        let fetcher = b.fetcher(48 << 20, 1 << 20);
+
+        // No location known for map 1.
+        let failure = failed(fetcher.fetch(1, 0, &[a.status(sizes.clone()), None], &never));
+        assert_eq!((failure.address, failure.map_index), (None, Some(1)));
+        assert_eq!(
+            failure.message,
+            "Missing an output location for shuffle 1 partition 0"
+        );
+
+        // A block the server does not hold.
+        let failure = failed(fetcher.fetch(
+            1,
+            0,
+            &[a.status(sizes.clone()), a.status(sizes.clone())],
+            &never,
+        ));
+        assert_eq!(failure.address, Some(a.location()));
+        assert_eq!(
+            (failure.shuffle_id, failure.map_index, failure.reduce_id),
+            (1, Some(1), 0)
+        );
+        assert!(failure.message.contains("not found"), "{}", failure.message);
+
+        // A server that is gone.
+        let gone = a.location();
+        a.env.stop();
+        let failure = failed(fetcher.fetch(1, 1, &[a.status(sizes.clone())], &never));
+        assert_eq!(failure.address, Some(gone));
+        assert_eq!(failure.map_index, Some(0));
+
+        // A local block that went missing.
+        let failure = failed(fetcher.fetch(1, 0, &[b.status(vec![10, 10])], &never));
+        assert_eq!(failure.address, Some(b.location()));
+    }
+
+    /// Takes asks and never answers them.
+    struct Silent;
+
+    impl Endpoint for Silent {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, _message: Incoming<'_>) {}
+    }
+
+    #[test]
+    fn a_killed_task_stops_waiting() {
+        let dir = TempDir::new("killed");
+        let b = Side::new(&dir, "b", 1 << 20);
+        let silent = RpcEnv::new(&Conf::new()).unwrap();
+        silent
+            .handle()
+            .register(BLOCK_MANAGER_ENDPOINT, Silent)
+            .unwrap();
+        let status = Some(MapStatus {
+            location: BlockManagerId {
+                executor_id: "silent".into(),
+                host: "127.0.0.1".into(),
+                port: silent.address().port(),
+            },
+            sizes: vec![100],
+        });
+        let started = std::time::Instant::now();
+        let result = b.fetcher(48 << 20, 1 << 20).fetch(1, 0, &[status], &|| {
+            started.elapsed() > Duration::from_millis(200)
+        });
+        assert!(matches!(result, Err(FetchError::Interrupted)), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+}

@@ -199,7 +199,7 @@ impl ShuffleWriter {
     /// Hands the map output to the store, returning each block's size: the map status's
     /// sizes.
     pub fn commit(mut self) -> Vec<u64> {
-        let file = self.spill.take().map(Arc::new);
+        let file = self.spill.take().map(|file| Arc::new(file.finish()));
         let spilled = std::mem::take(&mut self.spilled);
         let buckets = std::mem::take(&mut self.buckets);
         let blocks = buckets

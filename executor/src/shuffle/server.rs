@@ -1,0 +1,105 @@
+//! The block server: an executor's endpoint that serves its shuffle blocks to other
+//! executors ([`BLOCK_MANAGER_ENDPOINT`], on `blockManager.port`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flint_rpc::log_budget::LogBudget;
+use flint_rpc::{Endpoint, EndpointContext, Incoming, TimerId};
+use flint_wire::{ArchivedMessage, Message, BLOCK_MANAGER_ENDPOINT};
+use tracing::debug;
+
+use super::ShuffleStore;
+use crate::reply_retry::{Answer, RetriedReplies};
+
+/// A chunk asked for.
+struct ChunkRequest {
+    shuffle: u32,
+    map: u32,
+    reduce: u32,
+    offset: u64,
+    max_len: u64,
+}
+
+/// Answers `FetchShuffleBlock` asks with chunks of the store's blocks, at most
+/// `max_chunk` bytes each (what a message can carry). A chunk within one memory segment
+/// is a view of it; one read from a spill file is read on this endpoint's loop, which
+/// serves blocks and nothing else.
+pub struct BlockServer {
+    store: Arc<ShuffleStore>,
+    max_chunk: u64,
+    refused: RetriedReplies<ChunkRequest>,
+    peer_warnings: LogBudget,
+}
+
+impl BlockServer {
+    /// A server of `store`'s blocks in chunks of at most `max_chunk` bytes, whose askers
+    /// wait `ask_timeout`.
+    pub fn new(store: Arc<ShuffleStore>, max_chunk: usize, ask_timeout: Duration) -> Self {
+        BlockServer {
+            store,
+            max_chunk: max_chunk as u64,
+            refused: RetriedReplies::new("FetchShuffleBlock", ask_timeout),
+            peer_warnings: LogBudget::default(),
+        }
+    }
+
+    fn answer(store: &ShuffleStore) -> impl FnMut(&ChunkRequest) -> Answer + '_ {
+        move |r| match store.read_range(r.shuffle, r.map, r.reduce, r.offset, r.max_len) {
+            Ok((data, total_size)) => Answer::Reply(Message::ShuffleBlock {
+                offset: r.offset,
+                total_size,
+                data,
+            }),
+            Err(e) => {
+                debug!("cannot serve a shuffle block: {e}");
+                Answer::Fail(e.to_string())
+            }
+        }
+    }
+}
+
+impl Endpoint for BlockServer {
+    fn receive(&mut self, ctx: &mut EndpointContext<'_>, incoming: Incoming<'_>) {
+        let ArchivedMessage::FetchShuffleBlock {
+            shuffle_id,
+            map_index,
+            reduce_id,
+            offset,
+            max_len,
+        } = incoming.message()
+        else {
+            flint_rpc::peer_warn!(
+                self.peer_warnings,
+                ctx.now(),
+                "{BLOCK_MANAGER_ENDPOINT} ignores {} from {:?}",
+                incoming.message().kind(),
+                incoming.sender()
+            );
+            return;
+        };
+        let Some(reply) = incoming.reply_handle() else {
+            flint_rpc::peer_warn!(
+                self.peer_warnings,
+                ctx.now(),
+                "FetchShuffleBlock from {:?} was not an ask: there is nobody to answer",
+                incoming.sender()
+            );
+            return;
+        };
+        let request = ChunkRequest {
+            shuffle: shuffle_id.to_native(),
+            map: map_index.to_native(),
+            reduce: reduce_id.to_native(),
+            offset: offset.to_native(),
+            max_len: u64::from(max_len.to_native()).min(self.max_chunk),
+        };
+        self.refused
+            .answer(ctx, reply, request, &mut Self::answer(&self.store));
+    }
+
+    fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
+        self.refused
+            .on_timer(ctx, timer, &mut Self::answer(&self.store));
+    }
+}
