@@ -16,8 +16,8 @@ use rkyv::vec::ArchivedVec;
 
 use crate::error::WireError;
 use crate::message::{
-    AccumulatorUpdate, ArchivedAccumulatorUpdate, ArchivedDependency, ArchivedProperty,
-    ArchivedTaskAccumUpdates, Dependency, Property, TaskAccumUpdates,
+    AccumulatorUpdate, ArchivedAccumulatorUpdate, ArchivedDependency, ArchivedMapStatus,
+    ArchivedProperty, ArchivedTaskAccumUpdates, Dependency, MapStatus, Property, TaskAccumUpdates,
 };
 
 /// Bytes a heap block of `len` bytes takes from the allocator: glibc's malloc adds 8
@@ -75,6 +75,23 @@ impl DecodedSize for ArchivedProperty {
     }
 }
 
+impl DecodedSize for ArchivedMapStatus {
+    fn decoded_size(&self) -> usize {
+        // The executor id is a shared string: one block with two counters before it.
+        heap_block(self.location.executor_id.len().saturating_add(16))
+            .saturating_add(self.location.host.decoded_size())
+            .saturating_add(heap_block(
+                self.sizes.len().saturating_mul(size_of::<u64>()),
+            ))
+    }
+}
+
+impl<A: DecodedSize> DecodedSize for rkyv::option::ArchivedOption<A> {
+    fn decoded_size(&self) -> usize {
+        self.as_ref().map_or(0, DecodedSize::decoded_size)
+    }
+}
+
 /// The owned element type of an archived list element, for its inline size.
 pub trait Owned {
     /// Size of the owned element inside its `Vec`.
@@ -95,6 +112,10 @@ impl Owned for ArchivedDependency {
 
 impl Owned for ArchivedProperty {
     const OWNED_SIZE: usize = size_of::<Property>();
+}
+
+impl Owned for rkyv::option::ArchivedOption<ArchivedMapStatus> {
+    const OWNED_SIZE: usize = size_of::<Option<MapStatus>>();
 }
 
 /// A list decodes to one heap block of its elements' owned forms, plus what each element

@@ -9,9 +9,9 @@ mod common;
 use bytes::{Bytes, BytesMut};
 use flint_wire::fuzzing::{sample_message, sample_route};
 use flint_wire::{
-    AccumulatorUpdate, ArchivedMessage, ArchivedTaskOutcome, DecodedSize, Dependency, Encoder,
-    Frame, FrameDecoder, Message, MessageKind, Property, StatusUpdate, TaskAccumUpdates,
-    TaskMetrics, TaskOutcome, TaskState,
+    AccumulatorUpdate, ArchivedMessage, ArchivedTaskOutcome, BlockManagerId, DecodedSize,
+    Dependency, Encoder, Frame, FrameDecoder, MapStatus, Message, MessageKind, Property,
+    StatusUpdate, TaskAccumUpdates, TaskMetrics, TaskOutcome, TaskState,
 };
 use rkyv::rancor;
 
@@ -175,5 +175,45 @@ fn launch_files_jars_and_properties_decode_within_their_estimate() {
         );
         assert_eq!(files, task.added_files);
         assert_eq!(properties, task.properties);
+    }
+}
+
+#[test]
+fn map_output_statuses_decode_within_their_estimate() {
+    for count in COUNTS {
+        let statuses: Vec<Option<MapStatus>> = (0..count)
+            .map(|i| {
+                (i % 4 != 3).then(|| MapStatus {
+                    location: BlockManagerId {
+                        executor_id: name(i).unwrap_or_default().into(),
+                        host: name(i + 1).unwrap_or_default(),
+                        port: i as u16,
+                    },
+                    sizes: (0..i % 9).map(|s| s as u64).collect(),
+                })
+            })
+            .collect();
+        let message = Message::MapOutputStatuses {
+            shuffle_id: 1,
+            epoch: 2,
+            statuses: statuses.clone(),
+        };
+        let frame = frame_of(MessageKind::MapOutputStatuses, &message);
+        let ArchivedMessage::MapOutputStatuses {
+            statuses: archived, ..
+        } = &frame.envelope().unwrap().message
+        else {
+            unreachable!()
+        };
+        let mut decoded = Vec::new();
+        check(
+            &format!("{count} map statuses"),
+            archived.decoded_size(),
+            || {
+                decoded =
+                    rkyv::deserialize::<Vec<Option<MapStatus>>, rancor::Error>(archived).unwrap()
+            },
+        );
+        assert_eq!(decoded, statuses);
     }
 }

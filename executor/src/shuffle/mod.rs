@@ -9,6 +9,7 @@ mod fetch;
 mod memory;
 mod pieces;
 mod server;
+mod service;
 mod store;
 mod writer;
 
@@ -16,6 +17,7 @@ pub use fetch::{FetchError, ShuffleFetcher};
 pub use memory::ShuffleMemory;
 pub use pieces::RecordPieces;
 pub use server::BlockServer;
+pub use service::{MapStatuses, ShuffleReadError, ShuffleService};
 pub use store::ShuffleStore;
 pub use writer::{partition_of, ShuffleWriter};
 

@@ -431,4 +431,88 @@ mod served {
         assert!(matches!(result, Err(FetchError::Interrupted)), "{result:?}");
         assert!(started.elapsed() < Duration::from_secs(3));
     }
+
+    /// The driver's map output tracker, answering with what it is given and counting
+    /// the asks.
+    struct Tracker {
+        statuses: Vec<Option<MapStatus>>,
+        asks: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Endpoint for Tracker {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+            let flint_wire::ArchivedMessage::GetMapOutputStatuses { shuffle_id } =
+                message.message()
+            else {
+                return;
+            };
+            self.asks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = message.reply(&flint_wire::Message::MapOutputStatuses {
+                shuffle_id: shuffle_id.to_native(),
+                epoch: 1,
+                statuses: self.statuses.clone(),
+            });
+        }
+    }
+
+    #[test]
+    fn the_service_asks_the_driver_once_an_epoch_and_reads_through_the_fetcher() {
+        let dir = TempDir::new("service");
+        let (a, b) = (Side::new(&dir, "a", 1 << 20), Side::new(&dir, "b", 1 << 20));
+        let sizes_a = write_map(&a.store, 0, 2, 50);
+        let sizes_b = write_map(&b.store, 1, 2, 50);
+        let asks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let driver = RpcEnv::new(&Conf::new()).unwrap();
+        driver
+            .handle()
+            .register(
+                flint_wire::MAP_OUTPUT_TRACKER_ENDPOINT,
+                Tracker {
+                    statuses: vec![a.status(sizes_a), b.status(sizes_b)],
+                    asks: asks.clone(),
+                },
+            )
+            .unwrap();
+        let tracker = b
+            .env
+            .handle()
+            .endpoint_ref(driver.address(), flint_wire::MAP_OUTPUT_TRACKER_ENDPOINT);
+        let service = ShuffleService::new(
+            b.store.clone(),
+            b.fetcher(48 << 20, 1 << 20),
+            tracker,
+            b.location(),
+            Duration::from_secs(5),
+            1 << 20,
+        );
+        let count = || asks.load(std::sync::atomic::Ordering::SeqCst);
+        service.start_task(0);
+        let pieces = service.read(1, 1, &never).unwrap();
+        assert_eq!(records_of(&pieces).len(), 100);
+        service.read(1, 0, &never).unwrap();
+        assert_eq!(count(), 1, "the statuses are cached");
+        service.start_task(0);
+        service.read(1, 0, &never).unwrap();
+        assert_eq!(count(), 1, "the same epoch keeps them");
+        service.start_task(2);
+        service.read(1, 0, &never).unwrap();
+        assert_eq!(count(), 2, "a newer epoch asks again");
+
+        // A fetch failure forgets the statuses, which may be stale.
+        a.env.stop();
+        assert!(matches!(
+            service.read(1, 0, &never),
+            Err(ShuffleReadError::FetchFailed(_))
+        ));
+        let _ = service.read(1, 0, &never);
+        assert_eq!(count(), 3);
+
+        // A driver that cannot be asked fails the task, as no fetch failure.
+        driver.stop();
+        service.start_task(3);
+        assert!(matches!(
+            service.read(1, 0, &never),
+            Err(ShuffleReadError::Failed(_))
+        ));
+    }
 }
