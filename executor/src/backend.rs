@@ -18,9 +18,11 @@ use flint_wire::{
 use tracing::{debug, error, info, warn};
 
 use crate::config::ExecutorConfig;
-use crate::executor::{Executor, Launch, Staged, RESULT_OVERHEAD};
+use crate::executor::{Executor, Staged};
 use crate::heartbeater::{random_initial_delay, HeartbeatAction, Heartbeater};
+use crate::launch::Launch;
 use crate::registry::TaskRegistry;
+use crate::status::RESULT_OVERHEAD;
 
 /// Launches of one batch of the event loop the endpoint has room for before its staging
 /// buffer grows.

@@ -95,19 +95,25 @@ mod backend;
 mod block_store;
 pub mod config;
 mod executor;
+mod handoff;
 mod heartbeater;
+mod launch;
 mod registry;
 mod reply_retry;
+mod runner;
 pub mod shuffle;
+mod status;
+mod sync;
 mod task;
+#[cfg(test)]
+mod testing;
 
 pub use backend::{run_executor, ExecutorExit};
 pub use block_store::{BlockStore, BlockStoreError};
 pub use config::ExecutorConfig;
-pub use executor::{
-    Executor, ExecutorError, StatusSender, RESULT_OVERHEAD, STOP_GRACE, STOP_REASON,
-};
+pub use executor::{Executor, ExecutorError, STOP_GRACE, STOP_REASON};
 pub use flint_wire::{TaskDescription, TaskState};
 pub use heartbeater::{random_initial_delay, HeartbeatAction, HeartbeatExit, Heartbeater};
 pub use registry::{pattern, InvalidFunctionName, TaskFn, TaskRegistry, MAX_LARGE_RESULT};
+pub use status::{StatusSender, RESULT_OVERHEAD};
 pub use task::{TaskContext, TaskError};

@@ -1,0 +1,455 @@
+//! A task's status update: how a task ended ([`Ended`]), the message that says so, how a
+//! runner sends it ([`StatusSender`], retried while the connection's outbox is full), and
+//! when a runner sends on the updates it has queued.
+//!
+//! # The flush policy
+//!
+//! Status updates go out with `send_deferred`: a runner queues them and hands them to the
+//! event loop ([`StatusSender::flush`]) when its batch is done (before it takes more work
+//! or sleeps), every [`FLUSH_EVERY`] updates, and whenever the next task might be long (a
+//! different function, or a task that ran [`DEFER_BELOW`] or more), so that an update
+//! rarely waits behind a long task. When it does (a quick task followed by a long one of
+//! the same function, in one batch), the event loop's thread writes it within a few
+//! milliseconds, which it does for a thread lent to it; so a runner defers only while
+//! lent to the loop. The executor's endpoint also flushes at the end of its batches and
+//! after each heartbeat, so that its own frames on the same connection never wait for a
+//! runner.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use flint_rpc::{EndpointRef, LoopLease, RpcError};
+use flint_wire::{
+    bytes_to_string, cut_text, BlockId, Message, SharedStr, StatusUpdate, TaskFailureKind,
+    TaskMetrics, TaskOutcome, TaskState,
+};
+use tracing::{debug, error, info, warn};
+
+use crate::executor::Inner;
+use crate::launch::Launch;
+
+/// Room left in a message for everything but a direct result's value: a result travels
+/// in its status update when `value.len() + RESULT_OVERHEAD <= rpc.message.maxSize`.
+pub const RESULT_OVERHEAD: usize = 64 * 1024;
+
+/// How long a runner retries a status update the connection's outbox has no room for
+/// before it says so in the log. It goes on retrying until the executor stops: an update
+/// given up would leave its task running at the driver for good, its cores taken, while
+/// heartbeats still went through.
+const STATUS_RETRY_WARNING: Duration = Duration::from_secs(30);
+
+/// The most status updates a runner leaves queued before it sends them on.
+pub(crate) const FLUSH_EVERY: usize = 32;
+
+/// A task that ran less than this may leave its status update queued while the runner
+/// runs the next task, if that one runs the same function.
+pub(crate) const DEFER_BELOW: Duration = Duration::from_micros(20);
+
+/// Where task runners send their tasks' status updates: the driver's endpoint, or a
+/// test's collector.
+pub trait StatusSender: Send + Sync + 'static {
+    /// Sends one [`Message::StatusUpdate`], one-way. [`RpcError::OutboxFull`] makes the
+    /// runner retry a little later; any other error gives the update up.
+    fn send_status(&self, message: &Message) -> Result<(), RpcError>;
+
+    /// Queues one status update that may wait for the next [`StatusSender::flush`]; a
+    /// runner flushes before it waits for work, so nothing queued is left behind. By
+    /// default the same as [`StatusSender::send_status`].
+    fn send_status_deferred(&self, message: &Message) -> Result<(), RpcError> {
+        self.send_status(message)
+    }
+
+    /// Sends what [`StatusSender::send_status_deferred`] queued. By default nothing to
+    /// do.
+    fn flush(&self) {}
+
+    /// Like [`StatusSender::flush`], for a runner with more tasks at hand: the sending may
+    /// be left to another thread. By default [`StatusSender::flush`].
+    fn flush_in_background(&self) {
+        self.flush()
+    }
+
+    /// Lends the calling runner's thread to the transport that brings its tasks, while it
+    /// runs and looks for tasks: it then takes its launches off the socket itself
+    /// ([`LoopLease::turn`]) instead of being handed them by the event loop's thread. By
+    /// default there is no transport to lend to.
+    fn lend_transport(&self) -> Option<LoopLease> {
+        None
+    }
+}
+
+impl StatusSender for EndpointRef {
+    fn send_status(&self, message: &Message) -> Result<(), RpcError> {
+        self.send(message)
+    }
+
+    fn send_status_deferred(&self, message: &Message) -> Result<(), RpcError> {
+        self.send_deferred(message)
+    }
+
+    fn flush(&self) {
+        EndpointRef::flush(self)
+    }
+
+    fn flush_in_background(&self) {
+        EndpointRef::flush_in_background(self)
+    }
+
+    fn lend_transport(&self) -> Option<LoopLease> {
+        Some(self.env().lend())
+    }
+}
+
+/// How a task ended.
+pub(crate) struct Ended {
+    pub(crate) state: TaskState,
+    pub(crate) outcome: TaskOutcome,
+}
+
+impl Ended {
+    pub(crate) fn failed(kind: TaskFailureKind, message: String, metrics: TaskMetrics) -> Self {
+        Ended {
+            state: TaskState::Failed,
+            outcome: TaskOutcome::Failure {
+                kind,
+                message,
+                counts_towards_failures: true,
+                metrics,
+            },
+        }
+    }
+
+    pub(crate) fn killed(reason: &str, metrics: TaskMetrics) -> Self {
+        Ended {
+            state: TaskState::Killed,
+            outcome: TaskOutcome::Failure {
+                kind: TaskFailureKind::TaskKilled,
+                message: reason.to_owned(),
+                counts_towards_failures: false,
+                metrics,
+            },
+        }
+    }
+
+    /// The status update saying so, its failure text cut to `text_limit` bytes so that
+    /// the update always fits in a message.
+    pub(crate) fn into_message(
+        self,
+        executor_id: &SharedStr,
+        task_id: u64,
+        text_limit: usize,
+    ) -> Message {
+        let mut outcome = self.outcome;
+        if let TaskOutcome::Failure { message, .. } = &mut outcome {
+            if message.len() > text_limit {
+                *message = cut_text(message, text_limit);
+            }
+        }
+        Message::StatusUpdate(StatusUpdate {
+            executor_id: executor_id.clone(),
+            task_id,
+            state: self.state,
+            outcome,
+        })
+    }
+}
+
+impl Inner {
+    /// Sends a status update deferred (the runner flushes), retrying while the
+    /// connection's outbox is full, until the executor stops.
+    pub(crate) fn send_status(&self, task_id: u64, message: &Message) {
+        let mut started: Option<Instant> = None;
+        let mut warned = false;
+        let mut pause = Duration::from_micros(100);
+        loop {
+            match self.status.send_status_deferred(message) {
+                Ok(()) => return,
+                Err(RpcError::OutboxFull { .. }) if !self.stopped.load(Ordering::Acquire) => {
+                    let waited = started.get_or_insert_with(Instant::now).elapsed();
+                    if !warned && waited >= STATUS_RETRY_WARNING {
+                        warned = true;
+                        warn!(
+                            "The status update of task (TID {task_id}) has waited {}s for \
+                             room in the connection to the driver; still trying",
+                            waited.as_secs()
+                        );
+                    }
+                    // What this runner queued must leave for the outbox to drain.
+                    self.status.flush();
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                Err(e) => {
+                    error!("Failed to send the status update of task (TID {task_id}): {e}");
+                    // Nobody will fetch a result it stored.
+                    self.blocks.remove(BlockId::TaskResult { task_id });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// How a task that returned `value` ended: its result in the update, in the block
+    /// store, or dropped for being larger than `driver.maxResultSize`.
+    pub(crate) fn finished(
+        &self,
+        launch: &Launch,
+        value: Bytes,
+        mut metrics: TaskMetrics,
+    ) -> Ended {
+        let size = value.len();
+        metrics.result_size = size as u64;
+        let outcome = if self
+            .max_result_size
+            .is_some_and(|limit| size as u64 > limit)
+        {
+            let limit = self.max_result_size.unwrap_or_default();
+            warn!(
+                "Finished {}. Result is larger than maxResultSize ({} > {}), dropping it.",
+                launch.name,
+                bytes_to_string(size as u64),
+                bytes_to_string(limit)
+            );
+            TaskOutcome::Indirect {
+                block_id: BlockId::TaskResult {
+                    task_id: launch.task_id,
+                },
+                size: size as u64,
+                metrics,
+            }
+        } else if size <= self.direct_limit {
+            debug!(
+                "Finished {}. {size} bytes result sent to driver",
+                launch.name
+            );
+            TaskOutcome::Direct {
+                value,
+                metrics,
+                accumulators: Vec::new(),
+            }
+        } else {
+            let block_id = BlockId::TaskResult {
+                task_id: launch.task_id,
+            };
+            self.blocks.put(block_id, value);
+            info!(
+                "Finished {}. {size} bytes result sent via BlockManager)",
+                launch.name
+            );
+            TaskOutcome::Indirect {
+                block_id,
+                size: size as u64,
+                metrics,
+            }
+        };
+        Ended {
+            state: TaskState::Finished,
+            outcome,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ExecutorConfig;
+    use crate::executor::{lock, Executor, Staged};
+    use crate::registry::TaskRegistry;
+    use crate::testing::{task, wait_until, WAIT};
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::{mpsc, Arc, Mutex};
+
+    /// Hands deferred updates over only when flushed, as a connection does; lends the
+    /// runner to an environment of its own (a runner defers only while lent).
+    struct Deferring {
+        pending: Mutex<Vec<StatusUpdate>>,
+        sent: Mutex<mpsc::Sender<StatusUpdate>>,
+        flushes: Arc<AtomicUsize>,
+        lender: flint_rpc::RpcEnv,
+    }
+
+    impl StatusSender for Deferring {
+        fn send_status(&self, message: &Message) -> Result<(), RpcError> {
+            self.send_status_deferred(message)?;
+            self.flush();
+            Ok(())
+        }
+
+        fn send_status_deferred(&self, message: &Message) -> Result<(), RpcError> {
+            let Message::StatusUpdate(update) = message else {
+                panic!("not a status update: {message:?}");
+            };
+            lock(&self.pending).push(update.clone());
+            Ok(())
+        }
+
+        fn flush(&self) {
+            let pending: Vec<StatusUpdate> = lock(&self.pending).drain(..).collect();
+            if !pending.is_empty() {
+                self.flushes.fetch_add(1, Ordering::SeqCst);
+            }
+            let sent = lock(&self.sent);
+            for update in pending {
+                let _ = sent.send(update);
+            }
+        }
+
+        fn lend_transport(&self) -> Option<LoopLease> {
+            Some(self.lender.handle().lend())
+        }
+    }
+
+    fn deferring_executor(
+        cores: u32,
+    ) -> (Executor, mpsc::Receiver<StatusUpdate>, Arc<AtomicUsize>) {
+        let (tx, rx) = mpsc::channel();
+        let flushes = Arc::new(AtomicUsize::new(0));
+        let sender = Deferring {
+            pending: Mutex::new(Vec::new()),
+            sent: Mutex::new(tx),
+            flushes: flushes.clone(),
+            lender: flint_rpc::RpcEnv::new(&flint_rpc::Conf::default()).unwrap(),
+        };
+        let mut config = ExecutorConfig::new("7", "localhost", cores);
+        config.busy_poll = Duration::from_secs(1);
+        let executor = Executor::new(config, TaskRegistry::with_builtins(), sender).unwrap();
+        // After a first task the runner polls for the next, lent, for a second: the
+        // tests' tasks come within it.
+        let mut staged = Staged::with_capacity(1);
+        executor.stage(&mut staged, Launch::from_description(task(0, "noop", b"")));
+        executor.commit(&mut staged).unwrap();
+        assert_eq!(rx.recv_timeout(WAIT).unwrap().task_id, 0);
+        flushes.store(0, Ordering::SeqCst);
+        (executor, rx, flushes)
+    }
+
+    #[test]
+    fn a_batch_of_quick_tasks_is_reported_in_few_flushes_and_none_is_left_behind() {
+        let (executor, rx, flushes) = deferring_executor(1);
+        let mut staged = Staged::with_capacity(8);
+        for task_id in 1..=200 {
+            executor.stage(
+                &mut staged,
+                Launch::from_description(task(task_id, "noop", b"")),
+            );
+        }
+        executor.commit(&mut staged).unwrap();
+        let mut ids: Vec<u64> = (0..200)
+            .map(|_| {
+                rx.recv_timeout(WAIT)
+                    .expect("every update is flushed")
+                    .task_id
+            })
+            .collect();
+        // One runner reports its tasks in the order they were launched.
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        ids.dedup();
+        assert_eq!(ids.len(), 200);
+        let flushes = flushes.load(Ordering::SeqCst);
+        assert!(
+            (1..=200 / FLUSH_EVERY + 2).contains(&flushes),
+            "{flushes} flushes for 200 quick tasks"
+        );
+        wait_until("the tasks to be forgotten", || {
+            executor.inner.handoff.lock().running.is_empty()
+        });
+    }
+
+    #[test]
+    fn an_update_does_not_wait_behind_a_long_task() {
+        let (executor, rx, _) = deferring_executor(1);
+        let mut staged = Staged::with_capacity(8);
+        executor.stage(&mut staged, Launch::from_description(task(1, "noop", b"")));
+        executor.stage(&mut staged, Launch::from_description(task(2, "noop", b"")));
+        executor.stage(
+            &mut staged,
+            Launch::from_description(task(3, "sleep", b"10000")),
+        );
+        executor.commit(&mut staged).unwrap();
+        for task_id in [1, 2] {
+            let update = rx
+                .recv_timeout(Duration::from_secs(5))
+                .expect("the quick tasks' updates leave before the long task ends");
+            assert_eq!(update.task_id, task_id);
+        }
+        assert_eq!(executor.running_tasks(), [3]);
+        assert!(executor.kill_task(3, false, "done"));
+        assert_eq!(rx.recv_timeout(WAIT).unwrap().state, TaskState::Killed);
+    }
+
+    /// Refuses the first `refusals` sends as a full outbox would, then collects.
+    struct FullFor {
+        refusals: AtomicUsize,
+        calls: AtomicUsize,
+        sent: Mutex<mpsc::Sender<StatusUpdate>>,
+    }
+
+    impl StatusSender for FullFor {
+        fn send_status(&self, message: &Message) -> Result<(), RpcError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let refuse = self
+                .refusals
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if refuse {
+                return Err(RpcError::OutboxFull {
+                    peer: "127.0.0.1:1".parse().unwrap(),
+                    queued: 64 << 20,
+                    limit: 64 << 20,
+                });
+            }
+            let Message::StatusUpdate(update) = message else {
+                panic!("not a status update: {message:?}");
+            };
+            let _ = lock(&self.sent).send(update.clone());
+            Ok(())
+        }
+    }
+
+    fn full_for(refusals: usize) -> (Executor, Arc<FullFor>, mpsc::Receiver<StatusUpdate>) {
+        let (tx, rx) = mpsc::channel();
+        let sender = Arc::new(FullFor {
+            refusals: AtomicUsize::new(refusals),
+            calls: AtomicUsize::new(0),
+            sent: Mutex::new(tx),
+        });
+        let config = ExecutorConfig::new("7", "localhost", 1);
+        let executor =
+            Executor::new(config, TaskRegistry::with_builtins(), sender.clone()).unwrap();
+        (executor, sender, rx)
+    }
+
+    impl StatusSender for Arc<FullFor> {
+        fn send_status(&self, message: &Message) -> Result<(), RpcError> {
+            (**self).send_status(message)
+        }
+    }
+
+    /// A status update is never given up while the executor runs: dropped, its task would
+    /// stay running at the driver for good. One refused for a long stretch still arrives.
+    #[test]
+    fn a_status_update_refused_by_a_full_outbox_is_retried_until_it_goes() {
+        let (executor, sender, rx) = full_for(60);
+        executor.launch_task(task(1, "noop", b"")).unwrap();
+        let update = rx.recv_timeout(WAIT).expect("the update arrives");
+        assert_eq!(update.task_id, 1);
+        assert_eq!(sender.calls.load(Ordering::SeqCst), 61);
+        assert!(executor.stop());
+    }
+
+    /// ... and the retrying ends when the executor stops.
+    #[test]
+    fn a_stop_ends_the_retrying_of_a_status_update() {
+        let (executor, sender, rx) = full_for(usize::MAX);
+        executor.launch_task(task(1, "noop", b"")).unwrap();
+        wait_until("a few refusals", || {
+            sender.calls.load(Ordering::SeqCst) >= 3
+        });
+        assert!(
+            executor.stop_within(WAIT),
+            "the runner is not stuck retrying"
+        );
+        assert!(rx.try_recv().is_err());
+    }
+}
