@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_rpc::LoopLease;
@@ -37,7 +37,7 @@ use tracing::{debug, error, info};
 use crate::executor::{Inner, Job, INITIAL_CAPACITY};
 use crate::launch::Launch;
 use crate::registry::{TaskFn, TaskRegistry};
-use crate::status::{Ended, DEFER_BELOW, FLUSH_EVERY};
+use crate::status::{AfterUpdate, Ended, Flush};
 use crate::task::{TaskContext, TaskError, TaskHandle};
 
 /// Decrements the pool's live count when a runner exits, however it exits.
@@ -99,7 +99,7 @@ pub(crate) fn runner(inner: Arc<Inner>) {
     ) {
         // A runner woken from its sleep holds no lease; with more than one task at hand
         // it takes one now (it would when it next looks for work), so that its updates
-        // may wait for each other (see `defer` below).
+        // may wait for each other (see `Flush::after_update`).
         if lease.is_none() && batch.len() > 1 && !inner.busy_poll.is_zero() {
             lease = inner.status.lend_transport();
         }
@@ -113,10 +113,10 @@ pub(crate) fn runner(inner: Arc<Inner>) {
                 ended.push((task_id, handle));
                 continue;
             }
-            let (outcome, quick, handle) =
+            let (outcome, finished_in, handle) =
                 inner.execute(&launch, handle, &mut functions, &mut clock);
             handle.mark_ended();
-            let same_function = batch
+            let next_same_function = batch
                 .front()
                 .is_some_and(|next| launch.same_function(&next.launch));
             // Its views of the handle's scratch buffer go before the handle is reused.
@@ -129,30 +129,18 @@ pub(crate) fn runner(inner: Arc<Inner>) {
                 inner.send_status(task_id, &message);
                 unflushed += 1;
             }
-            // Only a quick task followed by one of the same function leaves its update
-            // queued: the next one is likely quick too. The last task of a batch always
-            // flushes. Should the next one be long after all, the event loop's thread
-            // writes the update meanwhile, but only while this runner is lent to the loop
-            // (see flint_rpc's turns): a runner that is not (executor.busyPoll=0) flushes
-            // at once.
-            let defer = quick && same_function && unflushed < FLUSH_EVERY && lease.is_some();
-            if !defer && unflushed > 0 {
-                // With tasks still at hand the event loop writes the updates while they
-                // run; when none is left they are written at once, from here.
-                if batch.is_empty() && inner.handoff.queued() == 0 {
-                    inner.status.flush();
-                } else {
-                    inner.status.flush_in_background();
-                }
-                unflushed = 0;
-            }
+            let flush = Flush::after_update(AfterUpdate {
+                finished_in,
+                next_same_function,
+                unflushed,
+                lent: lease.is_some(),
+                more_at_hand: !batch.is_empty() || inner.handoff.queued() != 0,
+            });
+            unflushed = flush.apply(&*inner.status, unflushed);
         }
         // A stop that came in the middle of the batch skipped its flushes: what the tasks
         // that ended before it sent must not stay behind.
-        if unflushed > 0 {
-            inner.status.flush();
-            unflushed = 0;
-        }
+        unflushed = Flush::at_batch_end(unflushed).apply(&*inner.status, unflushed);
     }
 }
 
@@ -259,8 +247,9 @@ impl Inner {
         }
     }
 
-    /// Runs one task; returns how it ended, whether it finished quickly (under
-    /// [`DEFER_BELOW`]), and its handle (lent to the task's context, not shared).
+    /// Runs one task; returns how it ended, how long its function ran if it finished
+    /// with a result (what the flush policy looks at), and its handle (lent to the
+    /// task's context, not shared).
     ///
     /// `clock` is when the runner took the task up, and is moved on to when it ended:
     /// the runner's tasks run back to back, so one clock read ends one task and starts
@@ -271,7 +260,7 @@ impl Inner {
         handle: Arc<TaskHandle>,
         functions: &mut FunctionCache<'r>,
         clock: &mut Instant,
-    ) -> (Ended, bool, Arc<TaskHandle>) {
+    ) -> (Ended, Option<Duration>, Arc<TaskHandle>) {
         let start = *clock;
         if let Some(reason) = handle.kill_reason() {
             *clock = Instant::now();
@@ -280,7 +269,7 @@ impl Inner {
                 launch.name
             );
             let ended = Ended::killed(reason, TaskMetrics::default());
-            return (ended, false, handle);
+            return (ended, None, handle);
         }
         debug!("Running {}", launch.name);
         let parsed = match &launch.extras {
@@ -298,7 +287,7 @@ impl Inner {
                     message,
                     TaskMetrics::default(),
                 );
-                return (ended, false, handle);
+                return (ended, None, handle);
             }
         };
         let Some(function) = functions.get(&self.registry, payload.function) else {
@@ -315,7 +304,7 @@ impl Inner {
                 message,
                 TaskMetrics::default(),
             );
-            return (ended, false, handle);
+            return (ended, None, handle);
         };
         let input: Bytes = launch.serialized_task.slice(1 + payload.function.len()..);
         let function_name = payload.function;
@@ -336,24 +325,27 @@ impl Inner {
         *clock = Instant::now();
         let run_time = clock.saturating_duration_since(run_start);
         let handle = ctx.handle;
-        let quick = run_time < DEFER_BELOW;
         let mut metrics = handle.metrics(run_time.as_nanos() as u64);
         // As the seeds' runner: a task asked to stop ends KILLED, whatever it returned.
         if let Some(reason) = handle.kill_reason() {
             info!("Executor killed {}, reason: {reason}", launch.name);
             let ended = Ended::killed(reason, metrics);
-            return (ended, false, handle);
+            return (ended, None, handle);
         }
         match result {
-            Ok(Ok(value)) => (self.finished(launch, value, metrics), quick, handle),
+            Ok(Ok(value)) => (
+                self.finished(launch, value, metrics),
+                Some(run_time),
+                handle,
+            ),
             Ok(Err(TaskError::Killed { reason })) => {
                 info!("Executor killed {}, reason: {reason}", launch.name);
-                (Ended::killed(&reason, metrics), false, handle)
+                (Ended::killed(&reason, metrics), None, handle)
             }
             Ok(Err(TaskError::Failed(message))) => {
                 error!("Exception in {}: {message}", launch.name);
                 let ended = Ended::failed(TaskFailureKind::Exception, message, metrics);
-                (ended, false, handle)
+                (ended, None, handle)
             }
             Err(panic) => {
                 let text = panic
@@ -365,7 +357,7 @@ impl Inner {
                 error!("Exception in {}: {message}", launch.name);
                 metrics.result_size = 0;
                 let ended = Ended::failed(TaskFailureKind::Exception, message, metrics);
-                (ended, false, handle)
+                (ended, None, handle)
             }
         }
     }

@@ -1,6 +1,6 @@
 //! A task's status update: how a task ended ([`Ended`]), the message that says so, how a
 //! runner sends it ([`StatusSender`], retried while the connection's outbox is full), and
-//! when a runner sends on the updates it has queued.
+//! when a runner sends on the updates it has queued ([`Flush`]).
 //!
 //! # The flush policy
 //!
@@ -14,6 +14,9 @@
 //! lent to the loop. The executor's endpoint also flushes at the end of its batches and
 //! after each heartbeat, so that its own frames on the same connection never wait for a
 //! runner.
+//!
+//! The policy is a pure function of what the runner knows after a task
+//! ([`Flush::after_update`]), so that it is tested on its own.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -40,11 +43,11 @@ pub const RESULT_OVERHEAD: usize = 64 * 1024;
 const STATUS_RETRY_WARNING: Duration = Duration::from_secs(30);
 
 /// The most status updates a runner leaves queued before it sends them on.
-pub(crate) const FLUSH_EVERY: usize = 32;
+const FLUSH_EVERY: usize = 32;
 
 /// A task that ran less than this may leave its status update queued while the runner
 /// runs the next task, if that one runs the same function.
-pub(crate) const DEFER_BELOW: Duration = Duration::from_micros(20);
+const DEFER_BELOW: Duration = Duration::from_micros(20);
 
 /// Where task runners send their tasks' status updates: the driver's endpoint, or a
 /// test's collector.
@@ -155,6 +158,84 @@ impl Ended {
     }
 }
 
+/// What a runner does with the status updates it has queued and not flushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// Leaves them queued: the next task is likely as quick as the last, and its update
+    /// can leave with them. Also the answer when nothing is queued.
+    Hold,
+    /// Writes them from the runner's thread ([`StatusSender::flush`]): no task is at hand
+    /// to run while the event loop would write them.
+    Now,
+    /// Hands them to the event loop ([`StatusSender::flush_in_background`]), which writes
+    /// them while the runner goes on with the tasks at hand.
+    InBackground,
+}
+
+/// What a runner knows when it has queued a task's status update, which is all the flush
+/// policy looks at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AfterUpdate {
+    /// How long the task's function ran, if it finished with a result; `None` for a task
+    /// that failed, was killed or never ran, whose update never waits.
+    pub(crate) finished_in: Option<Duration>,
+    /// The next task of the runner's batch runs the same function.
+    pub(crate) next_same_function: bool,
+    /// Updates queued and not flushed, this one included.
+    pub(crate) unflushed: usize,
+    /// The runner is lent to the event loop, whose thread then writes what waits in the
+    /// outbox within a few milliseconds (see flint_rpc's turns); a runner that is not
+    /// (`executor.busyPoll=0`) must flush at once.
+    pub(crate) lent: bool,
+    /// Tasks are left in the runner's batch or queued at the executor.
+    pub(crate) more_at_hand: bool,
+}
+
+impl Flush {
+    /// After a task's update is queued: only a quick task followed by one of the same
+    /// function leaves its update queued (the next one is likely quick too), at most
+    /// [`FLUSH_EVERY`] of them, and only while the runner is lent to the event loop.
+    /// Otherwise the updates leave now: written by the event loop while the runner goes
+    /// on with more tasks, or from the runner's thread when none is left.
+    pub(crate) fn after_update(after: AfterUpdate) -> Flush {
+        let quick = after.finished_in.is_some_and(|ran| ran < DEFER_BELOW);
+        let hold = quick && after.next_same_function && after.unflushed < FLUSH_EVERY && after.lent;
+        if hold || after.unflushed == 0 {
+            Flush::Hold
+        } else if after.more_at_hand {
+            Flush::InBackground
+        } else {
+            Flush::Now
+        }
+    }
+
+    /// At the end of a batch, before the runner looks for more work or sleeps: whatever
+    /// is queued leaves now (a stop in the middle of the batch skips the flushes after
+    /// each task), so that no update waits for the runner's next task.
+    pub(crate) fn at_batch_end(unflushed: usize) -> Flush {
+        if unflushed > 0 {
+            Flush::Now
+        } else {
+            Flush::Hold
+        }
+    }
+
+    /// Does it with `status`; returns how many updates are left queued of `unflushed`.
+    pub(crate) fn apply(self, status: &dyn StatusSender, unflushed: usize) -> usize {
+        match self {
+            Flush::Hold => unflushed,
+            Flush::Now => {
+                status.flush();
+                0
+            }
+            Flush::InBackground => {
+                status.flush_in_background();
+                0
+            }
+        }
+    }
+}
+
 impl Inner {
     /// Sends a status update deferred (the runner flushes), retrying while the
     /// connection's outbox is full, until the executor stops.
@@ -259,6 +340,138 @@ mod tests {
     use crate::testing::{task, wait_until, WAIT};
     use std::sync::atomic::AtomicUsize;
     use std::sync::{mpsc, Arc, Mutex};
+
+    /// After a quick task, lent, with the next task of the same function, the third
+    /// update queued and more tasks at hand: the one case where an update is held.
+    fn quick_run() -> AfterUpdate {
+        AfterUpdate {
+            finished_in: Some(Duration::from_micros(3)),
+            next_same_function: true,
+            unflushed: 3,
+            lent: true,
+            more_at_hand: true,
+        }
+    }
+
+    #[test]
+    fn an_update_of_a_quick_task_followed_by_one_of_its_function_is_held() {
+        assert_eq!(Flush::after_update(quick_run()), Flush::Hold);
+        let started = Instant::now();
+        let ended = started + DEFER_BELOW - Duration::from_nanos(1);
+        let just_quick = AfterUpdate {
+            finished_in: Some(ended - started),
+            ..quick_run()
+        };
+        assert_eq!(Flush::after_update(just_quick), Flush::Hold);
+    }
+
+    #[test]
+    fn an_update_leaves_when_the_next_task_might_be_long() {
+        let cases = [
+            (
+                "a task of DEFER_BELOW",
+                AfterUpdate {
+                    finished_in: Some(DEFER_BELOW),
+                    ..quick_run()
+                },
+            ),
+            (
+                "a failed, killed or never run task",
+                AfterUpdate {
+                    finished_in: None,
+                    ..quick_run()
+                },
+            ),
+            (
+                "another function next",
+                AfterUpdate {
+                    next_same_function: false,
+                    ..quick_run()
+                },
+            ),
+        ];
+        for (what, after) in cases {
+            assert_eq!(Flush::after_update(after), Flush::InBackground, "{what}");
+        }
+    }
+
+    #[test]
+    fn at_most_flush_every_updates_are_held() {
+        let below = AfterUpdate {
+            unflushed: FLUSH_EVERY - 1,
+            ..quick_run()
+        };
+        assert_eq!(Flush::after_update(below), Flush::Hold);
+        let full = AfterUpdate {
+            unflushed: FLUSH_EVERY,
+            ..quick_run()
+        };
+        assert_eq!(Flush::after_update(full), Flush::InBackground);
+    }
+
+    #[test]
+    fn a_runner_not_lent_to_the_loop_holds_nothing() {
+        let not_lent = AfterUpdate {
+            lent: false,
+            ..quick_run()
+        };
+        assert_eq!(Flush::after_update(not_lent), Flush::InBackground);
+    }
+
+    #[test]
+    fn updates_are_written_from_the_runner_only_when_no_task_is_at_hand() {
+        let last = AfterUpdate {
+            next_same_function: false,
+            more_at_hand: false,
+            ..quick_run()
+        };
+        assert_eq!(Flush::after_update(last), Flush::Now);
+        let long_then_more = AfterUpdate {
+            finished_in: Some(Duration::from_secs(1)),
+            ..quick_run()
+        };
+        assert_eq!(Flush::after_update(long_then_more), Flush::InBackground);
+    }
+
+    #[test]
+    fn nothing_queued_is_nothing_to_flush() {
+        for more_at_hand in [false, true] {
+            let none = AfterUpdate {
+                finished_in: None,
+                next_same_function: false,
+                unflushed: 0,
+                lent: false,
+                more_at_hand,
+            };
+            assert_eq!(Flush::after_update(none), Flush::Hold);
+        }
+        assert_eq!(Flush::at_batch_end(0), Flush::Hold);
+        assert_eq!(Flush::at_batch_end(1), Flush::Now);
+        assert_eq!(Flush::at_batch_end(FLUSH_EVERY), Flush::Now);
+    }
+
+    #[test]
+    fn a_long_failure_text_is_cut_to_fit_a_message() {
+        let id = SharedStr::from("7");
+        let long = "x".repeat(100);
+        let failed = Ended::failed(TaskFailureKind::Exception, long, TaskMetrics::default());
+        let Message::StatusUpdate(update) = failed.into_message(&id, 5, 40) else {
+            panic!("not a status update")
+        };
+        assert_eq!((update.task_id, update.state), (5, TaskState::Failed));
+        let TaskOutcome::Failure { message, .. } = update.outcome else {
+            panic!("{:?}", update.outcome)
+        };
+        assert!(message.len() <= 40, "{message}");
+        let killed = Ended::killed("short", TaskMetrics::default());
+        let Message::StatusUpdate(update) = killed.into_message(&id, 6, 40) else {
+            panic!("not a status update")
+        };
+        assert!(
+            matches!(&update.outcome, TaskOutcome::Failure { message, .. } if message == "short"),
+            "{update:?}"
+        );
+    }
 
     /// Hands deferred updates over only when flushed, as a connection does; lends the
     /// runner to an environment of its own (a runner defers only while lent).
