@@ -612,7 +612,7 @@ impl Drop for Executor {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::testing::{archived, executor, launch_frame, task, wait_until, Collect, WAIT};

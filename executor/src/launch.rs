@@ -161,7 +161,7 @@ impl Launch {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::executor::Staged;

@@ -363,7 +363,7 @@ impl Inner {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use crate::registry::TaskRegistry;
     use crate::status::RESULT_OVERHEAD;

@@ -331,7 +331,7 @@ impl Inner {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::config::ExecutorConfig;

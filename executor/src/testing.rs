@@ -1,6 +1,9 @@
 //! Helpers the crate's unit tests share: an executor whose status updates are collected,
 //! task descriptions, launch frames, and bounded waits.
 
+// The loom models use only some of them.
+#![cfg_attr(loom, allow(dead_code))]
+
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
