@@ -18,10 +18,10 @@
 //! then run on the runner; none of them blocks.
 //!
 //! Waking a sleeping thread is costly on a virtual machine; without launch pipelining
-//! every task would pay it, and with it every batch. PERFORMANCE.md has what polling and
-//! lending the runner gained, against sleeping at once and against handing over from the
-//! loop thread. Pure spinning without yielding measured worse: it keeps the event loops
-//! off the core they need.
+//! every task would pay it, and with it every batch. docs/perf-log.md has what polling
+//! and lending the runner gained, against sleeping at once and against handing over from
+//! the loop thread. Pure spinning without yielding measured worse: it keeps the event
+//! loops off the core they need.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
