@@ -412,7 +412,9 @@ fn kill_task_ends_a_running_sleep_task_killed() {
 
 /// The TCP sockets process `pid` holds, by the state /proc/net/tcp and tcp6 give them
 /// ("0A" is LISTEN, "01" ESTABLISHED), each once.
-fn tcp_socket_states(pid: u32) -> Vec<String> {
+/// The TCP sockets of process `pid`: each one's state (`0A` listening, `01` established)
+/// and local port, read from /proc.
+fn tcp_socket_states(pid: u32) -> Vec<(String, u16)> {
     let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
@@ -435,22 +437,33 @@ fn tcp_socket_states(pid: u32) -> Vec<String> {
             let fields: Vec<&str> = row.split_whitespace().collect();
             // sl, local, remote, st, queues, tr, retrnsmt, uid, timeout, inode
             if fields.len() > 9 && inodes.iter().any(|inode| inode == fields[9]) {
-                states.push(fields[3].to_owned());
+                let port = fields[1]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|hex| u16::from_str_radix(hex, 16).ok())
+                    .unwrap_or(0);
+                states.push((fields[3].to_owned(), port));
             }
         }
     }
     states
 }
 
-/// An executor listens nowhere, whatever rpc.port it is given: the driver reaches it
-/// over the connection it opened, and no one else can connect to it.
+/// An executor listens only on its block server's port (blockManager.port), whatever
+/// rpc.port it is given: the driver reaches its endpoint over the connection it opened.
 #[test]
-fn an_executor_process_listens_on_no_port() {
+fn an_executor_process_listens_only_for_blocks() {
     let driver = Driver::standalone(&conf(&[])).unwrap();
+    let block_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let block_manager_port = format!("blockManager.port={block_port}");
     let mut processes = Processes(vec![spawn_executor(
         driver.address(),
         "1",
-        &["rpc.port=0", "rpc.bindAddress=0.0.0.0"],
+        &["rpc.port=0", &block_manager_port],
         Stdio::piped(),
     )]);
     driver.wait_for_executors(1, REGISTER_TIMEOUT).unwrap();
@@ -463,16 +476,18 @@ fn an_executor_process_listens_on_no_port() {
     let pid = processes.0[0].id();
     let states = tcp_socket_states(pid);
     assert!(
-        states.iter().any(|state| state == "01"),
+        states.iter().any(|(state, _)| state == "01"),
         "the executor's connection to its driver is not among its sockets: {states:?}"
     );
-    assert!(
-        states.iter().all(|state| state != "0A"),
-        "the executor listens: {states:?}"
-    );
+    let listening: Vec<u16> = states
+        .iter()
+        .filter(|(state, _)| state == "0A")
+        .map(|&(_, port)| port)
+        .collect();
+    assert_eq!(listening, [block_port], "{states:?}");
     // A listening driver, by the same reading of this process's own sockets.
     let own = tcp_socket_states(std::process::id());
-    assert!(own.iter().any(|state| state == "0A"), "{own:?}");
+    assert!(own.iter().any(|(state, _)| state == "0A"), "{own:?}");
     driver.stop().unwrap();
     let status = wait_exit(&mut processes.0[0], Duration::from_secs(20));
     assert_eq!(status.code(), Some(0));

@@ -8,29 +8,28 @@ use std::time::{Duration, Instant};
 
 use flint_rpc::log_budget::LogBudget;
 use flint_rpc::{
-    Conf, Endpoint, EndpointContext, EndpointRef, Incoming, Reply, ReplyHandle, RpcEnv, RpcError,
-    TimerId,
+    Conf, Endpoint, EndpointContext, EndpointRef, Incoming, Reply, RpcEnv, RpcError, TimerId,
 };
 use flint_wire::{
     ArchivedBlockId, ArchivedMessage, ArchivedTaskDescription, BlockId, BlockManagerId, Heartbeat,
-    Message, RegisterExecutor, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+    Message, RegisterExecutor, BLOCK_MANAGER_ENDPOINT, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT,
+    HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT,
 };
 use tracing::{debug, error, info, warn};
 
+use crate::block_store::BlockStore;
 use crate::config::ExecutorConfig;
 use crate::executor::{Executor, Staged};
 use crate::heartbeater::{random_initial_delay, HeartbeatAction, Heartbeater};
 use crate::launch::Launch;
 use crate::registry::TaskRegistry;
+use crate::reply_retry::{Answer, RetriedReplies};
+use crate::shuffle::{BlockServer, ShuffleFetcher, ShuffleService, ShuffleStore};
 use crate::status::RESULT_OVERHEAD;
 
 /// Launches of one batch of the event loop the endpoint has room for before its staging
 /// buffer grows.
 const STAGED_CAPACITY: usize = 256;
-
-/// First and longest pause before a chunk reply refused for a full outbox is tried again.
-const CHUNK_RETRY_FIRST: Duration = Duration::from_millis(1);
-const CHUNK_RETRY_MAX: Duration = Duration::from_millis(100);
 
 /// Why an executor ended ([`run_executor`]'s result), with the process exit code that
 /// goes with it ([`ExecutorExit::code`]). Its `Display` is a sentence for a person.
@@ -280,20 +279,17 @@ struct ExecutorEndpoint {
     heartbeat_timer: Option<TimerId>,
     staged: Staged,
     /// Chunk fetches whose reply the connection's full outbox refused (a large direct
-    /// result queued ahead of it), tried again on `chunk_timer` until the asker's timeout.
-    refused_chunks: Vec<RefusedChunk>,
-    chunk_timer: Option<(TimerId, Duration)>,
+    /// result queued ahead of it), tried again until the asker's timeout.
+    refused_chunks: RetriedReplies<ChunkRequest>,
     /// Lines about peers other than the driver that connect and send commands.
     stranger_warnings: LogBudget,
 }
 
-/// A `FetchBlockChunk` to answer once the outbox has room.
-struct RefusedChunk {
-    reply: ReplyHandle,
+/// A `FetchBlockChunk` asked for.
+struct ChunkRequest {
     block_id: BlockId,
     offset: u64,
     max_len: usize,
-    asked: Instant,
 }
 
 impl ExecutorEndpoint {
@@ -335,79 +331,14 @@ impl ExecutorEndpoint {
             warn!("FetchBlockChunk of {block_id} was not an ask: there is nobody to answer");
             return;
         };
-        let chunk = RefusedChunk {
-            reply,
+        let request = ChunkRequest {
             block_id,
             offset,
             max_len: (max_len as usize).min(self.backend.max_chunk),
-            asked: Instant::now(),
         };
-        if let Some(refused) = self.answer_chunk(chunk) {
-            self.refused_chunks.push(refused);
-            if self.chunk_timer.is_none() {
-                let timer = ctx.schedule_once(CHUNK_RETRY_FIRST);
-                self.chunk_timer = Some((timer, CHUNK_RETRY_FIRST));
-            }
-        }
-    }
-
-    /// Answers a chunk fetch; gives it back if the outbox is full.
-    fn answer_chunk(&self, chunk: RefusedChunk) -> Option<RefusedChunk> {
-        let RefusedChunk {
-            reply,
-            block_id,
-            offset,
-            max_len,
-            asked,
-        } = chunk;
         let store = self.backend.executor.block_store();
-        let replied = match store.chunk(block_id, offset, max_len) {
-            Ok((data, total_size)) => reply.try_reply(&Message::BlockChunk {
-                block_id,
-                offset,
-                total_size,
-                data,
-            }),
-            Err(e) => {
-                debug!("cannot serve a chunk: {e}");
-                if let Err(e) = reply.fail(e.to_string()) {
-                    warn!("cannot answer FetchBlockChunk of {block_id}: {e}");
-                }
-                return None;
-            }
-        };
-        match replied {
-            Ok(()) => None,
-            Err((reply, RpcError::OutboxFull { .. }))
-                if asked.elapsed() < self.backend.ask_timeout =>
-            {
-                Some(RefusedChunk {
-                    reply,
-                    block_id,
-                    offset,
-                    max_len,
-                    asked,
-                })
-            }
-            Err((_, e)) => {
-                warn!("cannot answer FetchBlockChunk of {block_id}: {e}");
-                None
-            }
-        }
-    }
-
-    /// Tries the refused chunk replies again, in the order they were asked.
-    fn retry_chunks(&mut self, ctx: &mut EndpointContext<'_>, pause: Duration) {
-        let refused = std::mem::take(&mut self.refused_chunks);
-        for chunk in refused {
-            if let Some(again) = self.answer_chunk(chunk) {
-                self.refused_chunks.push(again);
-            }
-        }
-        self.chunk_timer = (!self.refused_chunks.is_empty()).then(|| {
-            let pause = (pause * 2).min(CHUNK_RETRY_MAX);
-            (ctx.schedule_once(pause), pause)
-        });
+        self.refused_chunks
+            .answer(ctx, reply, request, &mut answer_chunk(store));
     }
 
     fn start_heartbeats(&mut self, ctx: &mut EndpointContext<'_>) {
@@ -504,6 +435,13 @@ impl Endpoint for ExecutorEndpoint {
                     warn!("cannot answer RemoveBlock of {block_id}: {e}");
                 }
             }
+            ArchivedMessage::RemoveShuffle { shuffle_id } => {
+                let shuffle_id = shuffle_id.to_native();
+                debug!("RemoveShuffle {shuffle_id}");
+                if let Some(service) = backend.executor.shuffle_service() {
+                    service.store().remove_shuffle(shuffle_id);
+                }
+            }
             ArchivedMessage::StopExecutor => {
                 info!("Driver commanded a shutdown");
                 backend.stopping.store(true, Ordering::Release);
@@ -545,11 +483,12 @@ impl Endpoint for ExecutorEndpoint {
     }
 
     fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
-        if let Some((chunk_timer, pause)) = self.chunk_timer {
-            if chunk_timer == timer {
-                self.retry_chunks(ctx, pause);
-                return;
-            }
+        let store = self.backend.executor.block_store();
+        if self
+            .refused_chunks
+            .on_timer(ctx, timer, &mut answer_chunk(store))
+        {
+            return;
         }
         if self.heartbeat_timer != Some(timer) {
             return;
@@ -591,6 +530,22 @@ impl Endpoint for ExecutorEndpoint {
     }
 }
 
+/// Answers a chunk fetch from the result block store.
+fn answer_chunk(store: &BlockStore) -> impl FnMut(&ChunkRequest) -> Answer + '_ {
+    move |request| match store.chunk(request.block_id, request.offset, request.max_len) {
+        Ok((data, total_size)) => Answer::Reply(Message::BlockChunk {
+            block_id: request.block_id,
+            offset: request.offset,
+            total_size,
+            data,
+        }),
+        Err(e) => {
+            debug!("cannot serve a chunk: {e}");
+            Answer::Fail(e.to_string())
+        }
+    }
+}
+
 fn block_id_of(block_id: &ArchivedBlockId) -> BlockId {
     match block_id {
         ArchivedBlockId::TaskResult { task_id } => BlockId::TaskResult {
@@ -602,6 +557,8 @@ fn block_id_of(block_id: &ArchivedBlockId) -> BlockId {
 /// The running executor's parts, until it ends.
 struct Running {
     env: RpcEnv,
+    /// The block server's environment, which also fetches other executors' blocks.
+    blocks: RpcEnv,
     backend: Arc<Backend>,
 }
 
@@ -612,9 +569,16 @@ fn start(
     registry: TaskRegistry,
 ) -> Result<Running, ExecutorExit> {
     // No listener: the driver reaches the executor over the connection it opens, and
-    // nobody else has any business with it.
+    // nobody else has any business with its commands.
     let env = RpcEnv::client(conf).map_err(|e| {
         ExecutorExit::Error(format!("Cannot start the executor's RPC environment: {e}"))
+    })?;
+    // Shuffle blocks go through an environment of their own, on blockManager.port: bulk
+    // transfers never stand in the way of launches and status updates.
+    let mut block_conf = conf.clone();
+    block_conf.set("rpc.port", config.block_manager_port.to_string());
+    let blocks = RpcEnv::new(&block_conf).map_err(|e| {
+        ExecutorExit::Error(format!("Cannot start the executor's block server: {e}"))
     })?;
     let handle = env.handle();
     let settings = handle.settings();
@@ -626,33 +590,73 @@ fn start(
     let hostname = config.hostname.clone();
     let cores = config.cores;
     let driver = handle.endpoint_ref(driver_address, DRIVER_ENDPOINT);
+    let (local_dir, shuffle_memory, max_in_flight) = (
+        config.local_dir.clone(),
+        config.shuffle_max_memory,
+        config.max_size_in_flight,
+    );
     let executor = Executor::new(config, registry, driver.clone())
         .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor: {e}")))?;
     let executor_id = executor.shared_id().clone();
+    let max_chunk = max_payload
+        .saturating_sub(RESULT_OVERHEAD)
+        .max(max_payload / 2);
+    // Where other executors reach the block server: its address, or this host's name
+    // when it listens on every interface.
+    let served = blocks.address();
+    let block_manager_id = BlockManagerId {
+        executor_id: executor_id.clone(),
+        host: if served.ip().is_unspecified() {
+            hostname.clone()
+        } else {
+            served.ip().to_string()
+        },
+        port: served.port(),
+    };
+    let store = Arc::new(ShuffleStore::new(&local_dir, &executor_id, shuffle_memory));
+    let fetcher = ShuffleFetcher::new(
+        blocks.handle(),
+        store.clone(),
+        executor_id.to_string(),
+        max_in_flight,
+        u32::try_from(max_chunk).unwrap_or(u32::MAX),
+        ask_timeout,
+    );
+    executor.set_shuffle_service(Arc::new(ShuffleService::new(
+        store.clone(),
+        fetcher,
+        handle.endpoint_ref(driver_address, MAP_OUTPUT_TRACKER_ENDPOINT),
+        block_manager_id.clone(),
+        ask_timeout,
+        max_payload,
+    )));
+    blocks
+        .handle()
+        .register(
+            BLOCK_MANAGER_ENDPOINT,
+            BlockServer::new(store, max_chunk, ask_timeout),
+        )
+        .map_err(|e| {
+            ExecutorExit::Error(format!("Cannot start the executor's block server: {e}"))
+        })?;
     let backend = Arc::new(Backend {
         driver_address,
         heartbeat_receiver: handle.endpoint_ref(driver_address, HEARTBEAT_ENDPOINT),
         driver,
         registration: RegisterExecutor {
             executor_id: executor_id.clone(),
-            executor_address: String::new(),
+            executor_address: served.to_string(),
             endpoint_name: EXECUTOR_ENDPOINT.to_owned(),
             hostname: hostname.clone(),
             cores,
             log_urls: Vec::new(),
         },
-        block_manager_id: BlockManagerId {
-            executor_id,
-            host: hostname,
-            port: 0,
-        },
+        block_manager_id,
         ask_timeout,
         heartbeat_interval,
         heartbeat_max_failures,
         heartbeater: Mutex::new(None),
-        max_chunk: max_payload
-            .saturating_sub(RESULT_OVERHEAD)
-            .max(max_payload / 2),
+        max_chunk,
         stopping: AtomicBool::new(false),
         exit: ExitSignal::default(),
         executor,
@@ -663,14 +667,17 @@ fn start(
             ExecutorEndpoint {
                 backend: backend.clone(),
                 heartbeat_timer: None,
-                refused_chunks: Vec::new(),
-                chunk_timer: None,
+                refused_chunks: RetriedReplies::new("FetchBlockChunk", ask_timeout),
                 staged: Staged::with_capacity(STAGED_CAPACITY),
                 stranger_warnings: LogBudget::default(),
             },
         )
         .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor's endpoint: {e}")))?;
-    Ok(Running { env, backend })
+    Ok(Running {
+        env,
+        blocks,
+        backend,
+    })
 }
 
 impl Running {
@@ -708,6 +715,7 @@ impl Running {
         let exit = backend.exit.wait();
         backend.stopping.store(true, Ordering::Release);
         backend.executor.stop();
+        self.blocks.stop();
         self.env.stop();
         exit
     }

@@ -21,7 +21,7 @@
 use flint_rpc::timer::deadline_after;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,7 @@ use crate::handoff::Handoff;
 use crate::launch::{Launch, COPY_LIMIT};
 use crate::registry::TaskRegistry;
 use crate::runner::runner;
+use crate::shuffle::ShuffleService;
 use crate::status::{StatusSender, RESULT_OVERHEAD};
 use crate::sync::Condvar;
 use crate::task::TaskHandle;
@@ -171,6 +172,8 @@ pub(crate) struct Inner {
     /// handed over: it came before the reason to kill everything (for a re-registering
     /// executor, from the driver that has since given up on it), in the same batch.
     kills_of_all: AtomicU64,
+    /// What stage tasks use of shuffles; set once, before the first task.
+    pub(crate) shuffle: OnceLock<Arc<ShuffleService>>,
 }
 
 impl Inner {
@@ -203,6 +206,7 @@ impl Inner {
             exited: Condvar::new(),
             stopped: AtomicBool::new(false),
             kills_of_all: AtomicU64::new(0),
+            shuffle: OnceLock::new(),
         }
     }
 
@@ -321,6 +325,18 @@ impl Executor {
             inner: Arc::new(Inner::new(config, registry, status)),
             runners: Mutex::new(Vec::with_capacity(cores)),
         }
+    }
+
+    /// Gives the executor its shuffle service, which tasks of jobs' stages need: the
+    /// executor of [`crate::run_executor`] has one, an executor made alone does not
+    /// until given one (a stage task then fails). Only the first call counts.
+    pub fn set_shuffle_service(&self, service: Arc<ShuffleService>) {
+        let _ = self.inner.shuffle.set(service);
+    }
+
+    /// The shuffle service, if it has one.
+    pub fn shuffle_service(&self) -> Option<&Arc<ShuffleService>> {
+        self.inner.shuffle.get()
     }
 
     /// The executor's id.

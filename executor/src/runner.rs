@@ -26,19 +26,19 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_rpc::LoopLease;
-use flint_wire::{TaskFailureKind, TaskMetrics, TaskPayload};
-use tracing::{debug, error, info};
+use flint_wire::{StageInfo, TaskFailureKind, TaskMetrics, TaskPayload};
+use tracing::{debug, error, info, warn};
 
 use crate::executor::{Inner, Job, INITIAL_CAPACITY};
 use crate::launch::Launch;
 use crate::registry::{TaskFn, TaskRegistry};
 use crate::status::{AfterUpdate, Ended, Flush};
-use crate::task::{TaskContext, TaskError, TaskHandle};
+use crate::task::{StageContext, TaskContext, TaskError, TaskHandle};
 
 /// Decrements the pool's live count when a runner exits, however it exits.
 struct Exiting<'a>(&'a Inner);
@@ -247,6 +247,30 @@ impl Inner {
         }
     }
 
+    /// What a task of a job's stage has of shuffles: a writer of its map output, the
+    /// shuffles it reads, and the executor's shuffle service, told of the task's epoch.
+    fn stage_context(
+        &self,
+        launch: &Launch,
+        stage: &StageInfo<'_>,
+    ) -> Result<StageContext, String> {
+        let Some(service) = self.shuffle.get() else {
+            return Err(format!(
+                "executor {} has no shuffle service, which a task of a job's stage needs",
+                self.executor_id
+            ));
+        };
+        service.start_task(stage.epoch);
+        let writer = stage.writes.map(|writes| {
+            Mutex::new(service.writer(writes.shuffle_id, launch.partition_id, writes.partitions))
+        });
+        Ok(StageContext {
+            writer,
+            reads: stage.reads().collect(),
+            service: service.clone(),
+        })
+    }
+
     /// Runs one task; returns how it ended, how long its function ran if it finished
     /// with a result (what the flush policy looks at), and its handle (lent to the
     /// task's context, not shared).
@@ -306,12 +330,28 @@ impl Inner {
             );
             return (ended, None, handle);
         };
-        let input: Bytes = launch.serialized_task.slice(1 + payload.function.len()..);
+        let stage = match payload.stage {
+            None => None,
+            Some(stage) => match self.stage_context(launch, &stage) {
+                Ok(stage) => Some(stage),
+                Err(message) => {
+                    *clock = Instant::now();
+                    error!("Could not deserialize {}: {message}", launch.name);
+                    let ended = Ended::failed(
+                        TaskFailureKind::Undeserializable,
+                        message,
+                        TaskMetrics::default(),
+                    );
+                    return (ended, None, handle);
+                }
+            },
+        };
+        let input: Bytes = launch.serialized_task.slice_ref(payload.input);
         let function_name = payload.function;
         let run_start = Instant::now();
         let deserialize_ns = run_start.duration_since(start).as_nanos() as u64;
         handle.mark_started(self.since_epoch(run_start), deserialize_ns);
-        let ctx = TaskContext {
+        let mut ctx = TaskContext {
             task_id: launch.task_id,
             attempt_number: launch.attempt_number,
             partition_id: launch.partition_id,
@@ -320,8 +360,27 @@ impl Inner {
             executor_id: self.executor_id.clone(),
             extras: launch.extras.as_ref().ok().cloned().flatten(),
             handle,
+            stage,
         };
         let result = catch_unwind(AssertUnwindSafe(|| function(&ctx, &input)));
+        // A shuffle map task's result is its map status, once its output is committed;
+        // a failed or killed one's output is dropped.
+        let result = match (result, ctx.stage.take()) {
+            (
+                Ok(Ok(_)),
+                Some(StageContext {
+                    writer: Some(writer),
+                    service,
+                    ..
+                }),
+            ) if !ctx.is_interrupted() => {
+                let writer = writer.into_inner().unwrap_or_else(|e| e.into_inner());
+                ctx.add_output_bytes(writer.bytes_written());
+                let sizes = writer.commit();
+                Ok(Ok(service.map_status(sizes).encode()))
+            }
+            (result, _) => result,
+        };
         *clock = Instant::now();
         let run_time = clock.saturating_duration_since(run_start);
         let handle = ctx.handle;
@@ -346,6 +405,10 @@ impl Inner {
                 error!("Exception in {}: {message}", launch.name);
                 let ended = Ended::failed(TaskFailureKind::Exception, message, metrics);
                 (ended, None, handle)
+            }
+            Ok(Err(TaskError::FetchFailed(failure))) => {
+                warn!("{} failed to fetch a shuffle block: {failure}", launch.name);
+                (Ended::fetch_failed(failure, metrics), None, handle)
             }
             Err(panic) => {
                 let text = panic

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flint_rpc::{EndpointRef, LoopLease, RpcError};
 use flint_wire::{
-    bytes_to_string, cut_text, BlockId, Message, SharedStr, StatusUpdate, TaskFailureKind,
-    TaskMetrics, TaskOutcome, TaskState,
+    bytes_to_string, cut_text, BlockId, FetchFailure, Message, SharedStr, StatusUpdate,
+    TaskFailureKind, TaskMetrics, TaskOutcome, TaskState,
 };
 use tracing::{debug, error, info, warn};
 
@@ -135,6 +135,15 @@ impl Ended {
         }
     }
 
+    /// A task that could not fetch a shuffle block: not counted towards
+    /// `task.maxFailures`, and the driver learns which map output is lost.
+    pub(crate) fn fetch_failed(failure: Box<FetchFailure>, metrics: TaskMetrics) -> Self {
+        Ended {
+            state: TaskState::Failed,
+            outcome: TaskOutcome::FetchFailed { failure, metrics },
+        }
+    }
+
     /// The status update saying so, its failure text cut to `text_limit` bytes so that
     /// the update always fits in a message.
     pub(crate) fn into_message(
@@ -144,7 +153,12 @@ impl Ended {
         text_limit: usize,
     ) -> Message {
         let mut outcome = self.outcome;
-        if let TaskOutcome::Failure { message, .. } = &mut outcome {
+        let message = match &mut outcome {
+            TaskOutcome::Failure { message, .. } => Some(message),
+            TaskOutcome::FetchFailed { failure, .. } => Some(&mut failure.message),
+            _ => None,
+        };
+        if let Some(message) = message {
             if message.len() > text_limit {
                 *message = cut_text(message, text_limit);
             }

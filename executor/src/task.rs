@@ -2,10 +2,13 @@
 //! ([`TaskError`]), and the per-task state the executor shares with it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use bytes::BytesMut;
-use flint_wire::{Dependency, Property, SharedStr, TaskMetrics};
+use flint_wire::records::MalformedRecords;
+use flint_wire::{Dependency, FetchFailure, Property, SharedStr, ShuffleRead, TaskMetrics};
+
+use crate::shuffle::{ShuffleError, ShuffleInput, ShuffleReadError, ShuffleService, ShuffleWriter};
 
 /// Why a task function did not produce a result.
 ///
@@ -28,6 +31,23 @@ pub enum TaskError {
         /// Why it was killed (the reason of the kill request).
         reason: String,
     },
+    /// A shuffle block the task reads could not be fetched: the map output is lost, not
+    /// the task at fault. The attempt ends FetchFailed, which does not count towards
+    /// `task.maxFailures`; the driver recomputes the output and runs the task again.
+    #[error("{0}")]
+    FetchFailed(Box<FetchFailure>),
+}
+
+impl From<ShuffleError> for TaskError {
+    fn from(error: ShuffleError) -> Self {
+        TaskError::Failed(error.to_string())
+    }
+}
+
+impl From<MalformedRecords> for TaskError {
+    fn from(error: MalformedRecords) -> Self {
+        TaskError::Failed(error.to_string())
+    }
 }
 
 impl TaskError {
@@ -179,8 +199,19 @@ impl TaskExtras {
     }
 }
 
+/// What a task of a job's stage has of shuffles: the writer of the one it writes (a
+/// shuffle map task), and the ones it reads.
+#[derive(Debug)]
+pub(crate) struct StageContext {
+    pub(crate) writer: Option<Mutex<ShuffleWriter>>,
+    pub(crate) reads: Vec<ShuffleRead>,
+    pub(crate) service: Arc<ShuffleService>,
+}
+
 /// What a task function knows about the attempt it runs: its ids, its kill flag, and
-/// counters of the bytes it reads and writes.
+/// counters of the bytes it reads and writes; for a task of a job's stage, the shuffle
+/// it writes ([`TaskContext::shuffle_writer`]) and those it reads
+/// ([`TaskContext::read_shuffle`]).
 ///
 /// Kills are cooperative: a long task checks [`TaskContext::is_interrupted`] (or calls
 /// [`TaskContext::check_interrupted`]) now and then and returns when it is set.
@@ -217,6 +248,7 @@ pub struct TaskContext {
     pub(crate) executor_id: SharedStr,
     pub(crate) extras: Option<Arc<TaskExtras>>,
     pub(crate) handle: Arc<TaskHandle>,
+    pub(crate) stage: Option<StageContext>,
 }
 
 impl TaskContext {
@@ -232,6 +264,7 @@ impl TaskContext {
             executor_id: SharedStr::from("driver"),
             extras: None,
             handle: Arc::default(),
+            stage: None,
         }
     }
 
@@ -319,6 +352,58 @@ impl TaskContext {
     /// The metrics gathered so far (run time not included).
     pub fn metrics(&self) -> TaskMetrics {
         self.handle.metrics(0)
+    }
+
+    /// The writer of the shuffle this task writes, for a shuffle map task: what it
+    /// writes there is its output, and the map status the driver receives when it
+    /// returns `Ok` (its return value is not sent). Lock it once and write many records.
+    pub fn shuffle_writer(&self) -> Result<MutexGuard<'_, ShuffleWriter>, TaskError> {
+        let writer = self
+            .stage
+            .as_ref()
+            .and_then(|stage| stage.writer.as_ref())
+            .ok_or_else(|| {
+                TaskError::failed(format!(
+                    "task {} writes no shuffle: it is not a shuffle map task",
+                    self.task_id
+                ))
+            })?;
+        Ok(writer.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The shuffles this task reads (several for a join), with their map partitions.
+    pub fn shuffle_reads(&self) -> &[ShuffleRead] {
+        self.stage.as_ref().map_or(&[], |stage| &stage.reads)
+    }
+
+    /// This task's partition of shuffle `shuffle_id`, gathered from every map output:
+    /// read in place where it is local, fetched from other executors' block servers
+    /// where not. A block that cannot be read ends the task FetchFailed (return the
+    /// error with `?`); a kill while it waits ends it KILLED.
+    pub fn read_shuffle(&self, shuffle_id: u32) -> Result<ShuffleInput, TaskError> {
+        let stage = self
+            .stage
+            .as_ref()
+            .filter(|stage| stage.reads.iter().any(|r| r.shuffle_id == shuffle_id))
+            .ok_or_else(|| {
+                TaskError::failed(format!(
+                    "task {} does not read shuffle {shuffle_id}",
+                    self.task_id
+                ))
+            })?;
+        let pieces = stage
+            .service
+            .read(shuffle_id, self.partition_id, &|| self.is_interrupted())
+            .map_err(|e| match e {
+                ShuffleReadError::FetchFailed(failure) => TaskError::FetchFailed(failure),
+                ShuffleReadError::Interrupted => {
+                    TaskError::killed(self.handle.kill_reason().unwrap_or(NO_REASON))
+                }
+                ShuffleReadError::Failed(message) => TaskError::Failed(message),
+            })?;
+        let input = ShuffleInput::new(pieces);
+        self.add_input_bytes(input.len_bytes());
+        Ok(input)
     }
 }
 

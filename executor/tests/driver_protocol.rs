@@ -366,10 +366,30 @@ fn registers_runs_noop_and_echo_and_stops_on_command() {
     assert_eq!(registration.hostname, "localhost");
     assert_eq!(registration.cores, 1);
     assert!(registration.log_urls.is_empty());
-    assert_eq!(
-        registration.executor_address, "",
-        "the executor listens nowhere, so it has no address to give"
-    );
+    // The executor's commands come over the connection it opened; what it listens on is
+    // its block server, on a port of its own, which serves shuffle blocks and nothing else.
+    let served: SocketAddr = registration.executor_address.parse().unwrap();
+    assert_eq!(served.ip(), std::net::Ipv4Addr::LOCALHOST);
+    assert_ne!(served.port(), 0);
+    let stranger = RpcEnv::new(&Conf::from_pairs(["rpc.askTimeout=5s"]).unwrap()).unwrap();
+    let missing = stranger
+        .handle()
+        .endpoint_ref(served, flint_wire::BLOCK_MANAGER_ENDPOINT)
+        .ask(&Message::FetchShuffleBlock {
+            shuffle_id: 9,
+            map_index: 0,
+            reduce_id: 0,
+            offset: 0,
+            max_len: 1024,
+        })
+        .unwrap_err();
+    assert!(missing.to_string().contains("not found"), "{missing}");
+    let refused = stranger
+        .handle()
+        .endpoint_ref(served, EXECUTOR_ENDPOINT)
+        .ask(&Message::StopExecutor)
+        .unwrap_err();
+    assert!(!refused.to_string().is_empty());
     wait_for_log("INFO", "Starting executor ID 3 on host localhost");
 
     harness.launch(task(1, 0, "noop", b""));
@@ -716,10 +736,11 @@ fn heartbeats_report_running_tasks_and_can_ask_to_reregister() {
     });
     assert_eq!(&*heartbeat.executor_id, "3");
     assert_eq!(&*heartbeat.block_manager_id.executor_id, "3");
-    assert_eq!(heartbeat.block_manager_id.host, "localhost");
+    // Where its block server listens, as other executors reach it.
+    assert_eq!(heartbeat.block_manager_id.host, "127.0.0.1");
     assert_eq!(
-        heartbeat.block_manager_id.port, 0,
-        "no port: it does not listen"
+        heartbeat.block_manager_id.port.to_string(),
+        registration.executor_address.rsplit(':').next().unwrap()
     );
 
     harness.reregister.store(true, Ordering::SeqCst);

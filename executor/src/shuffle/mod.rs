@@ -6,6 +6,7 @@
 use std::path::Path;
 
 mod fetch;
+mod input;
 mod memory;
 mod pieces;
 mod server;
@@ -14,6 +15,7 @@ mod store;
 mod writer;
 
 pub use fetch::{FetchError, ShuffleFetcher};
+pub use input::ShuffleInput;
 pub use memory::ShuffleMemory;
 pub use pieces::RecordPieces;
 pub use server::BlockServer;
