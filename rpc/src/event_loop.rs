@@ -25,11 +25,12 @@ use crate::auth::{
     HANDSHAKE_MAX_PAYLOAD,
 };
 use crate::endpoint::{Endpoint, EndpointContext, Incoming, Reply};
-use crate::env::{AskCompletion, Command, RpcEnvHandle, Settings, Shared, LOCAL_KEY};
+use crate::env::{AskCompletion, Command, RpcEnvHandle, Shared, LOCAL_KEY};
 use crate::error::RpcError;
 use crate::log_budget::{LogBudget, Spend};
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
 use crate::receive_budget::{ReceiveBudget, UNBUDGETED_FRAME};
+use crate::settings::Settings;
 use crate::timer::{deadline_after, TimerQueue};
 
 /// Token of the waker that other threads use.

@@ -84,6 +84,7 @@ pub mod log_budget;
 pub use tracing as __tracing;
 pub mod outbox;
 pub mod receive_budget;
+mod settings;
 mod socket;
 mod sync;
 pub mod timer;
@@ -91,8 +92,9 @@ mod turns;
 
 pub use conf::Conf;
 pub use endpoint::{Endpoint, EndpointContext, Incoming, Reply, ReplyHandle};
-pub use env::{EndpointRef, RpcEnv, RpcEnvHandle, RpcStats, Settings, CLIENT_ADDRESS};
+pub use env::{EndpointRef, RpcEnv, RpcEnvHandle, RpcStats, CLIENT_ADDRESS};
 pub use error::{RpcError, Target, TimeoutSource};
+pub use settings::Settings;
 #[cfg(unix)]
 pub use socket::raise_descriptor_limit;
 pub use socket::SocketOptions;
