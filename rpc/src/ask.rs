@@ -6,7 +6,8 @@
 //! out completes it, and nobody else can. [`ReplySlot`] hands the result to the waiting
 //! thread. [`start`] registers an ask and sends it so that its asker sees one outcome even
 //! when the send fails because the connection was lost at that moment. All three are
-//! model-checked with loom, with the endings racing on threads.
+//! model-checked with loom, with the endings racing on threads. What a successful ask
+//! gets back is a [`Reply`].
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -15,7 +16,39 @@ use rustc_hash::FxHashMap;
 use std::ops::DerefMut;
 use std::time::{Duration, Instant};
 
+use flint_wire::{ArchivedMessage, Frame, Message};
+use rkyv::rancor;
+
 use crate::sync::{AtomicBool, Condvar, Mutex, Ordering};
+
+/// The answer to an ask: the reply frame, kept whole so the message is read in place.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub(crate) frame: Frame,
+}
+
+impl Reply {
+    /// The reply message.
+    pub fn message(&self) -> &ArchivedMessage {
+        // The frame was validated when it arrived and its bytes are immutable.
+        &self
+            .frame
+            .envelope()
+            .expect("a reply frame is validated on receipt")
+            .message
+    }
+
+    /// The frame, for zero-copy views of the reply's blobs.
+    pub fn frame(&self) -> &Frame {
+        &self.frame
+    }
+
+    /// The reply as an owned [`Message`].
+    pub fn to_message(&self) -> Message {
+        rkyv::deserialize::<Message, rancor::Error>(self.message())
+            .expect("a validated message deserializes")
+    }
+}
 
 /// A one-shot cell: completed once, taken once by the thread waiting on it.
 #[derive(Debug)]

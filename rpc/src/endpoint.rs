@@ -1,16 +1,20 @@
 //! What endpoints implement and what they are handed: the [`Endpoint`] trait, incoming
-//! messages, reply handles, and the context of a call.
+//! messages, reply handles, and the context of a call; and how an endpoint is registered
+//! ([`RpcEnvHandle::register`]). The event loop above runs them.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use flint_wire::{ArchivedMessage, Frame, Message, Route, SharedStr};
 use rkyv::rancor;
 
-use crate::env::{EndpointRef, RpcEnvHandle, Writer};
+use crate::ask::ReplySlot;
 use crate::error::RpcError;
 use crate::outbox::Outbox;
+use crate::refs::{EndpointRef, RpcEnvHandle, Writer};
+use crate::shared::{Command, RegisterReply};
 use crate::timer::{TimerId, TimerQueue};
 
 /// A named receiver of messages, run by the event loop.
@@ -166,35 +170,6 @@ impl ReplyHandle {
     }
 }
 
-/// The answer to an ask: the reply frame, kept whole so the message is read in place.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    pub(crate) frame: Frame,
-}
-
-impl Reply {
-    /// The reply message.
-    pub fn message(&self) -> &ArchivedMessage {
-        // The frame was validated when it arrived and its bytes are immutable.
-        &self
-            .frame
-            .envelope()
-            .expect("a reply frame is validated on receipt")
-            .message
-    }
-
-    /// The frame, for zero-copy views of the reply's blobs.
-    pub fn frame(&self) -> &Frame {
-        &self.frame
-    }
-
-    /// The reply as an owned [`Message`].
-    pub fn to_message(&self) -> Message {
-        rkyv::deserialize::<Message, rancor::Error>(self.message())
-            .expect("a validated message deserializes")
-    }
-}
-
 /// What an endpoint can do while it handles a call: schedule timers, reach other
 /// endpoints, stop itself.
 pub struct EndpointContext<'a> {
@@ -242,5 +217,38 @@ impl EndpointContext<'_> {
     /// Stops this endpoint once the current call returns (`on_stop` follows).
     pub fn stop(&mut self) {
         *self.stop_me = true;
+    }
+}
+
+impl RpcEnvHandle {
+    /// Registers `endpoint` under `name` and waits until its `on_start` has run. From a
+    /// turn of the loop (inside a handler) it does not wait: the endpoint starts right
+    /// after the current call.
+    pub fn register(&self, name: &str, endpoint: impl Endpoint) -> Result<EndpointRef, RpcError> {
+        if self.shared.stopped.load(Ordering::Acquire) {
+            return Err(RpcError::Stopped);
+        }
+        let done = Arc::new(ReplySlot::new());
+        // The loop unpacks exactly this type (see Command::Register).
+        let endpoint: Box<dyn Endpoint> = Box::new(endpoint);
+        let register = Command::Register(
+            name.into(),
+            Box::new(endpoint),
+            RegisterReply::new(done.clone()),
+        );
+        if self.shared.command(register).is_err() {
+            // The loop shut down after the check above.
+            return Err(RpcError::Stopped);
+        }
+        if !self.shared.in_loop_turn() {
+            done.wait().unwrap_or(Err(RpcError::Stopped))?;
+        }
+        Ok(self.local_ref(name))
+    }
+
+    /// Stops the endpoint `name` (its `on_stop` runs on the loop).
+    pub fn unregister(&self, name: &str) {
+        // Refused only once the loop has shut down, which stopped every endpoint.
+        let _ = self.shared.command(Command::Unregister(name.into()));
     }
 }

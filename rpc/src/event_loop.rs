@@ -19,18 +19,19 @@ use mio::{Events, Interest, Poll, Token};
 use rustc_hash::FxHashMap;
 use tracing::{debug, error, info, warn};
 
-use crate::ask::PendingAsk;
+use crate::ask::{PendingAsk, Reply};
 use crate::auth::{
     is_handshake, random_nonce, AuthError, Handshake, Step, HANDSHAKE_LIMIT_NAME,
     HANDSHAKE_MAX_PAYLOAD,
 };
-use crate::endpoint::{Endpoint, EndpointContext, Incoming, Reply};
-use crate::env::{AskCompletion, Command, RpcEnvHandle, Shared, LOCAL_KEY};
+use crate::endpoint::{Endpoint, EndpointContext, Incoming};
 use crate::error::RpcError;
 use crate::log_budget::{LogBudget, Spend};
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
 use crate::receive_budget::{ReceiveBudget, UNBUDGETED_FRAME};
+use crate::refs::RpcEnvHandle;
 use crate::settings::Settings;
+use crate::shared::{AskCompletion, Command, Shared, LOCAL_KEY};
 use crate::timer::{deadline_after, TimerQueue};
 
 /// Token of the waker that other threads use.
@@ -941,7 +942,11 @@ impl EventLoop {
                 let result = if self.stopping {
                     Err(RpcError::Stopped)
                 } else {
-                    self.endpoints.register(name, endpoint, now)
+                    // RpcEnvHandle::register packs nothing else.
+                    let endpoint = endpoint
+                        .downcast::<Box<dyn Endpoint>>()
+                        .expect("a registration carries a Box<dyn Endpoint>");
+                    self.endpoints.register(name, *endpoint, now)
                 };
                 done.complete(result);
             }

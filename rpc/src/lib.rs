@@ -84,16 +84,20 @@ pub mod log_budget;
 pub use tracing as __tracing;
 pub mod outbox;
 pub mod receive_budget;
+mod refs;
 mod settings;
+mod shared;
 mod socket;
 mod sync;
 pub mod timer;
 mod turns;
 
+pub use ask::Reply;
 pub use conf::Conf;
-pub use endpoint::{Endpoint, EndpointContext, Incoming, Reply, ReplyHandle};
-pub use env::{EndpointRef, RpcEnv, RpcEnvHandle, RpcStats, CLIENT_ADDRESS};
+pub use endpoint::{Endpoint, EndpointContext, Incoming, ReplyHandle};
+pub use env::RpcEnv;
 pub use error::{RpcError, Target, TimeoutSource};
+pub use refs::{EndpointRef, RpcEnvHandle, RpcStats, CLIENT_ADDRESS};
 pub use settings::Settings;
 #[cfg(unix)]
 pub use socket::raise_descriptor_limit;

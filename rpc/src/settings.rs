@@ -34,7 +34,8 @@ pub struct Settings {
     /// The listener's address (rpc.bindAddress, rpc.port).
     pub bind: SocketAddr,
     /// Whether the environment listens at `bind`. One that does not (see
-    /// [`RpcEnv::client`](crate::RpcEnv::client)) is reached only over the connections it opens itself.
+    /// [`RpcEnv::client`](crate::RpcEnv::client)) is reached only over the connections it
+    /// opens itself.
     pub listen: bool,
     /// How long stopping waits for outboxes to drain (rpc.shutdown.flushTimeout).
     pub shutdown_flush: Duration,

@@ -39,9 +39,14 @@
 //!
 //! Only one thread turns at a time, so endpoints still get one message at a time, and
 //! the thread turning is "the loop" for everything the turn does
-//! ([`Shared::in_loop_turn`](crate::env::Shared::in_loop_turn)).
+//! ([`Shared::in_loop_turn`](crate::shared::Shared::in_loop_turn)).
+//!
+//! The [`LoopCell`] holds the loop; the loop thread and the leases hold the cell. The
+//! shared state knows the cell only weakly and without its type (see
+//! [`Shared::loop_cell`](crate::shared::Shared::loop_cell)): [`RpcEnvHandle::lend`]
+//! finds it there once per lease, and every turn after that goes straight to it.
 
-use std::cell::RefCell;
+use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -50,8 +55,9 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use tracing::error;
 
-use crate::env::Shared;
 use crate::event_loop::{EventLoop, Turn};
+use crate::refs::RpcEnvHandle;
+use crate::shared::{Shared, Turning};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// How long the loop thread, when lent threads stop turning the loop, leaves the sockets
@@ -67,12 +73,6 @@ pub(crate) const LENT_FLUSH_CHECK: Duration = Duration::from_millis(5);
 
 /// The token of the sleeper's own waker.
 const WAKE_SLEEPER: Token = Token(1);
-
-thread_local! {
-    /// The environments whose loops this thread is turning right now (a handler of one
-    /// may turn another's, through a blocking ask), by address.
-    static TURNING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
-}
 
 /// The loop's state and who may turn it.
 pub(crate) struct LoopCell {
@@ -108,11 +108,6 @@ impl LoopCell {
     /// Puts the loop in the cell.
     pub(crate) fn install(&self, event_loop: EventLoop) {
         *self.lock() = Some(event_loop);
-    }
-
-    /// Takes the loop out again (its thread could not be started).
-    pub(crate) fn uninstall(&self) -> Option<EventLoop> {
-        self.lock().take()
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<EventLoop>> {
@@ -254,28 +249,6 @@ impl Handover {
     }
 }
 
-/// Marks this thread as turning `shared`'s loop while it lives.
-struct Turning;
-
-impl Turning {
-    fn enter(shared: &Shared) -> Self {
-        TURNING.with_borrow_mut(|turning| turning.push(shared as *const Shared as usize));
-        Turning
-    }
-}
-
-impl Drop for Turning {
-    fn drop(&mut self) {
-        TURNING.with_borrow_mut(|turning| turning.pop());
-    }
-}
-
-/// Whether this thread is turning `shared`'s loop.
-pub(crate) fn in_turn(shared: &Shared) -> bool {
-    let address = shared as *const Shared as usize;
-    TURNING.with_borrow(|turning| turning.contains(&address))
-}
-
 /// The second poller, on which the loop thread sleeps: it reports the loop's poller as
 /// readable whenever that one has events ready, and has a waker of its own.
 pub(crate) struct Sleeper {
@@ -315,11 +288,12 @@ impl Sleeper {
 /// refused, after a panic too.
 struct ShutDownOnExit<'a> {
     shared: &'a Shared,
+    cell: &'a LoopCell,
 }
 
 impl Drop for ShutDownOnExit<'_> {
     fn drop(&mut self) {
-        let cell = &self.shared.cell;
+        let cell = self.cell;
         cell.stopping.store(true, Ordering::Release);
         let mut core = cell.lock();
         if let Some(mut event_loop) = core.take() {
@@ -338,11 +312,14 @@ impl Drop for ShutDownOnExit<'_> {
 }
 
 /// The loop thread's body: turns the loop until it stops, then shuts it down.
-pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
-    let cell = &shared.cell;
+pub(crate) fn run_loop_thread(shared: Arc<Shared>, cell: Arc<LoopCell>, mut sleeper: Sleeper) {
+    let cell = &*cell;
     let handover = &cell.handover;
     let _ = cell.loop_thread.set(std::thread::current());
-    let _exit = ShutDownOnExit { shared: &shared };
+    let _exit = ShutDownOnExit {
+        shared: &shared,
+        cell,
+    };
     let busy_poll = shared.settings.busy_poll;
     let mut idle_since: Option<Instant> = None;
     // The last sleep ended at the lent check's time with nothing ready.
@@ -404,14 +381,14 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
             // A long rpc.io.busyPoll does not hold them back for longer than a sleep would.
             let last = lent_flushed_at.unwrap_or(since);
             if lent && now.saturating_duration_since(last) >= LENT_FLUSH_CHECK {
-                flush_for_lent(&shared);
+                flush_for_lent(&shared, cell);
                 lent_flushed_at = Some(now);
             }
             std::thread::yield_now();
             continue;
         }
         if lent {
-            wake_at = flush_for_lent(&shared).unwrap_or(wake_at);
+            wake_at = flush_for_lent(&shared, cell).unwrap_or(wake_at);
             let check = now + LENT_FLUSH_CHECK;
             wake_at = Some(wake_at.map_or(check, |at| at.min(check)));
         }
@@ -443,8 +420,8 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, mut sleeper: Sleeper) {
 /// Writes what the loop's outboxes hold for a lent thread busy elsewhere (see
 /// [`EventLoop::flush_queued`]); the loop's next wake-up after it (a connection it closed
 /// may have moved it), or `None` if the loop is gone.
-fn flush_for_lent(shared: &Shared) -> Option<Option<Instant>> {
-    let mut core = shared.cell.lock();
+fn flush_for_lent(shared: &Shared, cell: &LoopCell) -> Option<Option<Instant>> {
+    let mut core = cell.lock();
     let core = core.as_mut()?;
     let _turning = Turning::enter(shared);
     core.flush_queued();
@@ -514,6 +491,9 @@ impl LendersWatch {
 #[must_use = "a lease only helps while it is used to turn the loop"]
 pub struct LoopLease {
     shared: Arc<Shared>,
+    /// `None` if the loop thread had ended, and its cell was gone, before the lease was
+    /// taken: there is no loop left to turn.
+    cell: Option<Arc<LoopCell>>,
 }
 
 impl std::fmt::Debug for LoopLease {
@@ -540,11 +520,18 @@ impl Drop for StopOnPanic<'_> {
 impl LoopLease {
     /// Lends this thread to `shared`'s loop, waking the loop thread if it sleeps on its
     /// poller for as long as it likes.
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        if shared.cell.handover.lend() {
-            shared.cell.wake_sleeper();
+    fn new(shared: Arc<Shared>) -> Self {
+        // The only cell ever put there is a LoopCell (see RpcEnv::with_settings).
+        let cell = shared.loop_cell.upgrade().and_then(|cell| {
+            let cell: Arc<dyn Any + Send + Sync> = cell;
+            cell.downcast::<LoopCell>().ok()
+        });
+        if let Some(cell) = &cell {
+            if cell.handover.lend() {
+                cell.wake_sleeper();
+            }
         }
-        LoopLease { shared }
+        LoopLease { shared, cell }
     }
 
     /// Turns the loop once on this thread, unless another thread is turning it: takes
@@ -552,7 +539,9 @@ impl LoopLease {
     /// run here, for this turn). Never blocks. Returns whether the turn handled
     /// anything.
     pub fn turn(&self) -> bool {
-        let cell = &self.shared.cell;
+        let Some(cell) = self.cell.as_deref() else {
+            return false;
+        };
         if cell.is_stopping() {
             return false;
         }
@@ -591,11 +580,34 @@ impl LoopLease {
 
 impl Drop for LoopLease {
     fn drop(&mut self) {
-        let cell = &self.shared.cell;
+        let Some(cell) = &self.cell else {
+            return;
+        };
         if cell.handover.release() {
             // Nobody polls the sockets any more: the loop thread goes back to it.
             cell.unpark_loop();
         }
+    }
+}
+
+impl RpcEnvHandle {
+    /// Lends this thread to the event loop while it waits for something the loop will
+    /// bring: each [`LoopLease::turn`] turns the loop on this thread if no other thread
+    /// is turning it, so that what the thread waits for reaches it without a hand-off
+    /// from the loop thread. While lent threads keep turning, the loop thread leaves the
+    /// sockets to them; it takes them back when the last lease is dropped, or within
+    /// about a millisecond once lent threads stop turning.
+    ///
+    /// For a thread that would otherwise poll for its work (a task runner between
+    /// tasks): it then polls the sockets instead, and the loop thread does not. While the
+    /// lease lasts and the thread does something else, the loop thread writes what the
+    /// thread sent deferred without waiting for its flush, looking every few
+    /// milliseconds. Endpoint
+    /// handlers then run on this thread: lend only a thread that holds no lock a handler
+    /// takes, to an environment whose handlers do not block (a blocked handler holds up
+    /// the lent thread as it would the loop thread).
+    pub fn lend(&self) -> LoopLease {
+        LoopLease::new(self.shared.clone())
     }
 }
 
