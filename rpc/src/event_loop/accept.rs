@@ -1,0 +1,176 @@
+//! Connections from peers: accepting them, and refusing those beyond
+//! `rpc.io.maxConnections` before they cost more than their accept.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+use tracing::{debug, error, warn};
+
+use super::close::tell_refused;
+use super::connection::{ConnState, Connection};
+use super::{lower_floor, EventLoop};
+use crate::auth::{random_nonce, Handshake};
+use crate::log_budget::Spend;
+use crate::outbox::{Outbox, OutboxKind};
+use crate::timer::deadline_after;
+
+/// The most often a refused connection (`rpc.io.maxConnections`), or a failed accept, is
+/// a warning.
+pub(super) const WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// How long after a failed `accept` (out of descriptors, say) the loop tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Whether `accept` failed for the pending connection's own sake (the errors accept(2)
+/// says to treat like EAGAIN and retry at once), not for want of descriptors or memory,
+/// or because the listener itself is broken, which retrying at once would not cure.
+fn failed_for_the_connection(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(
+            libc::ECONNABORTED
+                | libc::EPROTO
+                | libc::EPERM
+                | libc::ENETDOWN
+                | libc::ENOPROTOOPT
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::EHOSTUNREACH
+                | libc::EOPNOTSUPP
+                | libc::ENETUNREACH
+        )
+    )
+}
+
+impl EventLoop {
+    pub(super) fn accept(&mut self) {
+        loop {
+            let Some(listener) = &self.listener else {
+                return;
+            };
+            match listener.accept() {
+                Ok((mut stream, peer)) => {
+                    if self.incoming >= self.shared.settings.max_connections {
+                        self.refuse(stream, peer);
+                        continue;
+                    }
+                    if let Err(e) = self
+                        .shared
+                        .settings
+                        .socket
+                        .apply(socket2::SockRef::from(&stream))
+                    {
+                        warn!(%peer, "cannot set up an accepted socket: {e}");
+                        continue;
+                    }
+                    let key = self.shared.new_key();
+                    if let Err(e) = self.poll.registry().register(
+                        &mut stream,
+                        Token(key as usize),
+                        Interest::READABLE | Interest::WRITABLE,
+                    ) {
+                        warn!(%peer, "cannot register an accepted socket: {e}");
+                        continue;
+                    }
+                    let handshake = match &self.shared.settings.secret {
+                        Some(secret) => match random_nonce() {
+                            Ok(nonce) => Some(Handshake::accepting(secret.clone(), nonce)),
+                            Err(e) => {
+                                error!(%peer, "{e}");
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
+                    let outbox = Arc::new(Outbox::new(
+                        key,
+                        OutboxKind::Incoming,
+                        peer,
+                        self.shared.settings.max_payload,
+                        self.shared.settings.outbox_limit,
+                    ));
+                    debug!(%peer, "accepted a connection");
+                    self.shared.accepted.fetch_add(1, Ordering::Relaxed);
+                    let authenticated = handshake.is_none();
+                    let max_payload = self.shared.settings.max_payload;
+                    let mut conn =
+                        Connection::new(stream, outbox, peer, ConnState::Open, max_payload);
+                    if let Some(handshake) = handshake {
+                        // An unauthenticated connection is not held past authenticate.timeout.
+                        let deadline =
+                            deadline_after(Instant::now(), self.shared.settings.auth_timeout);
+                        conn.start_handshake(handshake, deadline);
+                    }
+                    conn.idle_deadline = self
+                        .shared
+                        .settings
+                        .idle_timeout
+                        .map(|timeout| deadline_after(Instant::now(), timeout));
+                    lower_floor(&mut self.conn_deadline_floor, conn.deadline());
+                    self.connections.insert(key, conn);
+                    self.incoming += 1;
+                    if authenticated {
+                        self.announce(key);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // The connection's own failure (reset before it was taken, and the like):
+                // the next one may be fine, as accept(2) advises.
+                Err(e) if failed_for_the_connection(&e) => {
+                    debug!("accept failed for one connection: {e}");
+                    continue;
+                }
+                Err(e) => {
+                    // Out of descriptors, memory, or a broken listener: try again a
+                    // little later (not at once: it would spin), and say
+                    // so at most once a minute (a peer could otherwise fill the log).
+                    let now = Instant::now();
+                    self.accept_retry_at = Some(now + ACCEPT_RETRY);
+                    if let Spend::Log { held_back } = self.accept_failure_warnings.spend(now) {
+                        warn!(
+                            "accept failed ({} time(s) since the last such warning): {e}; \
+                             trying again every {} ms",
+                            held_back + 1,
+                            ACCEPT_RETRY.as_millis()
+                        );
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Closes a connection accepted beyond `rpc.io.maxConnections` before it costs
+    /// anything more than its accept.
+    fn refuse(&mut self, stream: TcpStream, peer: SocketAddr) {
+        // Counted before the peer can see the close.
+        self.shared.refused.fetch_add(1, Ordering::Relaxed);
+        let open = self.incoming;
+        tell_refused(
+            &mut self.control,
+            &stream,
+            &format!(
+                "{open} connections from peers are open, as many as rpc.io.maxConnections \
+                 allows: try again later"
+            ),
+        );
+        drop(stream);
+        match self.refusal_warnings.spend(Instant::now()) {
+            Spend::Log { held_back } => warn!(
+                %peer,
+                "refused {} connection(s) since the last such warning: {open} connections \
+                 from peers are open, as many as rpc.io.maxConnections allows",
+                held_back + 1
+            ),
+            Spend::HoldBack => {
+                debug!(%peer, "refused a connection: {open} connections from peers are open")
+            }
+        }
+    }
+}

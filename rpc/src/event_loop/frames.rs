@@ -1,0 +1,227 @@
+//! What arrives on a connection: handshake steps, the peer's refusal, frames to
+//! dispatch, and the frame under way, whose bytes the receive budget must hold before
+//! they are read.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use flint_wire::{ArchivedMessage, ArchivedRoute, MessageKind};
+use tracing::debug;
+
+use super::close::{printable, CloseReason};
+use super::connection::FrameClock;
+use super::read_write::send_control;
+use super::{lower_floor, EventLoop};
+use crate::auth::{is_handshake, AuthError, Step};
+use crate::outbox::ConnKey;
+use crate::receive_budget::UNBUDGETED_FRAME;
+use crate::timer::deadline_after;
+
+impl EventLoop {
+    pub(super) fn handle_frames(&mut self, key: ConnKey) -> Result<(), CloseReason> {
+        loop {
+            let Some(conn) = self.connections.get_mut(&key) else {
+                return Ok(());
+            };
+            let frame = match conn.decoder.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => {
+                    // Bytes just arrived: the peer has network.timeout from now to send the
+                    // rest of a frame it is in the middle of.
+                    conn.frame_deadline = (conn.decoder.buffered() > 0).then(|| {
+                        deadline_after(self.now, self.shared.settings.stalled_frame_timeout)
+                    });
+                    lower_floor(&mut self.conn_deadline_floor, conn.frame_deadline);
+                    // The frame's own clock, from its first bytes (which nothing sent later
+                    // moves), its due time moved on by the bytes in. Never before
+                    // `frame_deadline` when first set, which lowered the floor, and only
+                    // later after that.
+                    if conn.frame_deadline.is_some() {
+                        let started = conn.frame_clock.map_or(self.now, |clock| clock.started);
+                        conn.frame_clock = Some(FrameClock::new(
+                            started,
+                            &self.shared.settings,
+                            conn.decoder.buffered(),
+                        ));
+                    }
+                    if conn.reserved == 0
+                        && conn
+                            .decoder
+                            .pending_frame_len()
+                            .is_some_and(|len| len > UNBUDGETED_FRAME)
+                    {
+                        self.reserve_for_pending_frame(key);
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(CloseReason::Wire(e)),
+            };
+            conn.frame_clock = None;
+            // The frame is in: what it holds is its reader's from here on.
+            let conn = if conn.reserved > 0 {
+                let reserved = std::mem::take(&mut conn.reserved);
+                self.release_budget(reserved);
+                match self.connections.get_mut(&key) {
+                    Some(conn) => conn,
+                    None => return Ok(()),
+                }
+            } else {
+                conn
+            };
+            let envelope = frame.envelope().map_err(CloseReason::Wire)?;
+            // Only on the route of control frames (no ask has request id 0): an endpoint
+            // that sends a Refused of its own closes nothing.
+            if frame.kind() == MessageKind::Refused {
+                if let (ArchivedMessage::Refused { reason }, ArchivedRoute::Reply { request_id }) =
+                    (&envelope.message, &envelope.route)
+                {
+                    if *request_id == 0 {
+                        return Err(CloseReason::Refused(printable(reason.as_str())));
+                    }
+                }
+            }
+            if let Some(handshake) = conn.handshake.as_mut() {
+                let step = handshake
+                    .on_message(&envelope.message)
+                    .map_err(CloseReason::Auth)?;
+                let reply = match step {
+                    Step::Send(message) | Step::SendAndDone(message) => Some(message),
+                    Step::Done => None,
+                };
+                let done = handshake.is_done();
+                if let Some(reply) = reply {
+                    send_control(&mut self.control, conn, &reply).map_err(CloseReason::Wire)?;
+                }
+                if done {
+                    conn.end_handshake(self.shared.settings.max_payload);
+                    debug!(peer = %conn.peer, "authenticated");
+                    self.announce(key);
+                } else {
+                    self.flush(key);
+                }
+                continue;
+            }
+            if is_handshake(frame.kind()) {
+                let kind = frame.kind().name();
+                return Err(CloseReason::Auth(
+                    if self.shared.settings.secret.is_some() {
+                        AuthError::AfterHandshake(kind)
+                    } else {
+                        AuthError::NotEnabled(kind)
+                    },
+                ));
+            }
+            let sender = Some(conn.peer);
+            let outbox = conn.outbox.clone();
+            self.route(&frame, envelope, sender, &outbox, key);
+        }
+    }
+
+    /// A large frame's bytes are read only with its whole length reserved: reserves it
+    /// as soon as its header is in, or leaves the connection unread until the budget
+    /// admits it.
+    #[cold]
+    fn reserve_for_pending_frame(&mut self, key: ConnKey) {
+        let Some(conn) = self.connections.get_mut(&key) else {
+            return;
+        };
+        if conn.reserved > 0 || conn.awaiting_budget {
+            return;
+        }
+        let Some(frame_len) = conn
+            .decoder
+            .pending_frame_len()
+            .filter(|&len| len > UNBUDGETED_FRAME)
+        else {
+            return;
+        };
+        // The frame and one read beyond it: what its buffer is made to hold.
+        let bytes = frame_len.saturating_add(UNBUDGETED_FRAME);
+        if !self.receive_budget.reserve(key, conn.peer.ip(), bytes) {
+            conn.awaiting_budget = true;
+            self.shared.budget_waits.fetch_add(1, Ordering::Relaxed);
+            debug!(
+                peer = %conn.peer,
+                "a frame of {frame_len} bytes waits for room in the receive budget ({} of {} \
+                 bytes held; rpc.io.maxReceiveBytes)",
+                self.receive_budget.in_use(),
+                self.receive_budget.limit()
+            );
+            return;
+        }
+        conn.reserved = bytes;
+        conn.decoder.preallocate_pending_frame();
+        self.shared
+            .most_reserved
+            .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether connection `key` waits for the receive budget with bytes from its peer
+    /// unread in the kernel: it is held back by this side, not silent, so its frame's
+    /// deadline moves on. A waiting peer with nothing unread has sent nothing since its
+    /// frame's header; closing it at the deadline keeps a peer that sends a header and
+    /// falls silent from holding the queue, and the budget once admitted.
+    pub(super) fn waiting_peer_sent_more(&mut self, key: ConnKey, now: Instant) -> bool {
+        let Some(conn) = self.connections.get_mut(&key) else {
+            return false;
+        };
+        if !conn.awaiting_budget || rustix::io::ioctl_fionread(&conn.stream).unwrap_or(0) == 0 {
+            return false;
+        }
+        conn.frame_deadline = Some(deadline_after(
+            now,
+            self.shared.settings.stalled_frame_timeout,
+        ));
+        true
+    }
+
+    /// Gives back bytes of the receive budget, and lets in the connections waiting for
+    /// them.
+    pub(super) fn release_budget(&mut self, bytes: usize) {
+        self.receive_budget.release(bytes, &mut self.admitted);
+        self.admit_waiting();
+    }
+
+    /// Connections the receive budget just admitted, their frames' bytes reserved: read
+    /// at the next wake-up, which comes at once, and held to the reading deadlines from
+    /// now, as if they had just read.
+    pub(super) fn admit_waiting(&mut self) {
+        let mut admitted = std::mem::take(&mut self.admitted);
+        let settings = &self.shared.settings;
+        // Not `self.now`: a close outside a turn (a failed write in `flush_queued`) gets
+        // here with the time of the last turn that worked, which may be long past.
+        let now = Instant::now();
+        let mut orphaned = 0;
+        for (key, bytes) in admitted.drain(..) {
+            let Some(conn) = self.connections.get_mut(&key) else {
+                debug_assert!(false, "a closed connection was admitted");
+                // Its bytes go back below, or the queue behind it would jam for good.
+                orphaned += bytes;
+                continue;
+            };
+            conn.awaiting_budget = false;
+            conn.reserved = bytes;
+            if self.stopping {
+                // Every connection is about to close (and give its bytes back): none is
+                // to be read.
+                continue;
+            }
+            conn.decoder.preallocate_pending_frame();
+            // Its time starts now: the wait was not its peer's doing.
+            conn.frame_clock = Some(FrameClock::new(now, settings, conn.decoder.buffered()));
+            conn.frame_deadline = Some(deadline_after(now, settings.stalled_frame_timeout));
+            conn.moved_at(now, settings.idle_timeout);
+            lower_floor(&mut self.conn_deadline_floor, conn.deadline());
+            if !self.unfinished_reads.contains(&key) {
+                self.unfinished_reads.push(key);
+            }
+        }
+        self.shared
+            .most_reserved
+            .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
+        self.admitted = admitted;
+        if orphaned > 0 {
+            self.release_budget(orphaned);
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The event loop: sockets, dispatch to endpoints, timers, ask expiry, in turns that
+//! whichever thread holds it takes (see `turns`).
+//!
+//! Where what is decided:
+//!
+//! - [`turn`]: one turn of the loop (what it handles, in which order, and when it must
+//!   turn next), the expiry of deadlines, commands, and the shutdown;
+//! - [`connection`]: a connection's state and deadlines: when it must be connected,
+//!   authenticated, have sent more of a frame, or have sent anything at all;
+//! - [`accept`]: connections from peers, and the refusal of those beyond
+//!   `rpc.io.maxConnections`;
+//! - [`connect`]: connections this environment opens, and the announcement of a
+//!   connection to the endpoints once it may carry their messages;
+//! - [`read_write`]: reading and writing sockets, within a read budget per wake-up;
+//! - [`frames`]: what arrives: handshake steps, refusals, frames under way and the
+//!   receive budget they hold;
+//! - [`dispatch`]: handing a frame to its endpoint, or to the ask it answers;
+//! - [`close`]: why a connection closes, and what the peer, the asks and the endpoints
+//!   are told.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use flint_wire::{Encoder, FrameDecoder};
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use rustc_hash::FxHashMap;
+
+use crate::ask::PendingAsk;
+use crate::log_budget::LogBudget;
+use crate::outbox::ConnKey;
+use crate::receive_budget::ReceiveBudget;
+use crate::refs::RpcEnvHandle;
+use crate::shared::{AskCompletion, Command, Shared};
+use crate::timer::TimerQueue;
+
+mod accept;
+mod close;
+mod connect;
+mod connection;
+mod dispatch;
+mod frames;
+mod read_write;
+mod turn;
+
+use accept::WARNING_EVERY;
+use connection::Connection;
+use dispatch::Endpoints;
+
+/// Token of the waker that other threads use.
+pub(crate) const WAKER: Token = Token(0);
+
+const LISTENER: Token = Token(1);
+
+/// Lowers `floor` to `deadline`, a connection's new deadline (if any).
+fn lower_floor(floor: &mut Option<Instant>, deadline: Option<Instant>) {
+    if let Some(deadline) = deadline {
+        *floor = Some(floor.map_or(deadline, |f| f.min(deadline)));
+    }
+}
+
+/// Events one poll returns at most.
+const POLL_EVENTS: usize = 1024;
+
+#[cfg(not(test))]
+fn poll_events() -> usize {
+    POLL_EVENTS
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The poll's event capacity for loops made on this thread in a unit test: fewer, to
+    /// reach what happens when more sockets are ready than one poll returns.
+    static TEST_POLL_EVENTS: std::cell::Cell<usize> = const { std::cell::Cell::new(POLL_EVENTS) };
+}
+
+#[cfg(test)]
+fn poll_events() -> usize {
+    TEST_POLL_EVENTS.with(std::cell::Cell::get)
+}
+
+/// The loop: owns the poller, the listener, the connections and the endpoints.
+pub(crate) struct EventLoop {
+    poll: Poll,
+    /// `None` for an environment that does not listen ([`crate::RpcEnv::client`]).
+    listener: Option<TcpListener>,
+    shared: Arc<Shared>,
+    connections: FxHashMap<ConnKey, Connection>,
+    /// Connections from peers open now, at most `rpc.io.maxConnections`.
+    incoming: usize,
+    /// Warnings of refused connections: one a minute, however many peers knock, with
+    /// the number refused since the last.
+    refusal_warnings: LogBudget,
+    /// Lines about connections closed for what their peer did (or failed to do).
+    close_warnings: LogBudget,
+    /// When to try `accept` again after it failed (out of descriptors, say): the
+    /// listener is edge-triggered, so connections left in its backlog raise no event.
+    accept_retry_at: Option<Instant>,
+    /// Warnings of failed accepts: one a minute, with the number failed since the last.
+    accept_failure_warnings: LogBudget,
+    endpoints: Endpoints,
+    local_decoder: FrameDecoder,
+    /// Encodes handshake frames, which bypass the outbox.
+    control: Encoder,
+    commands: Vec<Command>,
+    ended_asks: Vec<PendingAsk<AskCompletion, ConnKey>>,
+    /// Connections that used up their [`READ_BUDGET`](read_write::READ_BUDGET) with
+    /// bytes still to read: read again at the next wake-up, which comes at once.
+    unfinished_reads: Vec<ConnKey>,
+    /// Bytes held by large frames under way, across connections (rpc.io.maxReceiveBytes).
+    receive_budget: ReceiveBudget,
+    /// Room for the connections the receive budget admits, kept between calls.
+    admitted: Vec<(ConnKey, usize)>,
+    /// Room for [`EventLoop::flush_queued`]'s list, kept between calls.
+    queued_keys: Vec<ConnKey>,
+    /// The previous wake-up's `unfinished_reads`, being read (kept to reuse its memory).
+    resumed_reads: Vec<ConnKey>,
+    /// Counts the loop's wake-ups, for the read budget.
+    round: u64,
+    stopping: bool,
+    /// The time of the current wake-up, read once when `poll` returns: every message of a
+    /// batch is handled as of it, so that the hot path reads no clock per message.
+    now: Instant,
+    /// The poller's events, kept for every turn, whichever thread turns.
+    events: Events,
+    /// When the loop must next turn even without an event, as of its last turn that
+    /// worked.
+    next_deadline: Option<Instant>,
+    /// No connection's deadline is earlier than this (`None`: none has one). Every
+    /// deadline set lowers it; a turn that reaches it looks at every connection and
+    /// sets it to their earliest deadline. So a turn costs the same with one connection
+    /// or ten thousand, as long as none is due.
+    conn_deadline_floor: Option<Instant>,
+}
+
+/// What a turn of the loop did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Nothing was ready and nothing was due.
+    Idle,
+    /// It handled events, timers or commands.
+    Worked,
+    /// The environment is stopping: the loop thread shuts it down.
+    Stopping,
+}
+
+impl EventLoop {
+    pub(crate) fn new(
+        poll: Poll,
+        mut listener: Option<TcpListener>,
+        shared: Arc<Shared>,
+    ) -> std::io::Result<Self> {
+        if let Some(listener) = &mut listener {
+            poll.registry()
+                .register(listener, LISTENER, Interest::READABLE)?;
+        }
+        let max_payload = shared.settings.max_payload;
+        let max_receive_bytes = shared.settings.max_receive_bytes;
+        Ok(EventLoop {
+            poll,
+            listener,
+            endpoints: Endpoints {
+                env: RpcEnvHandle {
+                    shared: shared.clone(),
+                },
+                slots: Vec::new(),
+                names: Vec::new(),
+                by_name: FxHashMap::default(),
+                timers: TimerQueue::new(),
+                in_batch: Vec::new(),
+                batch_flags: Vec::new(),
+                unrouted_warnings: LogBudget::default(),
+            },
+            shared,
+            connections: FxHashMap::default(),
+            incoming: 0,
+            refusal_warnings: LogBudget::new(1, WARNING_EVERY),
+            close_warnings: LogBudget::default(),
+            accept_retry_at: None,
+            accept_failure_warnings: LogBudget::new(1, WARNING_EVERY),
+            local_decoder: FrameDecoder::new(max_payload),
+            control: Encoder::new(max_payload),
+            commands: Vec::new(),
+            ended_asks: Vec::new(),
+            unfinished_reads: Vec::new(),
+            receive_budget: ReceiveBudget::new(max_receive_bytes),
+            admitted: Vec::new(),
+            queued_keys: Vec::new(),
+            resumed_reads: Vec::new(),
+            round: 0,
+            stopping: false,
+            now: Instant::now(),
+            events: Events::with_capacity(poll_events()),
+            next_deadline: None,
+            conn_deadline_floor: None,
+        })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    /// Records the tags of custom messages; tag 99 holds the loop for 1.5 s.
+    #[derive(Clone, Default)]
+    struct Stalling(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
+
+    impl crate::Endpoint for Stalling {
+        fn receive(&mut self, _ctx: &mut crate::EndpointContext<'_>, message: crate::Incoming<'_>) {
+            if let flint_wire::ArchivedMessage::Custom { tag, .. } = message.message() {
+                if *tag == 99 {
+                    std::thread::sleep(Duration::from_millis(1500));
+                }
+                self.0.lock().unwrap().push(tag.to_native());
+            }
+        }
+    }
+
+    fn one_way_frame(tag: u32) -> Vec<u8> {
+        let mut out = bytes::BytesMut::new();
+        let route = flint_wire::Route::OneWay {
+            endpoint: "stalling".into(),
+        };
+        let message = flint_wire::Message::Custom {
+            tag,
+            body: bytes::Bytes::from(vec![7u8; 64]),
+        };
+        flint_wire::Encoder::new(1 << 20)
+            .encode(&route, &message, &mut out)
+            .unwrap();
+        out.to_vec()
+    }
+
+    /// Two peers finish their frames while the loop is held past the stalled-frame
+    /// timeout, and each poll returns one ready socket: the one whose event has not
+    /// come yet when the deadlines are checked has its bytes in the kernel, and is read,
+    /// not cut off as stalled.
+    #[test]
+    fn a_peer_whose_bytes_wait_unread_past_its_deadline_is_read_not_cut_off() {
+        use std::io::Write;
+        TEST_POLL_EVENTS.with(|n| n.set(1));
+        let conf = crate::Conf::from_pairs([
+            "network.timeout=1s",
+            "executor.heartbeatInterval=100ms",
+            "rpc.io.idleTimeout=0",
+        ])
+        .unwrap();
+        let server = crate::RpcEnv::new(&conf).unwrap();
+        TEST_POLL_EVENTS.with(|n| n.set(POLL_EVENTS));
+        let seen = Stalling::default();
+        server.handle().register("stalling", seen.clone()).unwrap();
+        let frames = [one_way_frame(1), one_way_frame(2)];
+        let mut peers: Vec<std::net::TcpStream> = frames
+            .iter()
+            .map(|frame| {
+                let mut peer = std::net::TcpStream::connect(server.address()).unwrap();
+                peer.write_all(&frame[..flint_wire::HEADER_LEN + 8])
+                    .unwrap();
+                peer
+            })
+            .collect();
+        // Both halves read (each connection's stalled-frame deadline set), then the loop
+        // held for 1.5 s by a third peer's message.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut holder = std::net::TcpStream::connect(server.address()).unwrap();
+        holder.write_all(&one_way_frame(99)).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        for (peer, frame) in peers.iter_mut().zip(&frames) {
+            peer.write_all(&frame[flint_wire::HEADER_LEN + 8..])
+                .unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut tags = seen.0.lock().unwrap().clone();
+            tags.sort_unstable();
+            if tags == [1, 2, 99] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "seen only {tags:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(server);
+    }
+
+    /// A turn looks at connections' deadlines only when one may be due: with a hundred
+    /// silent peers connected, a stream of messages from another costs no look at them.
+    #[test]
+    fn turns_do_not_look_at_every_connection_while_no_deadline_is_due() {
+        use std::io::Write;
+        let server = crate::RpcEnv::new(&crate::Conf::new()).unwrap();
+        let seen = Stalling::default();
+        server.handle().register("stalling", seen.clone()).unwrap();
+        let silent: Vec<std::net::TcpStream> = (0..100)
+            .map(|_| std::net::TcpStream::connect(server.address()).unwrap())
+            .collect();
+        let mut talker = std::net::TcpStream::connect(server.address()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Tags from 100: 99 would hold the loop.
+        for (count, tag) in (100..300).enumerate() {
+            talker.write_all(&one_way_frame(tag)).unwrap();
+            // One message per turn, more or less: many turns.
+            while seen.0.lock().unwrap().len() <= count {
+                assert!(Instant::now() < deadline, "message {tag} not seen");
+                std::thread::yield_now();
+            }
+        }
+        let checks = server
+            .handle()
+            .shared
+            .deadline_checks
+            .load(Ordering::Relaxed);
+        assert!(checks < 101, "{checks} looks at connections' deadlines");
+        assert_eq!(server.handle().stats().accepted, 101);
+        drop(silent);
+    }
+}
