@@ -12,12 +12,12 @@ use mio::{Interest, Token};
 use tracing::{debug, error, warn};
 
 use super::close::tell_refused;
-use super::connection::{ConnState, Connection};
+use super::conn_state::ConnState;
+use super::connection::Connection;
 use super::{lower_floor, EventLoop};
 use crate::auth::{random_nonce, Handshake};
 use crate::log_budget::Spend;
 use crate::outbox::{Outbox, OutboxKind};
-use crate::timer::deadline_after;
 
 /// The most often a refused connection (`rpc.io.maxConnections`), or a failed accept, is
 /// a warning.
@@ -99,18 +99,13 @@ impl EventLoop {
                     let authenticated = handshake.is_none();
                     let max_payload = self.shared.settings.max_payload;
                     let mut conn =
-                        Connection::new(stream, outbox, peer, ConnState::Open, max_payload);
+                        Connection::new(stream, outbox, peer, ConnState::open(), max_payload);
+                    let now = Instant::now();
                     if let Some(handshake) = handshake {
                         // An unauthenticated connection is not held past authenticate.timeout.
-                        let deadline =
-                            deadline_after(Instant::now(), self.shared.settings.auth_timeout);
-                        conn.start_handshake(handshake, deadline);
+                        conn.start_handshake(handshake, now, &self.shared.settings);
                     }
-                    conn.idle_deadline = self
-                        .shared
-                        .settings
-                        .idle_timeout
-                        .map(|timeout| deadline_after(Instant::now(), timeout));
+                    conn.state.watch_idleness(now, &self.shared.settings);
                     lower_floor(&mut self.conn_deadline_floor, conn.deadline());
                     self.connections.insert(key, conn);
                     self.incoming += 1;

@@ -30,7 +30,7 @@ pub(super) enum CloseReason {
         timeout: Duration,
         buffered: usize,
     },
-    /// A frame came slower than [`MIN_FRAME_RATE`](super::connection::MIN_FRAME_RATE)
+    /// A frame came slower than [`MIN_FRAME_RATE`](super::conn_state::MIN_FRAME_RATE)
     /// after its first `network.timeout`;
     /// its length, if its header was in.
     SlowFrame {
@@ -136,13 +136,13 @@ impl EventLoop {
         if matches!(conn.outbox.kind(), OutboxKind::Incoming) {
             self.incoming -= 1;
         }
-        if conn.awaiting_budget {
+        if conn.state.awaiting_budget() {
             self.receive_budget
                 .forget(key, conn.peer.ip(), &mut self.admitted);
             self.admit_waiting();
         }
-        if conn.reserved > 0 {
-            self.release_budget(conn.reserved);
+        if conn.state.reserved() > 0 {
+            self.release_budget(conn.state.reserved());
         }
         if reason.tells_peer() {
             let text = reason.to_string();

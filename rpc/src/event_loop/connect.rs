@@ -11,12 +11,12 @@ use mio::{Interest, Token};
 use tracing::{debug, warn};
 
 use super::close::CloseReason;
-use super::connection::{ConnState, Connection};
+use super::conn_state::ConnState;
+use super::connection::Connection;
 use super::read_write::send_control;
 use super::{lower_floor, EventLoop};
 use crate::auth::{random_nonce, Handshake};
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
-use crate::timer::deadline_after;
 
 impl EventLoop {
     pub(super) fn connect(&mut self, address: SocketAddr, outbox: Arc<Outbox>, now: Instant) {
@@ -33,9 +33,7 @@ impl EventLoop {
         match stream {
             Ok(stream) => {
                 debug!(peer = %address, "connecting");
-                let state = ConnState::Connecting {
-                    deadline: deadline_after(now, self.shared.settings.connect_timeout),
-                };
+                let state = ConnState::connecting(now, &self.shared.settings);
                 let max_payload = self.shared.settings.max_payload;
                 let conn = Connection::new(stream, outbox, address, state, max_payload);
                 lower_floor(&mut self.conn_deadline_floor, conn.deadline());
@@ -54,7 +52,7 @@ impl EventLoop {
         let Some(conn) = self.connections.get_mut(&key) else {
             return false;
         };
-        if conn.state == ConnState::Open {
+        if conn.state.is_open() {
             return true;
         }
         if !writable {
@@ -75,7 +73,7 @@ impl EventLoop {
                 return false;
             }
         }
-        conn.state = ConnState::Open;
+        conn.state.connected();
         debug!(peer = %conn.peer, "connected");
         self.shared.connected.fetch_add(1, Ordering::Relaxed);
         match &self.shared.settings.secret {
@@ -83,8 +81,7 @@ impl EventLoop {
                 Ok(nonce) => {
                     let (handshake, challenge) = Handshake::connecting(secret.clone(), nonce);
                     let deadline =
-                        deadline_after(Instant::now(), self.shared.settings.auth_timeout);
-                    conn.start_handshake(handshake, deadline);
+                        conn.start_handshake(handshake, Instant::now(), &self.shared.settings);
                     lower_floor(&mut self.conn_deadline_floor, Some(deadline));
                     if let Err(e) = send_control(&mut self.control, conn, &challenge) {
                         self.close(key, CloseReason::Wire(e));

@@ -9,13 +9,11 @@ use flint_wire::{ArchivedMessage, ArchivedRoute, MessageKind};
 use tracing::debug;
 
 use super::close::{printable, CloseReason};
-use super::connection::FrameClock;
 use super::read_write::send_control;
 use super::{lower_floor, EventLoop};
 use crate::auth::{is_handshake, AuthError, Step};
 use crate::outbox::ConnKey;
 use crate::receive_budget::UNBUDGETED_FRAME;
-use crate::timer::deadline_after;
 
 impl EventLoop {
     pub(super) fn handle_frames(&mut self, key: ConnKey) -> Result<(), CloseReason> {
@@ -26,25 +24,13 @@ impl EventLoop {
             let frame = match conn.decoder.next_frame() {
                 Ok(Some(frame)) => frame,
                 Ok(None) => {
-                    // Bytes just arrived: the peer has network.timeout from now to send the
-                    // rest of a frame it is in the middle of.
-                    conn.frame_deadline = (conn.decoder.buffered() > 0).then(|| {
-                        deadline_after(self.now, self.shared.settings.stalled_frame_timeout)
-                    });
-                    lower_floor(&mut self.conn_deadline_floor, conn.frame_deadline);
-                    // The frame's own clock, from its first bytes (which nothing sent later
-                    // moves), its due time moved on by the bytes in. Never before
-                    // `frame_deadline` when first set, which lowered the floor, and only
-                    // later after that.
-                    if conn.frame_deadline.is_some() {
-                        let started = conn.frame_clock.map_or(self.now, |clock| clock.started);
-                        conn.frame_clock = Some(FrameClock::new(
-                            started,
-                            &self.shared.settings,
-                            conn.decoder.buffered(),
-                        ));
-                    }
-                    if conn.reserved == 0
+                    let frame_deadline = conn.state.partial_frame(
+                        self.now,
+                        conn.decoder.buffered(),
+                        &self.shared.settings,
+                    );
+                    lower_floor(&mut self.conn_deadline_floor, frame_deadline);
+                    if conn.state.reserved() == 0
                         && conn
                             .decoder
                             .pending_frame_len()
@@ -56,10 +42,9 @@ impl EventLoop {
                 }
                 Err(e) => return Err(CloseReason::Wire(e)),
             };
-            conn.frame_clock = None;
             // The frame is in: what it holds is its reader's from here on.
-            let conn = if conn.reserved > 0 {
-                let reserved = std::mem::take(&mut conn.reserved);
+            let reserved = conn.state.frame_arrived();
+            let conn = if reserved > 0 {
                 self.release_budget(reserved);
                 match self.connections.get_mut(&key) {
                     Some(conn) => conn,
@@ -80,7 +65,7 @@ impl EventLoop {
                     }
                 }
             }
-            if let Some(handshake) = conn.handshake.as_mut() {
+            if let Some(handshake) = conn.state.handshake_mut() {
                 let step = handshake
                     .on_message(&envelope.message)
                     .map_err(CloseReason::Auth)?;
@@ -125,7 +110,7 @@ impl EventLoop {
         let Some(conn) = self.connections.get_mut(&key) else {
             return;
         };
-        if conn.reserved > 0 || conn.awaiting_budget {
+        if conn.state.reserved() > 0 || conn.state.awaiting_budget() {
             return;
         }
         let Some(frame_len) = conn
@@ -138,7 +123,7 @@ impl EventLoop {
         // The frame and one read beyond it: what its buffer is made to hold.
         let bytes = frame_len.saturating_add(UNBUDGETED_FRAME);
         if !self.receive_budget.reserve(key, conn.peer.ip(), bytes) {
-            conn.awaiting_budget = true;
+            conn.state.wait_for_budget();
             self.shared.budget_waits.fetch_add(1, Ordering::Relaxed);
             debug!(
                 peer = %conn.peer,
@@ -149,7 +134,7 @@ impl EventLoop {
             );
             return;
         }
-        conn.reserved = bytes;
+        conn.state.reserve(bytes);
         conn.decoder.preallocate_pending_frame();
         self.shared
             .most_reserved
@@ -157,22 +142,19 @@ impl EventLoop {
     }
 
     /// Whether connection `key` waits for the receive budget with bytes from its peer
-    /// unread in the kernel: it is held back by this side, not silent, so its frame's
-    /// deadline moves on. A waiting peer with nothing unread has sent nothing since its
-    /// frame's header; closing it at the deadline keeps a peer that sends a header and
-    /// falls silent from holding the queue, and the budget once admitted.
+    /// unread in the kernel, so that its frame's deadline moves on (see
+    /// [`ConnState::waiting_peer_sent_more`](super::conn_state::ConnState::waiting_peer_sent_more)).
     pub(super) fn waiting_peer_sent_more(&mut self, key: ConnKey, now: Instant) -> bool {
         let Some(conn) = self.connections.get_mut(&key) else {
             return false;
         };
-        if !conn.awaiting_budget || rustix::io::ioctl_fionread(&conn.stream).unwrap_or(0) == 0 {
+        // The kernel is asked only for a connection that waits.
+        if !conn.state.awaiting_budget() {
             return false;
         }
-        conn.frame_deadline = Some(deadline_after(
-            now,
-            self.shared.settings.stalled_frame_timeout,
-        ));
-        true
+        let unread = conn.unread();
+        conn.state
+            .waiting_peer_sent_more(now, unread, &self.shared.settings)
     }
 
     /// Gives back bytes of the receive budget, and lets in the connections waiting for
@@ -199,8 +181,7 @@ impl EventLoop {
                 orphaned += bytes;
                 continue;
             };
-            conn.awaiting_budget = false;
-            conn.reserved = bytes;
+            conn.state.admitted(bytes);
             if self.stopping {
                 // Every connection is about to close (and give its bytes back): none is
                 // to be read.
@@ -208,10 +189,10 @@ impl EventLoop {
             }
             conn.decoder.preallocate_pending_frame();
             // Its time starts now: the wait was not its peer's doing.
-            conn.frame_clock = Some(FrameClock::new(now, settings, conn.decoder.buffered()));
-            conn.frame_deadline = Some(deadline_after(now, settings.stalled_frame_timeout));
-            conn.moved_at(now, settings.idle_timeout);
-            lower_floor(&mut self.conn_deadline_floor, conn.deadline());
+            let deadline = conn
+                .state
+                .read_on_after_wait(now, conn.decoder.buffered(), settings);
+            lower_floor(&mut self.conn_deadline_floor, deadline);
             if !self.unfinished_reads.contains(&key) {
                 self.unfinished_reads.push(key);
             }

@@ -5,8 +5,10 @@
 //!
 //! - [`turn`]: one turn of the loop (what it handles, in which order, and when it must
 //!   turn next), the expiry of deadlines, commands, and the shutdown;
-//! - [`connection`]: a connection's state and deadlines: when it must be connected,
-//!   authenticated, have sent more of a frame, or have sent anything at all;
+//! - [`conn_state`]: a connection's deadlines: when it must be connected, authenticated,
+//!   have sent more of a frame (and fast enough), or have sent anything at all, and how
+//!   a wait for the receive budget bends them; pure, and tested on made-up instants;
+//! - [`connection`]: a connection's socket, decoder and outbox around that state;
 //! - [`accept`]: connections from peers, and the refusal of those beyond
 //!   `rpc.io.maxConnections`;
 //! - [`connect`]: connections this environment opens, and the announcement of a
@@ -36,6 +38,7 @@ use crate::timer::TimerQueue;
 
 mod accept;
 mod close;
+mod conn_state;
 mod connect;
 mod connection;
 mod dispatch;

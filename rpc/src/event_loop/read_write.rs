@@ -8,7 +8,7 @@ use flint_wire::{Encoder, Message, Route};
 use tracing::debug;
 
 use super::close::CloseReason;
-use super::connection::{ConnState, Connection};
+use super::connection::Connection;
 use super::EventLoop;
 use crate::outbox::ConnKey;
 
@@ -46,7 +46,7 @@ impl EventLoop {
             let Some(conn) = self.connections.get_mut(&key) else {
                 return;
             };
-            if conn.awaiting_budget {
+            if conn.state.awaiting_budget() {
                 if conn.peer_closed && !conn.pending_frame_is_all_here() {
                     // Its frame will never be whole: it gives up its place in the queue
                     // now, not when its turn comes.
@@ -76,7 +76,7 @@ impl EventLoop {
                 Ok(0) => Some(CloseReason::EndOfStream),
                 Ok(read) => {
                     conn.read_in_round += read;
-                    conn.moved_at(self.now, self.shared.settings.idle_timeout);
+                    conn.state.moved_at(self.now, &self.shared.settings);
                     drained = conn.decoder.last_read_was_short() && !conn.peer_closed;
                     None
                 }
@@ -116,18 +116,18 @@ impl EventLoop {
         let Some(conn) = self.connections.get_mut(&key) else {
             return;
         };
-        if conn.state != ConnState::Open {
+        if !conn.state.is_open() {
             return;
         }
         // Until the peer is authenticated only handshake frames leave.
-        if conn.handshake.is_none() && conn.announced {
+        if !conn.state.is_authenticating() && conn.announced {
             if let Some(bytes) = conn.outbox.take() {
                 conn.writing.push_back(bytes);
             }
         }
         match write_queued(conn) {
             // A peer that takes what it is sent, however slowly, is not idle.
-            Ok(true) => conn.moved_at(self.now, self.shared.settings.idle_timeout),
+            Ok(true) => conn.state.moved_at(self.now, &self.shared.settings),
             Ok(false) => {}
             Err(e) => self.close(key, CloseReason::Io(e)),
         }

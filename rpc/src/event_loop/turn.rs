@@ -9,7 +9,7 @@ use mio::{Events, Token};
 use tracing::{error, info};
 
 use super::close::CloseReason;
-use super::connection::{ConnState, Connection};
+use super::connection::Connection;
 use super::{EventLoop, Turn, LISTENER, WAKER};
 use crate::endpoint::Endpoint;
 use crate::error::RpcError;
@@ -134,7 +134,7 @@ impl EventLoop {
     fn has_pending_output(&self) -> bool {
         self.connections
             .values()
-            .any(|c| matches!(c.state, ConnState::Connecting { .. }) || c.outbox.queued() > 0)
+            .any(|c| !c.state.is_open() || c.outbox.queued() > 0)
     }
 
     /// The earliest deadline of the timers and the asks, the retry of a failed accept,
