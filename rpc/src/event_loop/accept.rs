@@ -12,8 +12,8 @@ use mio::{Interest, Token};
 use tracing::{debug, error, warn};
 
 use super::close::tell_refused;
-use super::conn_state::ConnState;
 use super::connection::Connection;
+use super::deadlines::ConnState;
 use super::{lower_floor, EventLoop};
 use crate::auth::{random_nonce, Handshake};
 use crate::log_budget::Spend;

@@ -30,7 +30,7 @@ pub(super) enum CloseReason {
         timeout: Duration,
         buffered: usize,
     },
-    /// A frame came slower than [`MIN_FRAME_RATE`](super::conn_state::MIN_FRAME_RATE)
+    /// A frame came slower than [`MIN_FRAME_RATE`](super::deadlines::MIN_FRAME_RATE)
     /// after its first `network.timeout`;
     /// its length, if its header was in.
     SlowFrame {

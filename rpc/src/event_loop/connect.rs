@@ -11,8 +11,8 @@ use mio::{Interest, Token};
 use tracing::{debug, warn};
 
 use super::close::CloseReason;
-use super::conn_state::ConnState;
 use super::connection::Connection;
+use super::deadlines::ConnState;
 use super::read_write::send_control;
 use super::{lower_floor, EventLoop};
 use crate::auth::{random_nonce, Handshake};

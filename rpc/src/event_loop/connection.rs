@@ -11,7 +11,7 @@ use flint_wire::{FrameDecoder, MAX_SIZE_KEY};
 use mio::net::TcpStream;
 
 use super::close::CloseReason;
-use super::conn_state::ConnState;
+use super::deadlines::ConnState;
 use crate::auth::{Handshake, HANDSHAKE_LIMIT_NAME, HANDSHAKE_MAX_PAYLOAD};
 use crate::outbox::Outbox;
 use crate::settings::Settings;

@@ -143,7 +143,7 @@ impl EventLoop {
 
     /// Whether connection `key` waits for the receive budget with bytes from its peer
     /// unread in the kernel, so that its frame's deadline moves on (see
-    /// [`ConnState::waiting_peer_sent_more`](super::conn_state::ConnState::waiting_peer_sent_more)).
+    /// [`ConnState::waiting_peer_sent_more`](super::deadlines::ConnState::waiting_peer_sent_more)).
     pub(super) fn waiting_peer_sent_more(&mut self, key: ConnKey, now: Instant) -> bool {
         let Some(conn) = self.connections.get_mut(&key) else {
             return false;

@@ -5,7 +5,7 @@
 //!
 //! - [`turn`]: one turn of the loop (what it handles, in which order, and when it must
 //!   turn next), the expiry of deadlines, commands, and the shutdown;
-//! - [`conn_state`]: a connection's deadlines: when it must be connected, authenticated,
+//! - [`deadlines`]: a connection's deadlines: when it must be connected, authenticated,
 //!   have sent more of a frame (and fast enough), or have sent anything at all, and how
 //!   a wait for the receive budget bends them; pure, and tested on made-up instants;
 //! - [`connection`]: a connection's socket, decoder and outbox around that state;
@@ -38,9 +38,9 @@ use crate::timer::TimerQueue;
 
 mod accept;
 mod close;
-mod conn_state;
 mod connect;
 mod connection;
+mod deadlines;
 mod dispatch;
 mod frames;
 mod read_write;
