@@ -12,18 +12,21 @@
 //! How it is put together:
 //!
 //! - any thread encodes a message straight into the connection's bounded outbox
-//!   ([`outbox`]). For an ask, a reply or an explicit flush on a connection this
+//!   (`outbox.rs`). For an ask, a reply or an explicit flush on a connection this
 //!   environment opened, a thread other than the loop's then writes what is queued to
 //!   the socket itself if the loop has none of the connection's bytes in flight (one
-//!   hand-off between threads fewer; model-checked with loom); otherwise, and for plain one-way sends (which the
-//!   loop writes many to a system call), it hands the loop a wake-up through a queue and
-//!   a mio `Waker` if nobody did yet ([`handoff`], model-checked with loom);
+//!   hand-off between threads fewer; model-checked with loom); otherwise, and for plain
+//!   one-way sends (which the loop writes many to a system call), it hands the loop a
+//!   wake-up through a queue and a mio `Waker` if nobody did yet (`handoff.rs`,
+//!   model-checked with loom);
 //! - the loop writes each outbox with vectored writes, reads each socket until it would
 //!   block (or, for a peer that sends faster than the loop takes in, 256 KiB per wake-up,
 //!   so that it cannot starve the others), and hands every whole frame to its endpoint or
-//!   to the ask it answers;
+//!   to the ask it answers. Each connection is held to its deadlines (connect,
+//!   authentication, a frame under way, idleness), all decided in
+//!   `event_loop/deadlines.rs`;
 //! - an ask ends exactly once: by its reply, its timeout (a loop timer), or the loss of
-//!   its connection ([`ask`], model-checked with loom);
+//!   its connection (`ask.rs`, model-checked with loom);
 //! - the loop's state sits behind a lock, and a turn of it never blocks: the loop thread
 //!   turns it, and so can a thread that waits for something the loop brings (an
 //!   executor's task runner between tasks), which lends itself to the loop
@@ -69,28 +72,36 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod ask;
-pub mod auth;
-pub mod conf;
+// The transport's layers. Top to bottom: env (RpcEnv), turns (who turns the loop),
+// event_loop, endpoint (what endpoints implement and are handed), refs (handles and
+// endpoint refs), shared (the state every thread shares), settings. Each uses only those
+// below it (tests/module_layers.rs holds this), so that each can be read, and tested,
+// without the ones above.
 mod endpoint;
 mod env;
-mod error;
 mod event_loop;
-pub mod handoff;
+mod refs;
+mod settings;
+mod shared;
+mod turns;
+
+// What the layers are built from: state machines and primitives that know none of them.
+pub(crate) mod ask;
+pub mod auth;
+pub mod conf;
+mod error;
+pub(crate) mod handoff;
 pub mod log_budget;
+pub(crate) mod outbox;
+pub(crate) mod receive_budget;
+mod socket;
+mod sync;
+#[doc(hidden)]
+pub mod timer;
 
 /// For [`peer_warn!`]: crates using it need not depend on `tracing` themselves.
 #[doc(hidden)]
 pub use tracing as __tracing;
-pub mod outbox;
-pub mod receive_budget;
-mod refs;
-mod settings;
-mod shared;
-mod socket;
-mod sync;
-pub mod timer;
-mod turns;
 
 pub use ask::Reply;
 pub use conf::Conf;

@@ -16,23 +16,8 @@
 //! connections ahead of another's.
 //!
 //! This is a pure state machine: the event loop tells it of reservations, releases and
-//! closed connections, and reads the connections it admits.
-//!
-//! ```
-//! use std::net::{IpAddr, Ipv4Addr};
-//! use flint_rpc::receive_budget::ReceiveBudget;
-//!
-//! let (a, b) = (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
-//! let mut budget = ReceiveBudget::new(10 << 20);
-//! assert!(budget.reserve(1, a, 8 << 20));
-//! assert!(!budget.reserve(2, a, 4 << 20), "waits: 12 MiB would be over the budget");
-//! assert!(!budget.reserve(3, a, 4 << 20));
-//! assert!(!budget.reserve(4, b, 4 << 20));
-//! let mut admitted = Vec::new();
-//! budget.release(8 << 20, &mut admitted);
-//! assert_eq!(admitted, [(2, 4 << 20), (4, 4 << 20)], "a's first, then b's turn");
-//! assert_eq!(budget.in_use(), 8 << 20);
-//! ```
+//! closed connections, and reads the connections it admits (see the first unit test
+//! for a walk through it).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -99,6 +84,7 @@ impl ReceiveBudget {
     }
 
     /// Connections waiting for room.
+    #[cfg(test)]
     pub fn waiting(&self) -> usize {
         self.queues.values().map(VecDeque::len).sum()
     }
@@ -187,6 +173,27 @@ mod tests {
     const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
     const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
     const C: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3));
+
+    /// The walk through that was the module's example.
+    #[test]
+    fn a_release_admits_the_first_waiting_connection_of_each_address_in_turn() {
+        let mut budget = ReceiveBudget::new(10 << 20);
+        assert!(budget.reserve(1, A, 8 << 20));
+        assert!(
+            !budget.reserve(2, A, 4 << 20),
+            "waits: 12 MiB would be over the budget"
+        );
+        assert!(!budget.reserve(3, A, 4 << 20));
+        assert!(!budget.reserve(4, B, 4 << 20));
+        let mut admitted = Vec::new();
+        budget.release(8 << 20, &mut admitted);
+        assert_eq!(
+            admitted,
+            [(2, 4 << 20), (4, 4 << 20)],
+            "a's first, then b's turn"
+        );
+        assert_eq!(budget.in_use(), 8 << 20);
+    }
 
     #[test]
     fn frames_that_fit_are_reserved_at_once() {

@@ -16,7 +16,9 @@ use super::deadlines::ConnState;
 use super::read_write::send_control;
 use super::{lower_floor, EventLoop};
 use crate::auth::{random_nonce, Handshake};
-use crate::outbox::{ConnKey, Outbox, OutboxKind};
+#[cfg(not(loom))]
+use crate::outbox::OutboxKind;
+use crate::outbox::{ConnKey, Outbox};
 
 impl EventLoop {
     pub(super) fn connect(&mut self, address: SocketAddr, outbox: Arc<Outbox>, now: Instant) {
