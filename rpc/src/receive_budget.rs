@@ -15,6 +15,16 @@
 //! in each round, as does every other address waiting, so that it cannot put all its
 //! connections ahead of another's.
 //!
+//! What this costs: a host that holds a turn can hold up other hosts' large frames, and
+//! what follows them on their connections (an executor's heartbeats). Without
+//! authentication, that is `network.timeout` a turn at no cost (a frame's first bytes,
+//! then silence, is cut off after it), and longer only by sending its frames at the
+//! frame clock's 1 MiB/s (248 s for a 128 MiB frame with the defaults), however many
+//! connections it opens, since its connections share one turn. That is the price of not
+//! being made to hold `rpc.io.maxConnections` frames of `rpc.message.maxSize` at once;
+//! where peers may be hostile, `authenticate=true` keeps strangers out of the budget
+//! altogether (a peer that has not authenticated sends no frame above 512 bytes).
+//!
 //! This is a pure state machine: the event loop tells it of reservations, releases and
 //! closed connections, and reads the connections it admits (see the first unit test
 //! for a walk through it).
