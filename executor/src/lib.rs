@@ -97,6 +97,7 @@ pub mod config;
 mod executor;
 mod handoff;
 mod heartbeater;
+pub mod jobs;
 mod launch;
 mod registry;
 mod reply_retry;

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use flint_wire::MAX_FUNCTION_NAME;
 use rustc_hash::FxHashMap;
 
+use crate::jobs;
 use crate::task::{TaskContext, TaskError};
 
 /// A task function: it gets its context and its input (a view of the received frame, not
@@ -41,6 +42,9 @@ pub struct InvalidFunctionName {
 /// | `fail-n-attempts` | N | fails while its attempt number is below N, then returns an empty result |
 /// | `large-result` | a size: bytes, or with a `k`, `m` or `g` suffix (KiB, MiB, GiB) | returns that many bytes; byte i is `i % 251` |
 /// | `exit-process` | an exit code, 1 to 255 | ends the executor's whole process with that code at once, as a task that crashes its executor does |
+///
+/// and the functions of jobs of stages in [`crate::jobs`] (`wordcount-map`,
+/// `wordcount-reduce`, `shuffle-write`, `shuffle-count`).
 ///
 /// An input that is not what a built-in expects fails the task with a message saying
 /// what was expected.
@@ -81,7 +85,7 @@ impl TaskRegistry {
     /// A registry with flint's built-in functions (see the table above).
     pub fn with_builtins() -> Self {
         let mut registry = TaskRegistry::new();
-        let builtins: [(&str, Arc<TaskFn>); 7] = [
+        let builtins: [(&str, Arc<TaskFn>); 11] = [
             ("noop", Arc::new(noop)),
             ("echo", Arc::new(echo)),
             ("sleep", Arc::new(sleep)),
@@ -89,6 +93,10 @@ impl TaskRegistry {
             ("fail-n-attempts", Arc::new(fail_n_attempts)),
             ("large-result", Arc::new(large_result)),
             ("exit-process", Arc::new(exit_process)),
+            ("wordcount-map", Arc::new(jobs::wordcount_map)),
+            ("wordcount-reduce", Arc::new(jobs::wordcount_reduce)),
+            ("shuffle-write", Arc::new(jobs::shuffle_write)),
+            ("shuffle-count", Arc::new(jobs::shuffle_count)),
         ];
         for (name, function) in builtins {
             registry.functions.insert(name.to_owned(), function);
@@ -309,8 +317,12 @@ mod tests {
                 "fail-n-attempts",
                 "large-result",
                 "noop",
+                "shuffle-count",
+                "shuffle-write",
                 "sleep",
-                "spin"
+                "spin",
+                "wordcount-map",
+                "wordcount-reduce"
             ]
         );
         assert!(TaskRegistry::new().is_empty());
