@@ -61,50 +61,40 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod cluster_manager;
-pub mod config;
-pub mod dag;
+mod core;
 mod driver;
-mod driver_core;
-mod driver_endpoint;
-pub mod error;
-pub mod events;
-mod exclusion;
-mod fx_hash;
-pub mod heartbeat;
-mod id_window;
-pub mod job;
-pub mod locality;
 #[cfg(test)]
 mod log_capture;
-mod pending;
-pub mod pool;
-mod registry;
-pub mod rng;
-pub mod speculation;
-pub mod task_scheduler;
-pub mod task_set;
-pub mod task_set_manager;
 
-pub use cluster_manager::{
-    ClusterManager, ExitedExecutor, LocalClusterManager, StandaloneExecutors,
+// The public modules, where they were before the crate was split into `core` and
+// `driver`: users name them by these paths.
+pub use crate::core::{
+    config, dag, error, events, heartbeat, locality, pool, rng, speculation, task_scheduler,
+    task_set, task_set_manager,
 };
-pub use config::SchedulingMode;
-pub use config::{SchedulerConfig, SpeculationConfig, KEYS};
-pub use driver::{Driver, DriverError};
-pub use driver_core::{DISASSOCIATED, DRIVER_STOPPED, MAX_EXECUTOR_ID_LEN, STALE_EXECUTOR};
-pub use error::SchedulerError;
-pub use events::{
+pub use crate::driver::{cluster_manager, job};
+
+pub use crate::core::config::SchedulingMode;
+pub use crate::core::config::{SchedulerConfig, SpeculationConfig, KEYS};
+pub use crate::core::driver_core::{
+    DISASSOCIATED, DRIVER_STOPPED, MAX_EXECUTOR_ID_LEN, STALE_EXECUTOR,
+};
+pub use crate::core::error::SchedulerError;
+pub use crate::core::events::{
     Action, JobResult, SchedulerEvent, SchedulerListener, TaskEndReason, TaskMetricsUpdate,
     TaskResult,
 };
-pub use exclusion::ExclusionPolicy;
+pub use crate::core::exclusion::ExclusionPolicy;
+pub use crate::core::locality::{TaskLocality, TaskLocation};
+pub use crate::core::pool::{PoolConfig, PoolsFileError};
+pub use crate::core::rng::SplitMix64;
+pub use crate::core::task_scheduler::{TaskScheduler, STARVATION_WARNING};
+pub use crate::core::task_set::{TaskSet, TaskSetId, TaskSpec, WorkerOffer};
+pub use crate::core::task_set_manager::TaskSetManager;
+pub use crate::driver::cluster_manager::{
+    ClusterManager, ExitedExecutor, LocalClusterManager, StandaloneExecutors,
+};
+pub use crate::driver::job::{LatencySummary, TaskSetError, TaskSetHandle, TaskSetOutcome};
+pub use crate::driver::{Driver, DriverError};
 pub use flint_wire::bytes_to_string;
 pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};
-pub use job::{LatencySummary, TaskSetError, TaskSetHandle, TaskSetOutcome};
-pub use locality::{TaskLocality, TaskLocation};
-pub use pool::{PoolConfig, PoolsFileError};
-pub use rng::SplitMix64;
-pub use task_scheduler::{TaskScheduler, STARVATION_WARNING};
-pub use task_set::{TaskSet, TaskSetId, TaskSpec, WorkerOffer};
-pub use task_set_manager::TaskSetManager;

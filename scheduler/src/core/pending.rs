@@ -8,9 +8,9 @@
 
 use flint_wire::SharedStr;
 
-use crate::fx_hash::FxHashMap;
-use crate::locality::TaskLocation;
-use crate::registry::ExecutorRegistry;
+use crate::core::fx_hash::FxHashMap;
+use crate::core::locality::TaskLocation;
+use crate::core::registry::ExecutorRegistry;
 
 /// One task set's pending tasks.
 #[derive(Debug, Default)]

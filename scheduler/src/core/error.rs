@@ -2,7 +2,7 @@
 
 use flint_rpc::conf::ConfError;
 
-use crate::pool::PoolsFileError;
+use crate::core::pool::PoolsFileError;
 
 /// What the scheduler refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

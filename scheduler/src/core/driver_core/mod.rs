@@ -37,14 +37,14 @@ use flint_wire::{
 };
 use tracing::{debug, error, info, warn};
 
-use crate::cluster_manager::{ClusterManager, ExitedExecutor};
-use crate::config::SchedulerConfig;
-use crate::events::{Action, SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
-use crate::fx_hash::{FxHashMap, FxHashSet};
-use crate::heartbeat::HeartbeatTracker;
-use crate::job::{TaskSetHandle, TaskSetShared};
-use crate::task_scheduler::TaskScheduler;
-use crate::task_set::{TaskSet, TaskSetId, WorkerOffer};
+use crate::core::config::SchedulerConfig;
+use crate::core::events::{Action, SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
+use crate::core::fx_hash::{FxHashMap, FxHashSet};
+use crate::core::heartbeat::HeartbeatTracker;
+use crate::core::task_scheduler::TaskScheduler;
+use crate::core::task_set::{TaskSet, TaskSetId, WorkerOffer};
+use crate::driver::cluster_manager::{ClusterManager, ExitedExecutor};
+use crate::driver::job::{TaskSetHandle, TaskSetShared};
 use crate::SchedulerError;
 
 /// The seeds' reason for an executor whose connection closed.
@@ -1367,8 +1367,8 @@ impl DriverCore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster_manager::{ClusterManagerError, StandaloneExecutors};
-    use crate::job::TaskSetError;
+    use crate::driver::cluster_manager::{ClusterManagerError, StandaloneExecutors};
+    use crate::driver::job::TaskSetError;
     use crate::SchedulerConfig;
     use flint_rpc::{Conf, RpcEnv};
     use std::collections::VecDeque;

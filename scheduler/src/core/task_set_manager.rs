@@ -13,16 +13,16 @@ use flint_wire::{
 };
 use tracing::{debug, error, info, warn};
 
-use crate::config::SpeculationConfig;
-use crate::events::{Action, SchedulerEvent, TaskEndReason, TaskResult};
-use crate::exclusion::{ExclusionPolicy, TaskSetExclusion};
-use crate::fx_hash::FxHashMap;
-use crate::id_window::Attempts;
-use crate::locality::{TaskLocality, TaskLocation};
-use crate::pending::{any_pending, dequeue, PendingTasks};
-use crate::registry::ExecutorRegistry;
-use crate::speculation::{min_finished_for_speculation, speculation_threshold};
-use crate::task_set::{TaskSet, TaskSetId, TaskSpec};
+use crate::core::config::SpeculationConfig;
+use crate::core::events::{Action, SchedulerEvent, TaskEndReason, TaskResult};
+use crate::core::exclusion::{ExclusionPolicy, TaskSetExclusion};
+use crate::core::fx_hash::FxHashMap;
+use crate::core::id_window::Attempts;
+use crate::core::locality::{TaskLocality, TaskLocation};
+use crate::core::pending::{any_pending, dequeue, PendingTasks};
+use crate::core::registry::ExecutorRegistry;
+use crate::core::speculation::{min_finished_for_speculation, speculation_threshold};
+use crate::core::task_set::{TaskSet, TaskSetId, TaskSpec};
 
 /// The reason a killed speculative or duplicate attempt is given.
 pub const ANOTHER_ATTEMPT_SUCCEEDED: &str = "another attempt succeeded";

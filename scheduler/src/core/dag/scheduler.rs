@@ -11,8 +11,8 @@ use tracing::{debug, info, warn};
 use super::action::{DagAction, DagConfig, StageKind, StageTaskSet, TaskCompletion};
 use super::map_output_tracker::MapOutputTracker;
 use super::spec::{DagError, JobSpec, ShuffleSpec, StageSpec};
-use crate::events::{JobResult, SchedulerEvent};
-use crate::task_set::TaskSetId;
+use crate::core::events::{JobResult, SchedulerEvent};
+use crate::core::task_set::TaskSetId;
 
 /// Where a stage is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,9 +8,9 @@ use flint_wire::{BlockManagerId, FetchFailure, MapStatus, ShuffleRead, ShuffleWr
 use tracing::Level;
 
 use super::*;
-use crate::events::{JobResult, SchedulerEvent};
+use crate::core::events::{JobResult, SchedulerEvent};
+use crate::core::task_set::TaskSetId;
 use crate::log_capture::LogCapture;
-use crate::task_set::TaskSetId;
 
 struct Harness {
     dag: DagScheduler,

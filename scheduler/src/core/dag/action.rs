@@ -6,8 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use flint_wire::{FetchFailure, MapStatus, Property, SharedStr, ShuffleRead, ShuffleWrite};
 
-use crate::events::SchedulerEvent;
-use crate::task_set::{TaskSet, TaskSetId, TaskSpec};
+use crate::core::events::SchedulerEvent;
+use crate::core::task_set::{TaskSet, TaskSetId, TaskSpec};
 
 /// How long after a fetch failure the failed stages are resubmitted (Spark's
 /// `RESUBMIT_TIMEOUT`): one lost executor fails many tasks in quick succession, and one

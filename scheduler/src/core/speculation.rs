@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::SpeculationConfig;
+use crate::core::config::SpeculationConfig;
 
 /// The successes a task set of `num_tasks` needs before any of its tasks is speculated:
 /// `quantile` of them, at least one.

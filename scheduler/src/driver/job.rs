@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 
-use crate::task_set::TaskSetId;
+use crate::core::task_set::TaskSetId;
 
 /// Percentiles of task latency, from a task's launch at the driver to its result at the
 /// driver, in microseconds.

@@ -5,7 +5,7 @@ use std::fmt;
 use bytes::Bytes;
 use flint_wire::{Property, SharedStr};
 
-use crate::locality::TaskLocation;
+use crate::core::locality::TaskLocation;
 
 /// Identifies a task set: a stage and an attempt of it. Printed as the seeds do, `1.0`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -17,7 +17,7 @@ use flint_wire::{
 use rkyv::rancor;
 use tracing::{debug, warn};
 
-use crate::driver_core::{DriverCore, Registration};
+use crate::core::driver_core::{DriverCore, Registration};
 
 fn lock(core: &Mutex<DriverCore>) -> MutexGuard<'_, DriverCore> {
     core.lock().unwrap_or_else(|e| e.into_inner())

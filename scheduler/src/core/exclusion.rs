@@ -15,9 +15,9 @@
 use flint_wire::SharedStr;
 use tracing::info;
 
-use crate::config;
-use crate::error::SchedulerError;
-use crate::fx_hash::{FxHashMap, FxHashSet};
+use crate::core::config;
+use crate::core::error::SchedulerError;
+use crate::core::fx_hash::{FxHashMap, FxHashSet};
 
 /// When executors and hosts stop getting a task set's tasks (Spark's
 /// `excludeOnFailure.*` keys, read by [`crate::SchedulerConfig::from_conf`]).

@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 
 use flint_wire::SharedStr;
 
-use crate::fx_hash::FxHashMap;
-use crate::id_window::IdWindow;
+use crate::core::fx_hash::FxHashMap;
+use crate::core::id_window::IdWindow;
 
 /// The end of a list, or no slot.
 pub(crate) const NIL: u32 = u32::MAX;

@@ -12,10 +12,10 @@ use std::time::Duration;
 use flint_rpc::conf::{Conf, ConfError, Key, KeyInfo, OptionalKey, TimeUnit, Unit};
 use tracing::info;
 
-use crate::error::SchedulerError;
-use crate::exclusion::ExclusionPolicy;
-use crate::pool::PoolConfig;
-use crate::rng::random_seed;
+use crate::core::error::SchedulerError;
+use crate::core::exclusion::ExclusionPolicy;
+use crate::core::pool::PoolConfig;
+use crate::core::rng::random_seed;
 
 const MILLIS: Unit = Unit::Duration(TimeUnit::Millis);
 

@@ -12,8 +12,8 @@ use flint_wire::{
     AccumulatorUpdate, BlockId, FetchFailure, SharedStr, TaskFailureKind, TaskMetrics, TaskState,
 };
 
-use crate::locality::TaskLocality;
-use crate::task_set::TaskSetId;
+use crate::core::locality::TaskLocality;
+use crate::core::task_set::TaskSetId;
 
 /// Something the scheduler needs done outside itself.
 #[derive(Debug, Clone, PartialEq)]

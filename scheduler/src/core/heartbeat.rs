@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use flint_wire::SharedStr;
 
-use crate::fx_hash::FxHashMap;
+use crate::core::fx_hash::FxHashMap;
 
 /// An executor that sent no heartbeat for longer than the timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]

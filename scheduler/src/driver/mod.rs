@@ -1,6 +1,18 @@
 //! The driver: an RPC environment with the driver's endpoints, the task scheduler, and
 //! the executors the cluster manager provides (the seeds' `CoarseGrainedSchedulerBackend`
 //! and what a driver program calls on it).
+//!
+//! The glue half of the crate, which runs the pure state machines of `core` on flint-rpc:
+//!
+//! - this module: [`Driver`], the API a driver program calls;
+//! - [`endpoints`]: the driver's RPC endpoints, which turn messages into the core's
+//!   events;
+//! - [`cluster_manager`]: where executors come from;
+//! - [`job`]: [`TaskSetHandle`](job::TaskSetHandle), to await a task set's results.
+
+pub mod cluster_manager;
+mod endpoints;
+pub mod job;
 
 use flint_rpc::timer::deadline_after;
 use std::net::SocketAddr;
@@ -13,14 +25,14 @@ use flint_rpc::{Conf, EndpointRef, RpcEnv, RpcError};
 use flint_wire::{ExecutorLossReason, Message, SharedStr, DRIVER_ENDPOINT, HEARTBEAT_ENDPOINT};
 use tracing::info;
 
-use crate::cluster_manager::{ClusterManager, ClusterManagerError, StandaloneExecutors};
-use crate::config::SchedulerConfig;
-use crate::driver_core::DriverCore;
-use crate::driver_endpoint::{DriverEndpoint, HeartbeatReceiver};
-use crate::events::SchedulerListener;
-use crate::job::TaskSetHandle;
-use crate::task_scheduler::TaskScheduler;
-use crate::task_set::{TaskSet, TaskSetId};
+use crate::core::config::SchedulerConfig;
+use crate::core::driver_core::DriverCore;
+use crate::core::events::SchedulerListener;
+use crate::core::task_scheduler::TaskScheduler;
+use crate::core::task_set::{TaskSet, TaskSetId};
+use crate::driver::cluster_manager::{ClusterManager, ClusterManagerError, StandaloneExecutors};
+use crate::driver::endpoints::{DriverEndpoint, HeartbeatReceiver};
+use crate::driver::job::TaskSetHandle;
 use crate::SchedulerError;
 
 /// How long [`Driver::stop`] gives executors to exit on their own once asked to.

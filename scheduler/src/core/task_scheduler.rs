@@ -11,16 +11,16 @@ use flint_wire::{
 };
 use tracing::{debug, error, info, warn};
 
-use crate::config::{SchedulerConfig, SchedulingMode};
-use crate::error::SchedulerError;
-use crate::events::{Action, JobResult, SchedulerEvent, TaskResult};
-use crate::fx_hash::{FxHashMap, FxHashSet};
-use crate::locality::TaskLocality;
-use crate::pool::{PoolConfig, Pools, TaskSetStats};
-use crate::registry::{ExecutorRegistry, RunningTasks, NIL};
-use crate::rng::SplitMix64;
-use crate::task_set::{TaskSet, TaskSetId, WorkerOffer};
-use crate::task_set_manager::{Failure, ManagerSettings, TaskSetManager, STAGE_CANCELLED};
+use crate::core::config::{SchedulerConfig, SchedulingMode};
+use crate::core::error::SchedulerError;
+use crate::core::events::{Action, JobResult, SchedulerEvent, TaskResult};
+use crate::core::fx_hash::{FxHashMap, FxHashSet};
+use crate::core::locality::TaskLocality;
+use crate::core::pool::{PoolConfig, Pools, TaskSetStats};
+use crate::core::registry::{ExecutorRegistry, RunningTasks, NIL};
+use crate::core::rng::SplitMix64;
+use crate::core::task_set::{TaskSet, TaskSetId, WorkerOffer};
+use crate::core::task_set_manager::{Failure, ManagerSettings, TaskSetManager, STAGE_CANCELLED};
 
 /// The seeds' starvation warning.
 pub const STARVATION_WARNING: &str = "Initial job has not accepted any resources; check your cluster UI to ensure that workers are registered and have sufficient resources";
@@ -126,7 +126,7 @@ impl TaskScheduler {
         self.pools.add_pool(config);
     }
 
-    /// Adds every pool of a pools file (format in [`crate::pool`]).
+    /// Adds every pool of a pools file (format in [`crate::core::pool`]).
     pub fn add_pools_file(&mut self, text: &str) -> Result<(), SchedulerError> {
         for pool in PoolConfig::parse_file(text)? {
             self.add_pool(pool);
@@ -816,13 +816,13 @@ impl TaskScheduler {
         updates: Vec<flint_wire::TaskAccumUpdates>,
     ) -> bool {
         let alive = self.registry.is_executor_alive(executor_id);
-        let updates: Vec<crate::events::TaskMetricsUpdate> = updates
+        let updates: Vec<crate::core::events::TaskMetricsUpdate> = updates
             .into_iter()
             .filter_map(|u| {
                 let manager = self.task_sets.get(&self.running.key_of(u.task_id)?)?;
                 let attempt = manager.running_attempt(u.task_id)?;
                 (alive && &*attempt.executor_id == executor_id).then(|| {
-                    crate::events::TaskMetricsUpdate {
+                    crate::core::events::TaskMetricsUpdate {
                         task_id: u.task_id,
                         task_set: manager.id(),
                         metrics: u.metrics,

@@ -26,7 +26,7 @@
 
 use std::cmp::Ordering;
 
-use crate::config::SchedulingMode;
+use crate::core::config::SchedulingMode;
 use flint_wire::SharedStr;
 use tracing::warn;
 
