@@ -15,16 +15,23 @@
 //! - [`pool`]: FIFO and FAIR ordering of task sets, and the pools file.
 //! - [`events`]: [`Action`], [`SchedulerEvent`] and the [`SchedulerListener`] a driver
 //!   program implements.
-//!
-//! Around them, the glue that runs them for real on flint-rpc:
-//!
-//! - [`Driver`] (the seeds' `CoarseGrainedSchedulerBackend`): the driver's RPC
-//!   environment with its endpoints (`CoarseGrainedScheduler`, every handler of the
-//!   seeds' `DriverEndpoint`, and `HeartbeatReceiver`), executor requests and kills,
-//!   `isReady`, stop; [`Driver::submit`] gives a [`TaskSetHandle`] to await results on.
-//! - [`cluster_manager`]: where executors come from; [`LocalClusterManager`] starts
-//!   `flint executor` processes on this host.
 //! - [`heartbeat`]: which executors have been silent for longer than `network.timeout`.
+//! - the driver core (the seeds' `CoarseGrainedSchedulerBackend` and its
+//!   `DriverEndpoint` handlers, in `src/core/driver_core/`): the executor registry,
+//!   launches, status updates, large result fetches, executor requests, kills and
+//!   failures. It decides every message the driver sends, as outputs the glue carries
+//!   out.
+//!
+//! These live in `src/core/`. Around them, in `src/driver/`, the glue that runs them for
+//! real on flint-rpc:
+//!
+//! - [`Driver`]: the driver's RPC environment with its endpoints
+//!   (`CoarseGrainedScheduler`, every handler of the seeds' `DriverEndpoint`, and
+//!   `HeartbeatReceiver`), executor requests and kills, `isReady`, stop;
+//!   [`Driver::submit`] gives a [`TaskSetHandle`] to await results on.
+//! - [`cluster_manager`]: where executors come from; [`LocalClusterManager`] starts
+//!   `flint executor` processes on this host, on a thread of the driver's own (the
+//!   executor supply thread), never on the event loop's.
 //!
 //! ```
 //! use std::time::{Duration, Instant};

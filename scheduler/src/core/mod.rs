@@ -1,9 +1,8 @@
 //! The pure half of the driver: state machines that take events and `now`, and return
 //! what to do. Nothing here opens a socket, starts a thread, reads a clock or names a
 //! connection; of flint-rpc only the configuration reader (`flint_rpc::conf`) and the
-//! log budget (`flint_rpc::log_budget`, `peer_warn!`) are used. (Not yet
-//! [`driver_core`], which still sends through endpoint references and calls the cluster
-//! manager.)
+//! log budget (`flint_rpc::log_budget`, `peer_warn!`) are used, and nothing of the glue
+//! in `crate::driver` (the test `tests/core_is_pure.rs` fails otherwise).
 //!
 //! - [`task_scheduler`]: which task runs where (the seeds' `TaskSchedulerImpl`).
 //! - [`task_set_manager`], [`pending`], [`locality`], [`speculation`], [`exclusion`]:
@@ -14,7 +13,9 @@
 //! - [`heartbeat`]: which executors have been silent too long.
 //! - [`dag`]: jobs as stages and shuffles, and the map output tracker.
 //! - [`driver_core`]: the driver's state behind its endpoints, and the one place that
-//!   decides what the driver sends: its outputs.
+//!   decides what the driver sends ([`driver_core::Output`]); with the executor
+//!   registry, large result fetches, and the accounting of executors asked for, killed
+//!   and failed.
 //! - [`config`], [`error`], [`events`]: what the state machines read, refuse and report.
 
 pub mod config;

@@ -234,6 +234,7 @@ impl TaskScheduler {
     // ---- actions and timers --------------------------------------------------------
 
     /// The next thing to do, oldest first.
+    #[inline]
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }

@@ -29,8 +29,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use flint_wire::ExecutorLossReason;
 use tracing::{debug, info, warn};
+
+pub use crate::core::driver_core::ExitedExecutor;
 
 /// The environment variable a local executor reads `authenticate.secret` from: a secret
 /// on a command line would be visible to every user of the host.
@@ -54,65 +55,33 @@ pub enum ClusterManagerError {
     NotStarted,
 }
 
-/// An executor process that ended without the driver asking (not killed through
-/// [`ClusterManager::kill_executors`] nor stopped), as its cluster manager reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExitedExecutor {
-    /// The executor it was started as.
-    pub executor_id: String,
-    /// Its exit code; 128 + the signal's number for a process killed by a signal, as a
-    /// shell reports it (137 for `kill -9`).
-    pub exit_code: i32,
-    /// How it ended, e.g. "Command exited with code 3".
-    pub message: String,
-}
-
-impl ExitedExecutor {
-    /// Whether the exit was abnormal (a non-zero code or a signal): it then counts
-    /// towards `executor.maxNumFailures`.
-    pub fn is_failure(&self) -> bool {
-        self.exit_code != 0
-    }
-
-    /// The loss reason of the executor: Spark's `ExecutorExited`, caused by the
-    /// application whatever the code, as Spark's standalone backend takes every exit
-    /// with a code, so that its running tasks count towards `task.maxFailures`. An
-    /// executor that exits on its own closes its connection too, and the driver may hear
-    /// of either first: a disconnection always counts, so an exit must count alike.
-    pub fn loss_reason(&self) -> ExecutorLossReason {
-        ExecutorLossReason::ExecutorExited {
-            exit_code: self.exit_code,
-            exit_caused_by_app: true,
-            reason: self.message.clone(),
-        }
-    }
-
-    fn from_status(executor_id: &str, status: ExitStatus) -> Self {
-        #[cfg(unix)]
-        let signal = std::os::unix::process::ExitStatusExt::signal(&status);
-        #[cfg(not(unix))]
-        let signal: Option<i32> = None;
-        let (exit_code, message) = match (status.code(), signal) {
-            (Some(code), _) => (code, format!("Command exited with code {code}")),
-            (None, Some(signal)) => (
-                128 + signal,
-                format!("Command was killed by signal {signal}"),
-            ),
-            (None, None) => (-1, format!("Command ended: {status}")),
-        };
-        ExitedExecutor {
-            executor_id: executor_id.to_owned(),
-            exit_code,
-            message,
-        }
+/// How a process the cluster manager started ended, as [`ExitedExecutor`] reports it.
+fn exit_of(executor_id: &str, status: ExitStatus) -> ExitedExecutor {
+    #[cfg(unix)]
+    let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+    #[cfg(not(unix))]
+    let signal: Option<i32> = None;
+    let (exit_code, message) = match (status.code(), signal) {
+        (Some(code), _) => (code, format!("Command exited with code {code}")),
+        (None, Some(signal)) => (
+            128 + signal,
+            format!("Command was killed by signal {signal}"),
+        ),
+        (None, None) => (-1, format!("Command ended: {status}")),
+    };
+    ExitedExecutor {
+        executor_id: executor_id.to_owned(),
+        exit_code,
+        message,
     }
 }
 
 /// What the scheduler backend needs of a cluster manager.
 ///
-/// Every method is called with the driver's state locked: implementations start and
-/// stop processes or send requests, and return; they must not wait for executors to
-/// register.
+/// Every method but [`ClusterManager::start`] is called on the driver's executor supply
+/// thread, one call at a time and never with the driver's state locked: a call may take
+/// its time (starting a process, waiting for a killed one), but the driver's requests
+/// and reports of exits wait behind it, so it must not wait for executors to register.
 pub trait ClusterManager: Send {
     /// The driver listens at `driver`: executors are to register there.
     fn start(&mut self, driver: SocketAddr);
@@ -273,7 +242,7 @@ impl LocalClusterManager {
         self.children.retain(|id, child| match child.try_wait() {
             Ok(Some(status)) => {
                 log_exit(id, status);
-                exited.push(ExitedExecutor::from_status(id, status));
+                exited.push(exit_of(id, status));
                 false
             }
             Ok(None) => true,
@@ -477,6 +446,7 @@ impl Drop for LocalClusterManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flint_wire::ExecutorLossReason;
 
     fn driver() -> SocketAddr {
         "127.0.0.1:9".parse().unwrap()

@@ -1,9 +1,10 @@
 //! The driver's endpoints on its RPC environment: [`DriverEndpoint`] (the seeds'
 //! `CoarseGrainedScheduler`) and [`HeartbeatReceiver`]. Both are thin: they read the
-//! message in place, call the [`DriverCore`], and keep their timers.
+//! message in place, call the driver core, carry out what it decided
+//! ([`DriverState::carry_out`]), reply, and keep their timers.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -17,17 +18,17 @@ use flint_wire::{
 use rkyv::rancor;
 use tracing::{debug, warn};
 
-use crate::core::driver_core::{DriverCore, Registration};
-
-fn lock(core: &Mutex<DriverCore>) -> MutexGuard<'_, DriverCore> {
-    core.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::core::driver_core::Registration;
+use crate::driver::carry_out::{lock, DriverState};
 
 /// The driver's endpoint: registrations, status updates, offers, kills, removals and
 /// stops (every handler of the seeds' `DriverEndpoint`).
 pub(crate) struct DriverEndpoint {
-    core: Arc<Mutex<DriverCore>>,
+    state: Arc<Mutex<DriverState>>,
     revive_interval: Duration,
+    /// `rpc.message.maxSize`, which also bounds what a result's accumulators take
+    /// decoded.
+    max_decoded: usize,
     revive_timer: Option<TimerId>,
     /// The scheduler's next timeout (starvation, speculation, locality) and its timer.
     scheduler_timer: Option<(Instant, TimerId)>,
@@ -36,10 +37,15 @@ pub(crate) struct DriverEndpoint {
 }
 
 impl DriverEndpoint {
-    pub(crate) fn new(core: Arc<Mutex<DriverCore>>, revive_interval: Duration) -> Self {
+    pub(crate) fn new(
+        state: Arc<Mutex<DriverState>>,
+        revive_interval: Duration,
+        max_decoded: usize,
+    ) -> Self {
         DriverEndpoint {
-            core,
+            state,
             revive_interval,
+            max_decoded,
             revive_timer: None,
             scheduler_timer: None,
             peer_warnings: LogBudget::default(),
@@ -47,8 +53,8 @@ impl DriverEndpoint {
     }
 
     /// Keeps one timer at the scheduler's next timeout.
-    fn sync_timer(&mut self, ctx: &mut EndpointContext<'_>, core: &DriverCore, now: Instant) {
-        let wanted = core.scheduler.poll_timeout();
+    fn sync_timer(&mut self, ctx: &mut EndpointContext<'_>, state: &DriverState, now: Instant) {
+        let wanted = state.core.scheduler.poll_timeout();
         if self.scheduler_timer.map(|(at, _)| at) == wanted {
             return;
         }
@@ -80,23 +86,22 @@ impl Endpoint for DriverEndpoint {
             }
         }
         let now = ctx.now();
-        let core = self.core.clone();
-        let mut core = lock(&core);
+        let state = self.state.clone();
+        let mut state = lock(&state);
         match message.message() {
             ArchivedMessage::StatusUpdate(update) => {
-                // rpc.message.maxSize also bounds what the accumulators take decoded.
-                let max_decoded = core.transport.max_payload;
-                let (state, outcome) =
-                    match outcome_from_archived(message.frame(), &update.outcome, max_decoded) {
+                let (task_state, outcome) =
+                    match outcome_from_archived(message.frame(), &update.outcome, self.max_decoded)
+                    {
                         Ok(outcome) => (TaskState::from(&update.state), outcome),
                         Err(refused) => (TaskState::Failed, refused),
                     };
-                let unfetched = core.status_update(
+                let unfetched = state.core.status_update(
                     now,
                     message.sender(),
                     update.executor_id.as_str(),
                     update.task_id.to_native(),
-                    state,
+                    task_state,
                     outcome,
                 );
                 if let (Some(block_id), Some(_)) = (unfetched, message.sender()) {
@@ -106,15 +111,19 @@ impl Endpoint for DriverEndpoint {
             }
             ArchivedMessage::RegisterExecutor(registration) => {
                 let executor_id = SharedStr::from(registration.executor_id.as_str());
+                let endpoint = message.sender_ref(EXECUTOR_ENDPOINT);
                 let registration = Registration {
                     executor_id: executor_id.clone(),
                     host: SharedStr::from(registration.hostname.as_str()),
                     cores: registration.cores.to_native(),
                     address: message.sender(),
-                    endpoint: message.sender_ref(EXECUTOR_ENDPOINT),
+                    endpoint: format!("{endpoint:?}"),
                 };
-                let reply = match core.register_executor(now, registration) {
-                    Ok(()) => Message::RegisteredExecutor,
+                let reply = match state.core.register_executor(now, registration) {
+                    Ok(peer) => {
+                        state.connect(peer, endpoint);
+                        Message::RegisteredExecutor
+                    }
                     Err(reason) => Message::RegisterExecutorFailed { message: reason },
                 };
                 let registered = matches!(reply, Message::RegisteredExecutor);
@@ -122,23 +131,23 @@ impl Endpoint for DriverEndpoint {
                     warn!("Cannot answer the registration of executor {executor_id}: {e}");
                 }
                 if registered {
-                    core.offer_after_registration(now);
+                    state.core.offer_after_registration(now);
                 }
             }
-            ArchivedMessage::ReviveOffers => core.make_offers(now),
+            ArchivedMessage::ReviveOffers => state.core.make_offers(now),
             ArchivedMessage::KillTask {
                 task_id,
                 executor_id,
                 interrupt_thread,
                 reason,
-            } => core.kill_task(
+            } => state.core.kill_task(
                 task_id.to_native(),
                 executor_id.as_str(),
                 *interrupt_thread,
                 reason.to_string(),
             ),
             ArchivedMessage::KillExecutorsOnHost { host } => {
-                core.kill_executors_on_host(host.as_str());
+                state.core.kill_executors_on_host(host.as_str());
             }
             ArchivedMessage::RemoveExecutor {
                 executor_id,
@@ -146,7 +155,10 @@ impl Endpoint for DriverEndpoint {
             } => {
                 let reason = rkyv::deserialize::<_, rancor::Error>(reason)
                     .unwrap_or(flint_wire::ExecutorLossReason::LossReasonPending);
-                core.remove_executor(now, executor_id.as_str(), reason);
+                state
+                    .core
+                    .remove_executor(now, executor_id.as_str(), reason);
+                state.carry_out(now);
                 let _ = message.reply(&Message::Ack { ok: true });
             }
             ArchivedMessage::RemoveWorker {
@@ -154,14 +166,19 @@ impl Endpoint for DriverEndpoint {
                 host,
                 message: why,
             } => {
-                core.remove_worker(worker_id.as_str(), host.as_str(), why.as_str());
+                state
+                    .core
+                    .remove_worker(worker_id.as_str(), host.as_str(), why.as_str());
                 let _ = message.reply(&Message::Ack { ok: true });
             }
             ArchivedMessage::StopExecutors => {
-                core.stop_executors();
+                state.core.stop_executors();
+                state.carry_out(now);
                 let _ = message.reply(&Message::Ack { ok: true });
             }
             ArchivedMessage::StopDriver => {
+                // No batch end follows a stopped endpoint.
+                state.carry_out(now);
                 let _ = message.reply(&Message::Ack { ok: true });
                 ctx.stop();
             }
@@ -171,42 +188,43 @@ impl Endpoint for DriverEndpoint {
                     .reply_error(format!("{} is not a message for the driver", other.kind()));
             }
         }
-        self.sync_timer(ctx, &core, now);
+        // The rest is carried out at the end of the batch, once for all its messages.
+        self.sync_timer(ctx, &state, now);
     }
 
     fn on_batch_end(&mut self, ctx: &mut EndpointContext<'_>) {
         let now = ctx.now();
-        let core = self.core.clone();
-        let mut core = lock(&core);
-        core.flush_offers(now);
-        core.process_actions(now);
-        self.sync_timer(ctx, &core, now);
+        let state = self.state.clone();
+        let mut state = lock(&state);
+        state.core.flush_offers(now);
+        state.carry_out(now);
+        self.sync_timer(ctx, &state, now);
     }
 
     fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
         let now = ctx.now();
-        let core = self.core.clone();
-        let mut core = lock(&core);
+        let state = self.state.clone();
+        let mut state = lock(&state);
         if Some(timer) == self.revive_timer {
             // A timer's turn has no batch end: what the launches asked for (a task set
             // aborted for a task over rpc.message.maxSize, its kills, its end) is carried
             // out here, not at some later message.
-            core.make_offers(now);
-            core.process_actions(now);
+            state.core.make_offers(now);
         } else if self.scheduler_timer.map(|(_, t)| t) == Some(timer) {
             self.scheduler_timer = None;
-            core.scheduler.handle_timeout(now);
-            core.process_actions(now);
+            state.core.scheduler.handle_timeout(now);
         }
-        self.sync_timer(ctx, &core, now);
+        state.carry_out(now);
+        self.sync_timer(ctx, &state, now);
     }
 
     fn on_disconnected(&mut self, ctx: &mut EndpointContext<'_>, remote: SocketAddr) {
         let now = ctx.now();
-        let core = self.core.clone();
-        let mut core = lock(&core);
-        core.disconnected(now, remote);
-        self.sync_timer(ctx, &core, now);
+        let state = self.state.clone();
+        let mut state = lock(&state);
+        state.core.disconnected(now, remote);
+        state.carry_out(now);
+        self.sync_timer(ctx, &state, now);
     }
 
     fn on_stop(&mut self) {
@@ -234,10 +252,9 @@ fn is_for_the_driver_process_only(message: &ArchivedMessage) -> bool {
 
 /// The driver's heartbeat receiver: executors' heartbeats in (their tasks' metrics go to
 /// the task scheduler), re-registration asked of unknown executors, and silent
-/// executors expired after `network.timeout`. Its timer also takes the cluster
-/// manager's reports of executors that exited.
+/// executors expired after `network.timeout`.
 pub(crate) struct HeartbeatReceiver {
-    core: Arc<Mutex<DriverCore>>,
+    state: Arc<Mutex<DriverState>>,
     check_interval: Duration,
     /// `rpc.message.maxSize`, which also bounds what a heartbeat's task updates take
     /// decoded.
@@ -247,16 +264,10 @@ pub(crate) struct HeartbeatReceiver {
 }
 
 impl HeartbeatReceiver {
-    pub(crate) fn new(core: Arc<Mutex<DriverCore>>) -> Self {
-        let (check_interval, max_decoded) = {
-            let core = lock(&core);
-            (
-                core.heartbeats().check_interval(),
-                core.transport.max_payload,
-            )
-        };
+    pub(crate) fn new(state: Arc<Mutex<DriverState>>, max_decoded: usize) -> Self {
+        let check_interval = lock(&state).core.heartbeats().check_interval();
         HeartbeatReceiver {
-            core,
+            state,
             check_interval,
             max_decoded,
             peer_warnings: LogBudget::default(),
@@ -276,7 +287,9 @@ impl Endpoint for HeartbeatReceiver {
             return;
         };
         let executor_id = heartbeat.executor_id.as_str();
-        let speaks_for = lock(&self.core).sender_may_speak_for(message.sender(), executor_id);
+        let speaks_for = lock(&self.state)
+            .core
+            .sender_may_speak_for(message.sender(), executor_id);
         if let Err(why) = speaks_for {
             // Not a stranger to be told to register: the executor it names is
             // registered, on another connection.
@@ -299,7 +312,13 @@ impl Endpoint for HeartbeatReceiver {
                 Vec::new()
             }
         };
-        let reregister = lock(&self.core).heartbeat(Instant::now(), executor_id, updates);
+        let reregister = {
+            let mut state = lock(&self.state);
+            let now = Instant::now();
+            let reregister = state.core.heartbeat(now, executor_id, updates);
+            state.carry_out(now);
+            reregister
+        };
         let _ = message.reply(&Message::HeartbeatResponse {
             reregister_block_manager: reregister,
         });
@@ -307,10 +326,10 @@ impl Endpoint for HeartbeatReceiver {
 
     fn on_timer(&mut self, _ctx: &mut EndpointContext<'_>, _timer: TimerId) {
         let now = Instant::now();
-        let mut core = lock(&self.core);
-        core.expire_dead_executors(now);
-        core.poll_cluster_manager(now);
-        core.drop_stale_result_tallies();
+        let mut state = lock(&self.state);
+        state.core.expire_dead_executors(now);
+        state.core.drop_stale_result_tallies();
+        state.carry_out(now);
     }
 }
 

@@ -7,12 +7,18 @@
 //! - this module: [`Driver`], the API a driver program calls;
 //! - [`endpoints`]: the driver's RPC endpoints, which turn messages into the core's
 //!   events;
+//! - [`carry_out`]: the core behind the driver's lock, and how what it decides is
+//!   carried out (messages encoded into connections, events to listeners and handles,
+//!   requests to the supply thread);
 //! - [`cluster_manager`]: where executors come from;
-//! - [`job`]: [`TaskSetHandle`](job::TaskSetHandle), to await a task set's results.
+//! - [`supply`]: the thread the cluster manager runs on;
+//! - [`job`]: [`TaskSetHandle`], to await a task set's results.
 
+mod carry_out;
 pub mod cluster_manager;
 mod endpoints;
 pub mod job;
+mod supply;
 
 use flint_rpc::timer::deadline_after;
 use std::net::SocketAddr;
@@ -26,13 +32,15 @@ use flint_wire::{ExecutorLossReason, Message, SharedStr, DRIVER_ENDPOINT, HEARTB
 use tracing::info;
 
 use crate::core::config::SchedulerConfig;
-use crate::core::driver_core::DriverCore;
+use crate::core::driver_core::{DriverCore, NegativeRequest, TransportLimits, DRIVER_STOPPED};
 use crate::core::events::SchedulerListener;
 use crate::core::task_scheduler::TaskScheduler;
 use crate::core::task_set::{TaskSet, TaskSetId};
+use crate::driver::carry_out::{lock, DriverState};
 use crate::driver::cluster_manager::{ClusterManager, ClusterManagerError, StandaloneExecutors};
 use crate::driver::endpoints::{DriverEndpoint, HeartbeatReceiver};
-use crate::driver::job::TaskSetHandle;
+use crate::driver::job::{TaskSetHandle, TaskSetShared};
+use crate::driver::supply::{Answer, SupplyThread};
 use crate::SchedulerError;
 
 /// How long [`Driver::stop`] gives executors to exit on their own once asked to.
@@ -92,6 +100,12 @@ pub enum DriverError {
     Stopping(TaskSetId),
 }
 
+impl From<NegativeRequest> for DriverError {
+    fn from(refused: NegativeRequest) -> Self {
+        DriverError::NegativeExecutors(refused.0)
+    }
+}
+
 /// A running driver.
 ///
 /// The first [`Driver::submit`] waits until the driver is ready (the seeds' `isReady`:
@@ -127,8 +141,9 @@ pub enum DriverError {
 /// ```
 pub struct Driver {
     env: RpcEnv,
-    core: Arc<Mutex<DriverCore>>,
+    state: Arc<Mutex<DriverState>>,
     endpoint: EndpointRef,
+    supply: SupplyThread,
     stopped: AtomicBool,
 }
 
@@ -159,26 +174,39 @@ impl Driver {
         }
         let env = RpcEnv::new(conf)?;
         cluster_manager.start(env.address());
-        let transport = env.handle().settings().clone();
+        let settings = env.handle().settings().clone();
+        let limits = TransportLimits {
+            max_message_size: settings.max_payload,
+            network_timeout: settings.stalled_frame_timeout,
+        };
         let revive_interval = config.revive_interval;
-        let core = DriverCore::new(
-            config,
-            transport,
-            scheduler,
+        let core = DriverCore::new(config, limits, scheduler, Instant::now());
+        let poll_every = core.heartbeats().check_interval();
+        let (queue, inbox) = supply::channel();
+        let state = DriverState::new(core, queue.clone(), settings.ask_timeout);
+        let supply = supply::spawn(
+            &queue,
+            inbox,
             cluster_manager,
-            Instant::now(),
-        );
+            Arc::downgrade(&state),
+            poll_every,
+        )
+        .map_err(RpcError::Io)?;
         let handle = env.handle();
         let endpoint = handle.register(
             DRIVER_ENDPOINT,
-            DriverEndpoint::new(core.clone(), revive_interval),
+            DriverEndpoint::new(state.clone(), revive_interval, settings.max_payload),
         )?;
-        handle.register(HEARTBEAT_ENDPOINT, HeartbeatReceiver::new(core.clone()))?;
+        handle.register(
+            HEARTBEAT_ENDPOINT,
+            HeartbeatReceiver::new(state.clone(), settings.max_payload),
+        )?;
         info!("Driver listening on {}", env.address());
         Ok(Driver {
             env,
-            core,
+            state,
             endpoint,
+            supply,
             stopped: AtomicBool::new(false),
         })
     }
@@ -188,8 +216,28 @@ impl Driver {
         Driver::start(conf, Box::new(StandaloneExecutors))
     }
 
-    fn core(&self) -> MutexGuard<'_, DriverCore> {
-        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> MutexGuard<'_, DriverState> {
+        lock(&self.state)
+    }
+
+    /// The driver core, to look at: what changes it goes through [`Driver::with_core`]
+    /// or [`Driver::state`], and carries out what it decided.
+    fn core(&self) -> CoreRef<'_> {
+        CoreRef(self.state())
+    }
+
+    /// Calls `f` on the core, then carries out what it decided.
+    fn with_core<R>(&self, f: impl FnOnce(&mut DriverCore, Instant) -> R) -> R {
+        let mut state = self.state();
+        let now = Instant::now();
+        let result = f(&mut state.core, now);
+        state.carry_out(now);
+        result
+    }
+
+    /// Waits, with the driver's lock let go, for what the supply thread was asked.
+    fn await_supply(answer: Option<Answer>) -> Result<bool, ClusterManagerError> {
+        answer.map_or(Ok(false), Answer::wait)
     }
 
     /// The scheduler's configuration, as the driver read it at start.
@@ -203,11 +251,11 @@ impl Driver {
     }
 
     /// Adds a listener for the scheduler's events. Listeners run in turns of the driver's
-    /// event loop (on its thread, or a thread lent to it), or on the thread that
-    /// submitted, with the driver locked: they must return quickly and must not call the
-    /// driver.
+    /// event loop (on its thread, or a thread lent to it), on the thread that called the
+    /// driver, or on the executor supply thread (for exits the cluster manager reports),
+    /// with the driver locked: they must return quickly and must not call the driver.
     pub fn add_listener(&self, listener: impl SchedulerListener + Send + 'static) {
-        self.core().add_listener(Box::new(listener));
+        self.state().add_listener(Box::new(listener));
     }
 
     /// Submits a task set (the seeds' `submitTasks`): free cores are offered at once.
@@ -219,16 +267,25 @@ impl Driver {
     pub fn submit(&self, task_set: TaskSet) -> Result<TaskSetHandle, DriverError> {
         self.wait_backend_ready()?;
         let handle = {
-            let mut core = self.core();
-            if let Some(failure) = core.failure() {
+            let mut state = self.state();
+            if let Some(failure) = state.core.failure() {
                 return Err(DriverError::ExecutorsFailed(failure.to_owned()));
             }
             // Under the lock that stop takes to begin: a task set is either refused here
             // or ended by the stop.
-            if core.is_stopping() {
+            if state.core.is_stopping() {
                 return Err(DriverError::Stopping(task_set.id));
             }
-            core.submit(Instant::now(), task_set)?
+            let now = Instant::now();
+            let (id, job_id) = (task_set.id, task_set.job_id);
+            let shared = TaskSetShared::new(task_set.tasks.len(), now);
+            // What earlier task sets left to do (an end, for one) is done before a new
+            // one with the same id can take their place.
+            state.carry_out(now);
+            state.core.submit(now, task_set)?;
+            state.track(id, shared.clone());
+            state.carry_out(now);
+            TaskSetHandle { id, job_id, shared }
         };
         // The endpoint picks up the scheduler's new timers (starvation, speculation).
         self.revive_offers();
@@ -241,21 +298,44 @@ impl Driver {
     }
 
     /// The seeds' `requestExecutors`: `additional` more executors. Negative counts are
-    /// refused with the seeds' text.
+    /// refused with the seeds' text. Returns the cluster manager's answer, which the
+    /// executor supply thread gets while the driver goes on.
     pub fn request_executors(&self, additional: i64) -> Result<bool, DriverError> {
-        self.core().request_executors(additional)
+        let answer = {
+            let mut state = self.state();
+            state.core.request_executors(additional)?;
+            state.carry_out(Instant::now());
+            state.take_answer()
+        };
+        Ok(Self::await_supply(answer)?)
     }
 
     /// The seeds' `requestTotalExecutors`: `total` executors in all. Negative counts are
-    /// refused with the seeds' text.
+    /// refused with the seeds' text. Returns the cluster manager's answer, as
+    /// [`Driver::request_executors`].
     pub fn request_total_executors(&self, total: i64) -> Result<bool, DriverError> {
-        self.core().request_total_executors(total)
+        let answer = {
+            let mut state = self.state();
+            state.core.request_total_executors(total)?;
+            state.carry_out(Instant::now());
+            state.take_answer()
+        };
+        Ok(Self::await_supply(answer)?)
     }
 
     /// The seeds' `killExecutors`: kills these executors and asks for fewer in all;
-    /// executors running tasks are kept unless `force`. Returns those asked to be killed.
+    /// executors running tasks are kept unless `force`. Returns those asked to be killed,
+    /// once the cluster manager did it.
     pub fn kill_executors(&self, executor_ids: &[String], force: bool) -> Vec<String> {
-        self.core().kill_executors(executor_ids, false, force)
+        let (killed, done) = {
+            let mut state = self.state();
+            let killed = state.core.kill_executors(executor_ids, false, force);
+            state.carry_out(Instant::now());
+            (killed, state.supply_barrier())
+        };
+        // Returns once the cluster manager did it.
+        let _ = Self::await_supply(done);
+        killed
     }
 
     /// Kills every executor on `host` and asks for replacements (a KillExecutorsOnHost
@@ -279,19 +359,15 @@ impl Driver {
 
     /// Kills a task attempt wherever it runs; false if no such attempt runs.
     pub fn kill_task_attempt(&self, task_id: u64, interrupt_thread: bool, reason: &str) -> bool {
-        let mut core = self.core();
-        let killed = core
-            .scheduler
-            .kill_task_attempt(task_id, interrupt_thread, reason);
-        core.process_actions(Instant::now());
-        killed
+        self.with_core(|core, _| {
+            core.scheduler
+                .kill_task_attempt(task_id, interrupt_thread, reason)
+        })
     }
 
     /// Cancels every task set of a stage (the seeds' `cancelTasks`).
     pub fn cancel_stage(&self, stage_id: u32, interrupt_thread: bool) {
-        let mut core = self.core();
-        core.scheduler.cancel_tasks(stage_id, interrupt_thread);
-        core.process_actions(Instant::now());
+        self.with_core(|core, _| core.scheduler.cancel_tasks(stage_id, interrupt_thread));
     }
 
     /// The seeds' `removeExecutor`: a blocking RemoveExecutor to the driver endpoint.
@@ -327,20 +403,20 @@ impl Driver {
     /// Excludes a host for the application: its offers are ignored and executors from
     /// it are refused ("Executor is blacklisted: ...").
     pub fn exclude_host(&self, host: &str) {
-        self.core().scheduler.exclude_host(host);
+        self.state().core.scheduler.exclude_host(host);
     }
 
     /// Lifts [`Driver::exclude_host`]: the host's executors get offers again, from the
     /// next periodic revive (`scheduler.revive.interval`) on.
     pub fn include_host(&self, host: &str) {
-        self.core().scheduler.include_host(host);
+        self.state().core.scheduler.include_host(host);
     }
 
     /// The seeds' `isReady`: `scheduler.minRegisteredResourcesRatio` of the executors
     /// asked for have registered, or `scheduler.maxRegisteredResourcesWaitingTime` has
     /// passed since the driver started. The seeds' INFO line is logged the first time.
     pub fn is_ready(&self) -> bool {
-        self.core().is_ready(Instant::now())
+        self.state().core.is_ready(Instant::now())
     }
 
     /// Spark's `waitBackendReady`: waits until [`Driver::is_ready`] has held once, which
@@ -350,11 +426,11 @@ impl Driver {
     pub fn wait_backend_ready(&self) -> Result<(), DriverError> {
         loop {
             {
-                let mut core = self.core();
-                if let Some(failure) = core.failure() {
+                let mut state = self.state();
+                if let Some(failure) = state.core.failure() {
                     return Err(DriverError::ExecutorsFailed(failure.to_owned()));
                 }
-                if core.backend_ready(Instant::now()) {
+                if state.core.backend_ready(Instant::now()) {
                     return Ok(());
                 }
             }
@@ -442,7 +518,7 @@ impl Driver {
     /// The seeds' `reset`: pending requests are forgotten and every executor is removed
     /// as stale.
     pub fn reset(&self) {
-        self.core().reset(Instant::now());
+        self.with_core(|core, now| core.reset(now));
     }
 
     /// Stops the driver (the seeds' `stop`): StopExecutor to every executor, the driver
@@ -453,22 +529,39 @@ impl Driver {
             return Ok(());
         }
         info!("Shutting down all executors");
-        self.core().begin_stopping(Instant::now());
+        let told = {
+            let mut state = self.state();
+            let now = Instant::now();
+            // What is already decided (an abort, say) ends its task sets as it would have.
+            state.carry_out(now);
+            state.core.begin_stopping();
+            state.end_open_task_sets(now, DRIVER_STOPPED);
+            state.carry_out(now);
+            state.supply_barrier()
+        };
+        // The cluster manager has killed the executors that never registered.
+        let _ = Self::await_supply(told);
         let stopping = self
             .endpoint
             .ask(&Message::StopExecutors)
             .and_then(|_| self.endpoint.ask(&Message::StopDriver));
-        let mut cluster_manager: Box<dyn ClusterManager> = Box::new(StandaloneExecutors);
-        std::mem::swap(
-            &mut cluster_manager,
-            &mut *self.core().cluster_manager_box(),
-        );
         // Without the driver locked: executors disconnecting reach the endpoint meanwhile.
-        cluster_manager.stop(EXECUTOR_STOP_GRACE);
+        self.supply.stop(EXECUTOR_STOP_GRACE);
         self.env.stop();
         stopping
             .map(drop)
             .map_err(|e| DriverError::Stop(e.to_string()))
+    }
+}
+
+/// The driver core under the driver's lock.
+struct CoreRef<'a>(MutexGuard<'a, DriverState>);
+
+impl std::ops::Deref for CoreRef<'_> {
+    type Target = DriverCore;
+
+    fn deref(&self) -> &DriverCore {
+        &self.0.core
     }
 }
 

@@ -1,0 +1,229 @@
+//! Results too large for a message: the executor keeps them in its block store and the
+//! driver fetches them chunk by chunk ([`Output::FetchChunk`]), then has the block
+//! removed. Each result counts against `driver.maxResultSize` first.
+
+use std::time::Instant;
+
+use bytes::BytesMut;
+use flint_wire::{
+    bytes_to_string, BlockId, SharedStr, TaskFailureKind, TaskMetrics, TaskOutcome, TaskState,
+};
+use tracing::{debug, warn};
+
+use super::output::{ChunkReply, Output, PeerId};
+use super::DriverCore;
+
+/// Room left in a message around a result or a chunk of one.
+const MESSAGE_OVERHEAD: usize = 64 * 1024;
+/// The most bytes asked for in one block fetch.
+const MAX_CHUNK: usize = 8 * 1024 * 1024;
+
+/// A large result being fetched from an executor's block store, chunk by chunk.
+#[derive(Debug)]
+pub(super) struct ResultFetch {
+    executor_id: SharedStr,
+    /// The executor's connection, held for the fetch: it outlives the executor's
+    /// registration if that ends first.
+    peer: PeerId,
+    block_id: BlockId,
+    size: u64,
+    metrics: TaskMetrics,
+    received: BytesMut,
+}
+
+impl DriverCore {
+    /// Spark's `canFetchMoreResults`: counts a result against `driver.maxResultSize`,
+    /// aborting its task set when the total goes over.
+    pub(super) fn can_take_result(&mut self, task_id: u64, size: u64) -> bool {
+        let Some(limit) = self.config.max_result_size else {
+            return true;
+        };
+        let Some(task_set) = self.scheduler.task_set_of(task_id) else {
+            return true;
+        };
+        // A task set that ended keeps its tally, and late results count against it, as in
+        // Spark; the heartbeat timer drops tallies of task sets that are gone.
+        let entry = self.result_sizes.entry(task_set).or_default();
+        entry.0 = entry.0.saturating_add(size);
+        entry.1 = entry.1.saturating_add(1);
+        if entry.0 <= limit {
+            return true;
+        }
+        let message = format!(
+            "Total size of serialized results of {} tasks ({}) is bigger than driver.maxResultSize ({})",
+            entry.1,
+            bytes_to_string(entry.0),
+            bytes_to_string(limit)
+        );
+        self.scheduler.abort_task_set(task_set, message);
+        false
+    }
+
+    /// Drops the `driver.maxResultSize` tallies of task sets that are gone (a task set's
+    /// tally outlives its StageCompleted, for late results). Called on the heartbeat
+    /// receiver's timer.
+    pub fn drop_stale_result_tallies(&mut self) {
+        let scheduler = &self.scheduler;
+        self.result_sizes
+            .retain(|&task_set, _| scheduler.task_set(task_set).is_some());
+    }
+
+    /// Whether the result of `task_id` is being fetched.
+    pub(super) fn is_fetching(&self, task_id: u64) -> bool {
+        !self.fetches.is_empty() && self.fetches.contains_key(&task_id)
+    }
+
+    pub(super) fn start_fetch(
+        &mut self,
+        now: Instant,
+        executor_id: &str,
+        task_id: u64,
+        block_id: BlockId,
+        size: u64,
+        metrics: TaskMetrics,
+    ) {
+        let Some(executor) = self.executors.get(executor_id) else {
+            self.fetch_failed(now, task_id, format!("executor {executor_id} is gone"));
+            return;
+        };
+        debug!("Fetching {size} bytes of the result of task {task_id} from executor {executor_id}");
+        let peer = executor.peer;
+        self.peers.hold(peer);
+        // The size was checked against driver.maxResultSize; without a limit the buffer
+        // grows with what arrives.
+        let reserve = usize::try_from(size).unwrap_or(usize::MAX).min(64 << 20);
+        self.fetches.insert(
+            task_id,
+            ResultFetch {
+                executor_id: SharedStr::from(executor_id),
+                peer,
+                block_id,
+                size,
+                metrics,
+                received: BytesMut::with_capacity(reserve),
+            },
+        );
+        self.request_chunk(task_id);
+    }
+
+    fn chunk_size(&self) -> u32 {
+        let room = self
+            .limits
+            .max_message_size
+            .saturating_sub(MESSAGE_OVERHEAD)
+            .max(1024);
+        u32::try_from(room.min(MAX_CHUNK)).unwrap_or(u32::MAX)
+    }
+
+    fn request_chunk(&mut self, task_id: u64) {
+        let max_len = self.chunk_size();
+        let Some(fetch) = self.fetches.get(&task_id) else {
+            return;
+        };
+        self.outputs.push_back(Output::FetchChunk {
+            peer: fetch.peer,
+            task_id,
+            block_id: fetch.block_id,
+            offset: fetch.received.len() as u64,
+            max_len,
+        });
+    }
+
+    /// What came of an [`Output::FetchChunk`]: the reply, or why there is none (the ask
+    /// could not be sent, timed out, or its connection closed). The next chunk is asked
+    /// for, or the result is complete and recorded, or the fetch failed and the task runs
+    /// again (TaskResultLost).
+    pub fn chunk_received(
+        &mut self,
+        now: Instant,
+        task_id: u64,
+        reply: Result<ChunkReply<'_>, String>,
+    ) {
+        let max_len = self.chunk_size() as usize;
+        let Some(fetch) = self.fetches.get_mut(&task_id) else {
+            return;
+        };
+        let (offset, total_size, data) = match reply {
+            Ok(ChunkReply::Chunk {
+                offset,
+                total_size,
+                data,
+            }) => (offset, total_size, data),
+            Ok(ChunkReply::Other(kind)) => {
+                return self.fetch_failed(now, task_id, format!("the executor answered {kind}"))
+            }
+            Err(e) => return self.fetch_failed(now, task_id, e),
+        };
+        let expected = fetch.received.len() as u64;
+        let bad = if offset != expected {
+            Some(format!(
+                "a chunk at offset {offset} where {expected} was asked"
+            ))
+        } else if total_size != fetch.size {
+            Some(format!(
+                "a block of {total_size} bytes where {} were announced",
+                fetch.size
+            ))
+        } else if data.len() > max_len || expected + data.len() as u64 > fetch.size {
+            Some(format!(
+                "a chunk of {} bytes past what was asked",
+                data.len()
+            ))
+        } else if data.is_empty() && expected < fetch.size {
+            Some("an empty chunk before the end of the block".to_owned())
+        } else {
+            None
+        };
+        if let Some(bad) = bad {
+            return self.fetch_failed(now, task_id, format!("the executor sent {bad}"));
+        }
+        fetch.received.extend_from_slice(data);
+        if (fetch.received.len() as u64) < fetch.size {
+            return self.request_chunk(task_id);
+        }
+        let Some(fetch) = self.fetches.remove(&task_id) else {
+            return;
+        };
+        debug!(
+            "Fetched the result of task {task_id} ({} bytes) from executor {}",
+            fetch.size, fetch.executor_id
+        );
+        self.end_fetch(fetch.peer, fetch.block_id);
+        let outcome = TaskOutcome::Direct {
+            value: fetch.received.freeze(),
+            metrics: fetch.metrics,
+            accumulators: Vec::new(),
+        };
+        self.scheduler
+            .status_update(now, task_id, TaskState::Finished, outcome);
+    }
+
+    /// The block leaves the executor's block store, and the fetch lets go of the peer.
+    fn end_fetch(&mut self, peer: PeerId, block_id: BlockId) {
+        self.outputs
+            .push_back(Output::RemoveBlock { peer, block_id });
+        self.release_peer(peer);
+    }
+
+    pub(super) fn fetch_failed(&mut self, now: Instant, task_id: u64, reason: String) {
+        let fetch = self.fetches.remove(&task_id);
+        if let Some(fetch) = &fetch {
+            // The task runs again; the block the failed fetch left behind would stay in
+            // the executor's memory for good. (Gone with its connection, if that failed.)
+            self.end_fetch(fetch.peer, fetch.block_id);
+        }
+        let from = fetch
+            .as_ref()
+            .map_or_else(String::new, |f| format!(" from executor {}", f.executor_id));
+        let message = format!("TaskResultLost (result lost from block manager): cannot fetch the result of task {task_id}{from}: {reason}");
+        warn!("{message}");
+        let outcome = TaskOutcome::Failure {
+            kind: TaskFailureKind::ResultLost,
+            message,
+            counts_towards_failures: true,
+            metrics: fetch.map(|f| f.metrics).unwrap_or_default(),
+        };
+        self.scheduler
+            .status_update(now, task_id, TaskState::Failed, outcome);
+    }
+}

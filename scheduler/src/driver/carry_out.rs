@@ -1,0 +1,288 @@
+//! Carrying out what the driver core decides: [`DriverState`] is the core with what the
+//! glue keeps beside it (the endpoint references of its peers, the task set handles,
+//! the listeners, the way to the executor supply thread), shared behind one mutex by
+//! the driver's endpoints, the [`crate::Driver`] API and the executor supply thread.
+//! Whoever calls into the core calls [`DriverState::carry_out`] before letting go of
+//! the lock, but for the driver endpoint's messages: what they decide is carried out at
+//! the end of their batch (`on_batch_end`, which follows every batch), once for all of
+//! them, unless a reply must follow it.
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use flint_rpc::{EndpointRef, Reply, RpcError};
+use flint_wire::{ArchivedMessage, Message, TaskDescription, WireError};
+use tracing::{debug, warn};
+
+use crate::core::driver_core::{ChunkReply, DriverCore, LaunchRefused, Output, PeerId};
+use crate::core::events::{SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
+use crate::core::fx_hash::FxHashMap;
+use crate::core::task_set::TaskSetId;
+use crate::driver::job::TaskSetShared;
+use crate::driver::supply::{Answer, SupplyQueue};
+
+/// The driver core and what carries its outputs out. See the module docs.
+pub(crate) struct DriverState {
+    pub core: DriverCore,
+    /// The endpoint reference of each peer, by [`PeerId::index`].
+    peers: Vec<Option<EndpointRef>>,
+    /// What awaits each open task set.
+    handles: FxHashMap<TaskSetId, Arc<TaskSetShared>>,
+    listeners: Vec<Box<dyn SchedulerListener + Send>>,
+    supply: SupplyQueue,
+    /// The cluster manager's answer to the driver program's last request, until the
+    /// caller takes it.
+    answer: Option<Answer>,
+    /// `rpc.askTimeout`, for block fetches.
+    ask_timeout: Duration,
+    /// For the replies of block fetches, which come in later turns of the loop.
+    self_ref: Weak<Mutex<DriverState>>,
+}
+
+impl std::fmt::Debug for DriverState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverState")
+            .field("core", &self.core)
+            .field("handles", &self.handles.len())
+            .finish()
+    }
+}
+
+/// Locks the driver's state, whoever panicked with it locked.
+pub(crate) fn lock(state: &Mutex<DriverState>) -> MutexGuard<'_, DriverState> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl DriverState {
+    pub fn new(
+        core: DriverCore,
+        supply: SupplyQueue,
+        ask_timeout: Duration,
+    ) -> Arc<Mutex<DriverState>> {
+        Arc::new_cyclic(|self_ref| {
+            Mutex::new(DriverState {
+                core,
+                peers: Vec::new(),
+                handles: FxHashMap::default(),
+                listeners: Vec::new(),
+                supply,
+                answer: None,
+                ask_timeout,
+                self_ref: self_ref.clone(),
+            })
+        })
+    }
+
+    /// Keeps `endpoint` as the way to `peer` (a registration the core accepted).
+    pub fn connect(&mut self, peer: PeerId, endpoint: EndpointRef) {
+        let index = peer.index();
+        if self.peers.len() <= index {
+            self.peers.resize(index + 1, None);
+        }
+        self.peers[index] = Some(endpoint);
+    }
+
+    /// Adds a listener; TaskStart events are built from then on (nothing else reads
+    /// them).
+    pub fn add_listener(&mut self, listener: Box<dyn SchedulerListener + Send>) {
+        self.listeners.push(listener);
+        self.core.scheduler.set_task_start_events(true);
+    }
+
+    /// Follows a task set the core just took.
+    pub fn track(&mut self, id: TaskSetId, handle: Arc<TaskSetShared>) {
+        self.handles.insert(id, handle);
+    }
+
+    /// Ends every task set still open, failed: the driver is stopping.
+    pub fn end_open_task_sets(&mut self, now: Instant, why: &str) {
+        for (id, handle) in self.handles.drain() {
+            handle.finish(Some(format!("Task set {id} cancelled: {why}")), now);
+        }
+    }
+
+    /// The cluster manager's answer to the request the driver program just made, to
+    /// wait for once the lock is let go; `None` if nothing was asked of it.
+    pub fn take_answer(&mut self) -> Option<Answer> {
+        self.answer.take()
+    }
+
+    /// Something to wait for, once the lock is let go, until the executor supply thread
+    /// did everything asked of it so far.
+    pub fn supply_barrier(&self) -> Option<Answer> {
+        self.supply.barrier()
+    }
+
+    /// Carries out every output of the core, in order.
+    pub fn carry_out(&mut self, now: Instant) {
+        while let Some(output) = self.core.poll_output(now) {
+            match output {
+                Output::Launch { peer, task } => self.launch(now, peer, task),
+                Output::KillTask {
+                    peer,
+                    task_id,
+                    executor_id,
+                    interrupt_thread,
+                    reason,
+                } => {
+                    let message = Message::KillTask {
+                        task_id,
+                        executor_id,
+                        interrupt_thread,
+                        reason,
+                    };
+                    if let Err(e) = self.send(peer, &message) {
+                        let Message::KillTask { executor_id, .. } = &message else {
+                            unreachable!()
+                        };
+                        warn!("Cannot ask executor {executor_id} to kill task {task_id}: {e}");
+                    }
+                }
+                Output::StopExecutor { peer, executor_id } => {
+                    if let Err(e) = self.send(peer, &Message::StopExecutor) {
+                        debug!("Cannot ask executor {executor_id} to stop: {e}");
+                    }
+                }
+                Output::RemoveBlock { peer, block_id } => {
+                    // Gone with its connection, if that failed.
+                    let _ = self.send(peer, &Message::RemoveBlock { block_id });
+                }
+                Output::FetchChunk {
+                    peer,
+                    task_id,
+                    block_id,
+                    offset,
+                    max_len,
+                } => {
+                    let message = Message::FetchBlockChunk {
+                        block_id,
+                        offset,
+                        max_len,
+                    };
+                    self.fetch_chunk(now, peer, task_id, &message);
+                }
+                Output::ForgetPeer(peer) => {
+                    if let Some(endpoint) = self.peers.get_mut(peer.index()) {
+                        *endpoint = None;
+                    }
+                }
+                Output::RequestTotalExecutors { total, if_refused } => {
+                    if let Some(answer) = self.supply.request_total(total, if_refused) {
+                        self.answer = Some(answer);
+                    }
+                }
+                Output::KillExecutors(executor_ids) => self.supply.kill(executor_ids),
+                Output::SupplyStopping { registered } => self.supply.stopping(registered),
+                Output::Event(event) => self.on_event(now, event),
+            }
+        }
+    }
+
+    fn endpoint(&self, peer: PeerId) -> Result<&EndpointRef, RpcError> {
+        // The core forgets a peer only after its last output: a missing one is a bug,
+        // reported as the connection's loss rather than a panic of the event loop.
+        self.peers
+            .get(peer.index())
+            .and_then(Option::as_ref)
+            .ok_or(RpcError::Stopped)
+    }
+
+    fn send(&self, peer: PeerId, message: &Message) -> Result<(), RpcError> {
+        self.endpoint(peer)?.send(message)
+    }
+
+    /// Encodes the task once, straight into the executor's connection (no copy of it is
+    /// made on the way), and tells the core if it could not.
+    fn launch(&mut self, now: Instant, peer: PeerId, task: TaskDescription) {
+        let message = Message::LaunchTask(task);
+        let Err(e) = self.send(peer, &message) else {
+            return;
+        };
+        let Message::LaunchTask(task) = &message else {
+            unreachable!()
+        };
+        let refused = match e {
+            RpcError::Wire(WireError::MessageTooLarge { size, limit }) => {
+                LaunchRefused::TooLarge { size, limit }
+            }
+            e => LaunchRefused::Other(e.to_string()),
+        };
+        self.core
+            .launch_failed(now, &task.executor_id, task.task_id, task.index, refused);
+    }
+
+    /// Asks for a chunk; the reply comes back to the core in a later turn of the loop.
+    fn fetch_chunk(&mut self, now: Instant, peer: PeerId, task_id: u64, message: &Message) {
+        let state = self.self_ref.clone();
+        let asked = self.endpoint(peer).and_then(|endpoint| {
+            endpoint.ask_then(message, self.ask_timeout, move |reply| {
+                if let Some(state) = state.upgrade() {
+                    let mut state = lock(&state);
+                    let now = Instant::now();
+                    state.core.chunk_received(now, task_id, chunk_reply(&reply));
+                    state.carry_out(now);
+                }
+            })
+        });
+        if let Err(e) = asked {
+            self.core.chunk_received(now, task_id, Err(e.to_string()));
+        }
+    }
+
+    /// Records what the task set's handle awaits, and tells the listeners.
+    fn on_event(&mut self, now: Instant, event: SchedulerEvent) {
+        match &event {
+            SchedulerEvent::TaskEnd {
+                task_set,
+                index,
+                duration,
+                reason,
+                ..
+            } => {
+                if let Some(handle) = self.handles.get(task_set) {
+                    match reason {
+                        TaskEndReason::Success(TaskResult::Direct { value, .. }) => {
+                            handle.record_success(*index, value, *duration)
+                        }
+                        TaskEndReason::Success(TaskResult::Indirect { .. }) => {}
+                        TaskEndReason::AlreadySucceeded => {}
+                        TaskEndReason::Failed { .. } | TaskEndReason::FetchFailed(_) => {
+                            handle.record_failed_attempt()
+                        }
+                    }
+                }
+            }
+            SchedulerEvent::StageCompleted {
+                task_set, failure, ..
+            } => {
+                if let Some(handle) = self.handles.remove(task_set) {
+                    handle.finish(failure.clone(), now);
+                }
+            }
+            _ => {}
+        }
+        for listener in &mut self.listeners {
+            event.deliver_to(listener.as_mut());
+        }
+    }
+}
+
+/// A block fetch's reply as the core reads it.
+fn chunk_reply(reply: &Result<Reply, RpcError>) -> Result<ChunkReply<'_>, String> {
+    match reply {
+        Ok(reply) => Ok(match reply.message() {
+            ArchivedMessage::BlockChunk {
+                block_id: _,
+                offset,
+                total_size,
+                data,
+            } => ChunkReply::Chunk {
+                offset: offset.to_native(),
+                total_size: total_size.to_native(),
+                data: data.as_slice(),
+            },
+            other => ChunkReply::Other(other.kind()),
+        }),
+        Err(e) => Err(e.to_string()),
+    }
+}
