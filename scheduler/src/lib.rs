@@ -16,6 +16,8 @@
 //! - [`events`]: [`Action`], [`SchedulerEvent`] and the [`SchedulerListener`] a driver
 //!   program implements.
 //! - [`heartbeat`]: which executors have been silent for longer than `network.timeout`.
+//! - [`dag`]: jobs of stages joined by shuffles (the seeds' `DAGScheduler`) and the
+//!   map output tracker.
 //! - the driver core (the seeds' `CoarseGrainedSchedulerBackend` and its
 //!   `DriverEndpoint` handlers, in `src/core/driver_core/`): the executor registry,
 //!   launches, status updates, large result fetches, executor requests, kills and
