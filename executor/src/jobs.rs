@@ -11,6 +11,9 @@
 //! Generated words and records are a function of the seed and the partition only
 //! ([`generated_text`]), so a driver program can compute what a job must find.
 
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 
@@ -66,7 +69,7 @@ pub fn generated_text(partition: u32, words: u64, vocabulary: u64, seed: u64) ->
 }
 
 /// Counts the words of `text` (split at ASCII whitespace) into `counts`.
-pub fn count_words<'t>(text: &'t [u8], counts: &mut FxHashMap<&'t [u8], u64>) {
+pub fn count_words<'t, S: BuildHasher>(text: &'t [u8], counts: &mut HashMap<&'t [u8], u64, S>) {
     for word in text
         .split(u8::is_ascii_whitespace)
         .filter(|w| !w.is_empty())

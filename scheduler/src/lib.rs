@@ -86,7 +86,7 @@ pub use crate::driver::{cluster_manager, job};
 pub use crate::core::config::SchedulingMode;
 pub use crate::core::config::{SchedulerConfig, SpeculationConfig, KEYS};
 pub use crate::core::driver_core::{
-    DISASSOCIATED, DRIVER_STOPPED, MAX_EXECUTOR_ID_LEN, STALE_EXECUTOR,
+    JobStats, DISASSOCIATED, DRIVER_STOPPED, FIRST_JOB_ID, MAX_EXECUTOR_ID_LEN, STALE_EXECUTOR,
 };
 pub use crate::core::error::SchedulerError;
 pub use crate::core::events::{
@@ -103,7 +103,9 @@ pub use crate::core::task_set_manager::TaskSetManager;
 pub use crate::driver::cluster_manager::{
     ClusterManager, ExitedExecutor, LocalClusterManager, StandaloneExecutors,
 };
-pub use crate::driver::job::{LatencySummary, TaskSetError, TaskSetHandle, TaskSetOutcome};
+pub use crate::driver::job::{
+    JobError, JobHandle, JobOutcome, LatencySummary, TaskSetError, TaskSetHandle, TaskSetOutcome,
+};
 pub use crate::driver::{Driver, DriverError};
 pub use flint_wire::bytes_to_string;
 pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};

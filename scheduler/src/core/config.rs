@@ -146,6 +146,12 @@ pub const KEYS: &[KeyInfo] = &[
         "Fraction of a task set's tasks that must finish before speculation is considered.",
     ),
     KeyInfo::new(
+        "stage.maxConsecutiveAttempts",
+        Some("4"),
+        Unit::Count,
+        "Consecutive attempts of a stage that may fail on fetch failures before its jobs fail.",
+    ),
+    KeyInfo::new(
         "starvation.timeout",
         Some("15s"),
         MILLIS,
@@ -200,6 +206,7 @@ const SPECULATION: Key = key("speculation");
 const SPECULATION_INTERVAL: Key = key("speculation.interval");
 const SPECULATION_MULTIPLIER: Key = key("speculation.multiplier");
 const SPECULATION_QUANTILE: Key = key("speculation.quantile");
+const STAGE_MAX_CONSECUTIVE_ATTEMPTS: Key = key("stage.maxConsecutiveAttempts");
 const STARVATION_TIMEOUT: Key = key("starvation.timeout");
 const TASK_CPUS: Key = key("task.cpus");
 const TASK_MAX_FAILURES: Key = key("task.maxFailures");
@@ -346,6 +353,9 @@ pub struct SchedulerConfig {
     pub revive_interval: Duration,
     /// The FAIR pools file the driver reads at start (`scheduler.allocation.file`).
     pub allocation_file: Option<String>,
+    /// Consecutive attempts of a stage that may fail on fetch failures before its jobs
+    /// fail (`stage.maxConsecutiveAttempts`).
+    pub max_consecutive_stage_attempts: u32,
 }
 
 impl Default for SchedulerConfig {
@@ -405,6 +415,9 @@ impl SchedulerConfig {
                 .map(saturate),
             revive_interval: conf.positive_duration(SCHEDULER_REVIVE_INTERVAL)?,
             allocation_file: conf.text(SCHEDULER_ALLOCATION_FILE).map(str::to_owned),
+            max_consecutive_stage_attempts: saturate(
+                conf.count(STAGE_MAX_CONSECUTIVE_ATTEMPTS, 1)?,
+            ),
         })
     }
 }

@@ -18,7 +18,7 @@ use crate::core::driver_core::{ChunkReply, DriverCore, LaunchRefused, Output, Pe
 use crate::core::events::{SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
 use crate::core::fx_hash::FxHashMap;
 use crate::core::task_set::TaskSetId;
-use crate::driver::job::TaskSetShared;
+use crate::driver::job::{JobShared, TaskSetShared};
 use crate::driver::supply::{Answer, SupplyQueue};
 
 /// The driver core and what carries its outputs out. See the module docs.
@@ -28,6 +28,8 @@ pub(crate) struct DriverState {
     peers: Vec<Option<EndpointRef>>,
     /// What awaits each open task set.
     handles: FxHashMap<TaskSetId, Arc<TaskSetShared>>,
+    /// What awaits each open job of stages.
+    jobs: FxHashMap<u32, Arc<JobShared>>,
     listeners: Vec<Box<dyn SchedulerListener + Send>>,
     supply: SupplyQueue,
     /// The cluster manager's answer to the driver program's last request, until the
@@ -64,6 +66,7 @@ impl DriverState {
                 core,
                 peers: Vec::new(),
                 handles: FxHashMap::default(),
+                jobs: FxHashMap::default(),
                 listeners: Vec::new(),
                 supply,
                 answer: None,
@@ -94,10 +97,26 @@ impl DriverState {
         self.handles.insert(id, handle);
     }
 
-    /// Ends every task set still open, failed: the driver is stopping.
+    /// Tells every executor that a shuffle's map outputs can go.
+    pub fn remove_shuffle_everywhere(&self, shuffle_id: u32) {
+        for endpoint in self.peers.iter().flatten() {
+            let _ = endpoint.send(&Message::RemoveShuffle { shuffle_id });
+        }
+    }
+
+    /// Follows a job the core just took.
+    pub fn track_job(&mut self, job_id: u32, handle: Arc<JobShared>) {
+        self.jobs.insert(job_id, handle);
+    }
+
+    /// Ends every task set and job still open, failed: the driver is stopping.
     pub fn end_open_task_sets(&mut self, now: Instant, why: &str) {
         for (id, handle) in self.handles.drain() {
             handle.finish(Some(format!("Task set {id} cancelled: {why}")), now);
+        }
+        for (id, handle) in self.jobs.drain() {
+            let message = format!("Job {id} cancelled: {why}");
+            handle.finish(Err(message), Default::default(), now);
         }
     }
 
@@ -174,6 +193,15 @@ impl DriverState {
                 Output::KillExecutors(executor_ids) => self.supply.kill(executor_ids),
                 Output::SupplyStopping { registered } => self.supply.stopping(registered),
                 Output::Event(event) => self.on_event(now, event),
+                Output::JobEnded {
+                    job_id,
+                    result,
+                    stats,
+                } => {
+                    if let Some(handle) = self.jobs.remove(&job_id) {
+                        handle.finish(result, stats, now);
+                    }
+                }
             }
         }
     }

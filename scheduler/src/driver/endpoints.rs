@@ -30,7 +30,8 @@ pub(crate) struct DriverEndpoint {
     /// decoded.
     max_decoded: usize,
     revive_timer: Option<TimerId>,
-    /// The scheduler's next timeout (starvation, speculation, locality) and its timer.
+    /// The schedulers' next timeout (starvation, speculation, locality, stages to
+    /// resubmit) and its timer.
     scheduler_timer: Option<(Instant, TimerId)>,
     /// Lines about messages peers should not have sent.
     peer_warnings: LogBudget,
@@ -52,9 +53,9 @@ impl DriverEndpoint {
         }
     }
 
-    /// Keeps one timer at the scheduler's next timeout.
+    /// Keeps one timer at the schedulers' next timeout.
     fn sync_timer(&mut self, ctx: &mut EndpointContext<'_>, state: &DriverState, now: Instant) {
-        let wanted = state.core.scheduler.poll_timeout();
+        let wanted = state.core.poll_timeout();
         if self.scheduler_timer.map(|(at, _)| at) == wanted {
             return;
         }
@@ -212,7 +213,7 @@ impl Endpoint for DriverEndpoint {
             state.core.make_offers(now);
         } else if self.scheduler_timer.map(|(_, t)| t) == Some(timer) {
             self.scheduler_timer = None;
-            state.core.scheduler.handle_timeout(now);
+            state.core.handle_timeout(now);
         }
         state.carry_out(now);
         self.sync_timer(ctx, &state, now);
@@ -451,6 +452,54 @@ fn outcome_from_archived(
             }
         }
     })
+}
+
+/// The driver's map output tracker (the seeds' `MapOutputTrackerMasterEndpoint`):
+/// executors ask it where a shuffle's map outputs are, before their reduce tasks fetch.
+pub(crate) struct MapOutputTrackerEndpoint {
+    state: Arc<Mutex<DriverState>>,
+    peer_warnings: LogBudget,
+}
+
+impl MapOutputTrackerEndpoint {
+    pub(crate) fn new(state: Arc<Mutex<DriverState>>) -> Self {
+        MapOutputTrackerEndpoint {
+            state,
+            peer_warnings: LogBudget::default(),
+        }
+    }
+}
+
+impl Endpoint for MapOutputTrackerEndpoint {
+    fn receive(&mut self, ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
+        let ArchivedMessage::GetMapOutputStatuses { shuffle_id } = message.message() else {
+            let kind = message.message().kind();
+            flint_rpc::peer_warn!(
+                self.peer_warnings,
+                ctx.now(),
+                "The map output tracker ignored {kind} from {:?}",
+                message.sender()
+            );
+            let _ = message.reply_error(format!("{kind} is not a map output request"));
+            return;
+        };
+        let shuffle_id = shuffle_id.to_native();
+        let statuses = lock(&self.state).core.map_output_statuses(shuffle_id);
+        let replied = match statuses {
+            Some((epoch, statuses)) => {
+                debug!("Asked to send map output locations for shuffle {shuffle_id}");
+                message.reply(&Message::MapOutputStatuses {
+                    shuffle_id,
+                    epoch,
+                    statuses,
+                })
+            }
+            None => message.reply_error(format!("Shuffle {shuffle_id} is not registered")),
+        };
+        if let Err(e) = replied {
+            warn!("Cannot send the map output locations of shuffle {shuffle_id}: {e}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! Awaiting a submitted task set: its results by task index, its progress, and the
-//! latency of its tasks from launch to result at the driver.
+//! Awaiting a submitted task set (its results by task index, its progress, and the
+//! latency of its tasks from launch to result at the driver), and a submitted job of
+//! stages.
 
 use flint_rpc::timer::deadline_after;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 
+use crate::core::driver_core::JobStats;
 use crate::core::task_set::TaskSetId;
 
 /// Percentiles of task latency, from a task's launch at the driver to its result at the
@@ -314,5 +316,130 @@ mod tests {
             h.wait(Duration::MAX),
             Err(TaskSetError::Failed { .. })
         ));
+    }
+}
+
+/// What a job of stages produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOutcome {
+    /// Its result stage's results, in partition order.
+    pub results: Vec<Bytes>,
+    /// From submission to the last result.
+    pub elapsed: Duration,
+    /// What it took: stages, attempts, fetch failures, shuffle bytes.
+    pub stats: JobStats,
+}
+
+/// Why awaiting a job did not give its results.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// The job failed (e.g. "Job aborted due to stage failure: ...").
+    #[error("job {job_id} failed: {message}")]
+    Failed {
+        /// The job.
+        job_id: u32,
+        /// Why.
+        message: String,
+    },
+    /// It had not ended when the wait ran out.
+    #[error("job {job_id} did not finish within {timeout:?}")]
+    Timeout {
+        /// The job.
+        job_id: u32,
+        /// How long was waited.
+        timeout: Duration,
+    },
+}
+
+#[derive(Debug)]
+struct JobEnd {
+    result: Result<Vec<Bytes>, String>,
+    stats: JobStats,
+    at: Instant,
+}
+
+/// The driver's side of a [`JobHandle`].
+#[derive(Debug)]
+pub(crate) struct JobShared {
+    end: Mutex<Option<JobEnd>>,
+    ended: Condvar,
+    submitted: Instant,
+}
+
+impl JobShared {
+    pub(crate) fn new(submitted: Instant) -> Arc<Self> {
+        Arc::new(JobShared {
+            end: Mutex::new(None),
+            ended: Condvar::new(),
+            submitted,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<JobEnd>> {
+        self.end.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The job ended, once.
+    pub(crate) fn finish(&self, result: Result<Vec<Bytes>, String>, stats: JobStats, at: Instant) {
+        let mut end = self.lock();
+        if end.is_none() {
+            *end = Some(JobEnd { result, stats, at });
+        }
+        drop(end);
+        self.ended.notify_all();
+    }
+}
+
+/// A submitted job of stages, to await. Returned by [`crate::Driver::submit_job`];
+/// clones follow the same job.
+#[derive(Debug, Clone)]
+pub struct JobHandle {
+    pub(crate) job_id: u32,
+    pub(crate) shared: Arc<JobShared>,
+}
+
+impl JobHandle {
+    /// The job's id.
+    pub fn job_id(&self) -> u32 {
+        self.job_id
+    }
+
+    /// Whether it has ended (successfully or not).
+    pub fn is_done(&self) -> bool {
+        self.shared.lock().is_some()
+    }
+
+    /// Waits at most `timeout` for it to end; its results in partition order if it
+    /// succeeded.
+    pub fn wait(&self, timeout: Duration) -> Result<JobOutcome, JobError> {
+        let deadline = deadline_after(Instant::now(), timeout);
+        let mut end = self.shared.lock();
+        while end.is_none() {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(JobError::Timeout {
+                    job_id: self.job_id,
+                    timeout,
+                });
+            }
+            end = self
+                .shared
+                .ended
+                .wait_timeout(end, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let end = end.as_ref().expect("ended");
+        match &end.result {
+            Ok(results) => Ok(JobOutcome {
+                results: results.clone(),
+                elapsed: end.at.saturating_duration_since(self.shared.submitted),
+                stats: end.stats.clone(),
+            }),
+            Err(message) => Err(JobError::Failed {
+                job_id: self.job_id,
+                message: message.clone(),
+            }),
+        }
     }
 }

@@ -22,24 +22,28 @@ mod supply;
 
 use flint_rpc::timer::deadline_after;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use flint_rpc::conf::ConfError;
 use flint_rpc::{Conf, EndpointRef, RpcEnv, RpcError};
-use flint_wire::{ExecutorLossReason, Message, SharedStr, DRIVER_ENDPOINT, HEARTBEAT_ENDPOINT};
+use flint_wire::{
+    ExecutorLossReason, Message, SharedStr, DRIVER_ENDPOINT, HEARTBEAT_ENDPOINT,
+    MAP_OUTPUT_TRACKER_ENDPOINT,
+};
 use tracing::info;
 
 use crate::core::config::SchedulerConfig;
+use crate::core::dag::{DagError, JobSpec};
 use crate::core::driver_core::{DriverCore, NegativeRequest, TransportLimits, DRIVER_STOPPED};
 use crate::core::events::SchedulerListener;
 use crate::core::task_scheduler::TaskScheduler;
 use crate::core::task_set::{TaskSet, TaskSetId};
 use crate::driver::carry_out::{lock, DriverState};
 use crate::driver::cluster_manager::{ClusterManager, ClusterManagerError, StandaloneExecutors};
-use crate::driver::endpoints::{DriverEndpoint, HeartbeatReceiver};
-use crate::driver::job::{TaskSetHandle, TaskSetShared};
+use crate::driver::endpoints::{DriverEndpoint, HeartbeatReceiver, MapOutputTrackerEndpoint};
+use crate::driver::job::{JobHandle, JobShared, TaskSetHandle, TaskSetShared};
 use crate::driver::supply::{Answer, SupplyThread};
 use crate::SchedulerError;
 
@@ -98,6 +102,13 @@ pub enum DriverError {
     /// run it.
     #[error("the driver is stopping: task set {0} is not taken")]
     Stopping(TaskSetId),
+    /// A job was submitted to a driver that is stopping or stopped.
+    #[error("the driver is stopping: job {0:?} is not taken")]
+    StoppingJob(String),
+    /// The job's stages do not make a job (a shuffle read but not defined, a stage
+    /// that runs no task...).
+    #[error(transparent)]
+    Job(#[from] DagError),
 }
 
 impl From<NegativeRequest> for DriverError {
@@ -145,6 +156,8 @@ pub struct Driver {
     endpoint: EndpointRef,
     supply: SupplyThread,
     stopped: AtomicBool,
+    /// The next shuffle id [`Driver::new_shuffle_id`] gives.
+    next_shuffle_id: AtomicU32,
 }
 
 impl std::fmt::Debug for Driver {
@@ -201,6 +214,10 @@ impl Driver {
             HEARTBEAT_ENDPOINT,
             HeartbeatReceiver::new(state.clone(), settings.max_payload),
         )?;
+        handle.register(
+            MAP_OUTPUT_TRACKER_ENDPOINT,
+            MapOutputTrackerEndpoint::new(state.clone()),
+        )?;
         info!("Driver listening on {}", env.address());
         Ok(Driver {
             env,
@@ -208,6 +225,7 @@ impl Driver {
             endpoint,
             supply,
             stopped: AtomicBool::new(false),
+            next_shuffle_id: AtomicU32::new(0),
         })
     }
 
@@ -290,6 +308,67 @@ impl Driver {
         // The endpoint picks up the scheduler's new timers (starvation, speculation).
         self.revive_offers();
         Ok(handle)
+    }
+
+    /// A shuffle id no other shuffle of this driver has: shuffle ids name shuffles for
+    /// the application's life, so that a later job reading a shuffle reuses its map
+    /// outputs.
+    pub fn new_shuffle_id(&self) -> u32 {
+        self.next_shuffle_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Submits a job of stages (the seeds' `runJob`): its map stages run first, each
+    /// once every shuffle it reads is written, then its result stage; the handle gives
+    /// the results in partition order. A stage's payload is a serialized task
+    /// ([`flint_wire::TaskPayload::encode`]): the function to run and its input; its
+    /// tasks learn their partition from their context, map tasks write their shuffle
+    /// and reduce tasks read theirs through it (flint-executor's `TaskContext`). Job and
+    /// stage ids of such jobs start at 2^30 ([`crate::FIRST_JOB_ID`]), apart from the ids
+    /// of task sets submitted with [`Driver::submit`].
+    ///
+    /// The first submission waits until the driver is ready, as [`Driver::submit`]
+    /// does.
+    pub fn submit_job(&self, job: JobSpec) -> Result<JobHandle, DriverError> {
+        self.wait_backend_ready()?;
+        let handle = {
+            let mut state = self.state();
+            if let Some(failure) = state.core.failure() {
+                return Err(DriverError::ExecutorsFailed(failure.to_owned()));
+            }
+            if state.core.is_stopping() {
+                return Err(DriverError::StoppingJob(job.name));
+            }
+            let now = Instant::now();
+            state.carry_out(now);
+            let job_id = state.core.submit_job(now, job)?;
+            let shared = JobShared::new(now);
+            state.track_job(job_id, shared.clone());
+            state.carry_out(now);
+            JobHandle { job_id, shared }
+        };
+        self.revive_offers();
+        Ok(handle)
+    }
+
+    /// Cancels a job of stages: it fails with "Job N cancelled" (and `reason`), and its
+    /// stages that no other job needs stop. False if it had ended.
+    pub fn cancel_job(&self, job_id: u32, reason: Option<&str>) -> bool {
+        let mut state = self.state();
+        let now = Instant::now();
+        let cancelled = state.core.cancel_job(now, job_id, reason);
+        state.carry_out(now);
+        cancelled
+    }
+
+    /// Forgets the map outputs of a shuffle no later job will read, and tells the
+    /// executors to free them.
+    pub fn remove_shuffle(&self, shuffle_id: u32) {
+        let mut state = self.state();
+        let now = Instant::now();
+        if state.core.unregister_shuffle(shuffle_id) {
+            state.remove_shuffle_everywhere(shuffle_id);
+        }
+        state.carry_out(now);
     }
 
     /// Sends ReviveOffers to the driver endpoint: free cores are offered.

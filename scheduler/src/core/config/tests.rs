@@ -46,6 +46,7 @@ fn defaults_come_from_the_table() {
     assert_eq!(c.max_executor_failures, None);
     assert_eq!(c.revive_interval, Duration::from_secs(1));
     assert_eq!(c.allocation_file, None);
+    assert_eq!(c.max_consecutive_stage_attempts, 4);
     assert_eq!(
         SpeculationConfig::default(),
         SpeculationConfig {
@@ -75,7 +76,7 @@ fn the_table_is_sorted_unique_and_documented_in_one_line() {
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(keys, sorted);
-    assert_eq!(keys.len(), 23);
+    assert_eq!(keys.len(), 24);
     for info in KEYS {
         assert!(!info.doc.is_empty(), "{}", info.key);
         assert!(!info.doc.contains('\n'), "{}", info.key);
@@ -122,6 +123,7 @@ fn every_key_is_read() {
         ("executor.maxNumFailures", "5"),
         ("scheduler.revive.interval", "250"),
         ("scheduler.allocation.file", "pools.txt"),
+        ("stage.maxConsecutiveAttempts", "2"),
     ])
     .unwrap();
     assert_eq!(c.task_cpus, 2);
@@ -148,6 +150,7 @@ fn every_key_is_read() {
     assert_eq!(c.max_executor_failures, Some(5));
     assert_eq!(c.revive_interval, Duration::from_millis(250));
     assert_eq!(c.allocation_file.as_deref(), Some("pools.txt"));
+    assert_eq!(c.max_consecutive_stage_attempts, 2);
     // A set seed is kept, and nothing is drawn.
     let c = SchedulerConfig::from_conf(&conf(&[("scheduler.offerShuffleSeed", "7")])).unwrap();
     assert_eq!(c.seed, 7);
@@ -272,6 +275,7 @@ fn counts() {
             "task.maxFailures",
             "default.parallelism",
             "executor.maxNumFailures",
+            "stage.maxConsecutiveAttempts",
         ] {
             assert_refused(key, value);
         }

@@ -23,6 +23,9 @@ pub struct DagConfig {
     pub max_consecutive_stage_attempts: u32,
     /// The delay before failed stages are resubmitted ([`RESUBMIT_TIMEOUT`]).
     pub resubmit_timeout: Duration,
+    /// The first job id and the first stage id given out: a driver that also runs task
+    /// sets of its callers' numbering keeps the two apart.
+    pub first_id: u32,
 }
 
 impl Default for DagConfig {
@@ -30,6 +33,7 @@ impl Default for DagConfig {
         DagConfig {
             max_consecutive_stage_attempts: 4,
             resubmit_timeout: RESUBMIT_TIMEOUT,
+            first_id: 0,
         }
     }
 }

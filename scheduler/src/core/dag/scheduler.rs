@@ -149,8 +149,8 @@ impl DagScheduler {
         DagScheduler {
             config,
             tracker: MapOutputTracker::new(),
-            next_job_id: 0,
-            next_stage_id: 0,
+            next_job_id: config.first_id,
+            next_stage_id: config.first_id,
             stages: BTreeMap::new(),
             shuffle_to_map_stage: BTreeMap::new(),
             job_to_stages: BTreeMap::new(),

@@ -110,6 +110,14 @@ impl JobSpec {
 /// Why a job was refused; nothing of it was registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DagError {
+    /// A stage's payload is not a serialized task (`flint_wire::TaskPayload`).
+    #[error("stage {stage} runs no task: {reason}")]
+    BadPayload {
+        /// The stage's name.
+        stage: String,
+        /// Why its payload does not parse.
+        reason: String,
+    },
     /// A stage reads a shuffle the job does not define.
     #[error("stage {stage} reads shuffle {shuffle_id}, which the job does not define")]
     UnknownShuffle {

@@ -41,6 +41,7 @@
 
 mod executor_supply;
 mod executors;
+mod jobs;
 mod output;
 mod result_fetch;
 #[cfg(test)]
@@ -69,7 +70,9 @@ pub use executor_supply::ExitedExecutor;
 pub(crate) use executor_supply::{NegativeRequest, SupplyEvent};
 pub(crate) use executors::Registration;
 use executors::{ExecutorData, Peers};
-pub use output::{ChunkReply, IfRefused, LaunchRefused, Output, PeerId};
+use jobs::Jobs;
+pub use jobs::FIRST_JOB_ID;
+pub use output::{ChunkReply, IfRefused, JobStats, LaunchRefused, Output, PeerId};
 use result_fetch::ResultFetch;
 
 /// The seeds' reason for an executor whose connection closed.
@@ -132,6 +135,8 @@ pub(crate) struct DriverCore {
     /// Offer rounds [`DriverCore::poll_output`] made since the glue last took every
     /// output.
     offer_rounds: usize,
+    /// Jobs of stages: the DAG scheduler, fed by the task scheduler's events.
+    jobs: Jobs,
 }
 
 impl std::fmt::Debug for DriverCore {
@@ -152,6 +157,7 @@ impl DriverCore {
     ) -> DriverCore {
         // Turned on with the first listener: nothing else reads them.
         scheduler.set_task_start_events(false);
+        let jobs = Jobs::new(config.max_consecutive_stage_attempts);
         DriverCore {
             heartbeats: HeartbeatTracker::new(limits.network_timeout),
             config,
@@ -174,6 +180,7 @@ impl DriverCore {
             outputs: VecDeque::new(),
             revive: false,
             offer_rounds: 0,
+            jobs,
         }
     }
 
@@ -202,8 +209,12 @@ impl DriverCore {
             }
             match self.scheduler.poll_action() {
                 // Straight out, not through the queue: one a task.
-                Some(Action::Event(event)) => return Some(Output::Event(event)),
-                Some(action) => self.take_action(action),
+                Some(Action::Event(event)) => {
+                    if let Some(output) = self.route_event(now, event) {
+                        return Some(output);
+                    }
+                }
+                Some(action) => self.take_action(now, action),
                 None if self.revive && self.offer_rounds < MAX_OFFER_ROUNDS => {
                     self.revive = false;
                     self.offer_rounds += 1;
@@ -706,10 +717,7 @@ impl DriverCore {
     fn process_actions(&mut self, now: Instant) {
         for round in 0..=MAX_OFFER_ROUNDS {
             while let Some(action) = self.scheduler.poll_action() {
-                match action {
-                    Action::Event(event) => self.outputs.push_back(Output::Event(event)),
-                    action => self.take_action(action),
-                }
+                self.take_action(now, action);
             }
             if !std::mem::take(&mut self.revive) {
                 return;
@@ -726,7 +734,7 @@ impl DriverCore {
 
     /// A kill becomes an output; a request for offers is noted, to be met once every
     /// action before it is taken.
-    fn take_action(&mut self, action: Action) {
+    fn take_action(&mut self, now: Instant, action: Action) {
         match action {
             Action::KillTask {
                 task_id,
@@ -735,7 +743,11 @@ impl DriverCore {
                 reason,
             } => self.kill_task(task_id, &executor_id, interrupt_thread, reason),
             Action::ReviveOffers => self.revive = true,
-            Action::Event(event) => self.outputs.push_back(Output::Event(event)),
+            Action::Event(event) => {
+                if let Some(output) = self.route_event(now, event) {
+                    self.outputs.push_back(output);
+                }
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 //! The core queues them as it handles an event; the glue takes them with
 //! [`DriverCore::poll_output`](super::DriverCore::poll_output) and carries each out.
 
+use bytes::Bytes;
 use flint_wire::{BlockId, MessageKind, SharedStr, TaskDescription};
 
 use crate::core::events::SchedulerEvent;
@@ -116,6 +117,30 @@ pub enum Output {
     /// Tell the listeners, and the handle of the task set it is about (a task's end, the
     /// task set's end).
     Event(SchedulerEvent),
+    /// A job of stages ended: its results in partition order, or why it failed.
+    JobEnded {
+        /// The job.
+        job_id: u32,
+        /// Its results, or the failure's text.
+        result: Result<Vec<Bytes>, String>,
+        /// What it took.
+        stats: JobStats,
+    },
+}
+
+/// What a job of stages took, as the driver counts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobStats {
+    /// Its stages that ran, by id.
+    pub stages: Vec<u32>,
+    /// Stage attempts submitted (a stage runs again after a fetch failure).
+    pub stage_attempts: u32,
+    /// Task attempts that could not fetch a shuffle block.
+    pub fetch_failures: u32,
+    /// Bytes its map tasks wrote to shuffles (what their map statuses announce).
+    pub shuffle_bytes_written: u64,
+    /// Bytes its result tasks read (from shuffles, and from their own input).
+    pub shuffle_bytes_read: u64,
 }
 
 /// Why the glue could not send a [`Output::Launch`].
