@@ -182,6 +182,15 @@ pub enum JobError {
     /// The configuration is invalid.
     #[error(transparent)]
     Conf(#[from] flint_rpc::conf::ConfError),
+    /// A job of stages failed or timed out.
+    #[error(transparent)]
+    Job(#[from] flint_scheduler::JobError),
+    /// A stage's function name or input cannot be serialized.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// A job's results are not what its tasks must have produced.
+    #[error("the job's results do not add up: {0}")]
+    Check(String),
     /// Interrupted (SIGINT, Ctrl-C, or SIGTERM).
     #[error("interrupted")]
     Interrupted,
@@ -239,38 +248,15 @@ pub fn run_job(
     mut hooks: JobHooks<'_>,
 ) -> Result<JobReport, JobError> {
     let started = Instant::now();
-    let mut conf = conf.clone();
-    if conf.get(MIN_REGISTERED_RATIO).is_none() {
-        conf.set(MIN_REGISTERED_RATIO, "1.0");
-    }
-    let driver = Driver::start(&conf, cluster_manager)?;
-    if let Some(listening) = hooks.listening.as_mut() {
-        listening(driver.address());
-    }
+    let driver = start_driver(conf, cluster_manager, &mut hooks)?;
     let result = (|| {
-        driver.request_total_executors(spec.executors as i64)?;
-        let deadline = deadline_after(started, spec.startup_timeout);
-        loop {
-            if is_interrupted(&hooks) {
-                return Err(JobError::Interrupted);
-            }
-            if let Some(failure) = driver.executor_failure() {
-                return Err(DriverError::ExecutorsFailed(failure).into());
-            }
-            let registered = driver.num_executors();
-            if (registered > 0 || spec.executors == 0) && driver.is_ready() {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return Err(DriverError::ExecutorsTimeout {
-                    registered,
-                    wanted: spec.executors,
-                    timeout: spec.startup_timeout,
-                }
-                .into());
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        wait_until_ready(
+            &driver,
+            spec.executors,
+            started,
+            spec.startup_timeout,
+            &hooks,
+        )?;
         let startup = started.elapsed();
         let executors = driver.num_executors();
         let cores = driver.total_cores();
@@ -334,10 +320,62 @@ pub fn run_job(
     Ok(report)
 }
 
+/// Starts a driver with `cluster_manager` (see [`run_job`] for the readiness it waits
+/// for) and tells the hooks where it listens.
+pub(crate) fn start_driver(
+    conf: &Conf,
+    cluster_manager: Box<dyn ClusterManager>,
+    hooks: &mut JobHooks<'_>,
+) -> Result<Driver, JobError> {
+    let mut conf = conf.clone();
+    if conf.get(MIN_REGISTERED_RATIO).is_none() {
+        conf.set(MIN_REGISTERED_RATIO, "1.0");
+    }
+    let driver = Driver::start(&conf, cluster_manager)?;
+    if let Some(listening) = hooks.listening.as_mut() {
+        listening(driver.address());
+    }
+    Ok(driver)
+}
+
+/// Asks for `executors` and waits until the driver is ready with at least one
+/// registered, at most until `startup_timeout` after `started`.
+pub(crate) fn wait_until_ready(
+    driver: &Driver,
+    executors: usize,
+    started: Instant,
+    startup_timeout: Duration,
+    hooks: &JobHooks<'_>,
+) -> Result<(), JobError> {
+    driver.request_total_executors(executors as i64)?;
+    let deadline = deadline_after(started, startup_timeout);
+    loop {
+        if is_interrupted(hooks) {
+            return Err(JobError::Interrupted);
+        }
+        if let Some(failure) = driver.executor_failure() {
+            return Err(DriverError::ExecutorsFailed(failure).into());
+        }
+        let registered = driver.num_executors();
+        if (registered > 0 || executors == 0) && driver.is_ready() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(DriverError::ExecutorsTimeout {
+                registered,
+                wanted: executors,
+                timeout: startup_timeout,
+            }
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// The key [`run_job`] sets to 1 unless the configuration sets it.
 const MIN_REGISTERED_RATIO: &str = "scheduler.minRegisteredResourcesRatio";
 
-fn is_interrupted(hooks: &JobHooks<'_>) -> bool {
+pub(crate) fn is_interrupted(hooks: &JobHooks<'_>) -> bool {
     hooks
         .interrupted
         .is_some_and(|flag| flag.load(Ordering::Relaxed))

@@ -24,6 +24,7 @@
 pub mod bench;
 pub mod conf;
 pub mod job;
+pub mod stages;
 
 pub use flint_executor as executor;
 pub use flint_rpc as rpc;

@@ -10,10 +10,11 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use flint::bench::{run_bench, BenchOptions};
 use flint::executor::{run_executor, ExecutorConfig, TaskRegistry};
-use flint::job::{local_cluster, run_job, JobError, JobHooks, JobReport, JobSpec, TaskSpec};
+use flint::job::{local_cluster, run_job, JobError, JobHooks, JobSpec, TaskSpec};
 use flint::rpc::Conf;
 use flint::scheduler::cluster_manager::SECRET_ENV;
 use flint::scheduler::{ClusterManager, SchedulerConfig, StandaloneExecutors};
+use flint::stages::{run_stages, StagesSpec, WordSource, Workload};
 
 /// flint: a zero-copy task-launch control plane (driver, executors, and the RPC
 /// transport under them).
@@ -61,8 +62,22 @@ struct BenchArgs {
     conf: Vec<String>,
 }
 
+/// The kind of job `flint run` and `flint driver` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum JobKind {
+    /// One task set of N tasks of one built-in function (--tasks, --task).
+    Tasks,
+    /// Two stages: count words per map task, shuffle by word, sum (--words or --input).
+    Wordcount,
+    /// Two stages: make records in map tasks, hash-shuffle them, count them (--records).
+    Shuffle,
+}
+
 #[derive(Debug, Args)]
 struct JobArgs {
+    /// The job: tasks of one function, or a job of stages with a shuffle.
+    #[arg(long, value_enum, default_value_t = JobKind::Tasks)]
+    job: JobKind,
     /// Tasks in the job.
     #[arg(long, default_value_t = 10_000)]
     tasks: u32,
@@ -82,6 +97,30 @@ struct JobArgs {
     /// How long the job may take once they did, in seconds.
     #[arg(long, default_value_t = 3600)]
     job_timeout: u64,
+    /// Word count: words to generate, in all (split between the map tasks).
+    #[arg(long, default_value_t = 1_000_000, conflicts_with = "input")]
+    words: u64,
+    /// Word count: distinct words the generated words are drawn from.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    vocabulary: u64,
+    /// Word count: a text file to count (every executor must be able to read it).
+    #[arg(long)]
+    input: Option<std::path::PathBuf>,
+    /// Word count: where to write the counts, one `word<TAB>count` line per word.
+    #[arg(long)]
+    output: Option<std::path::PathBuf>,
+    /// Shuffle: records to shuffle, in all.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Shuffle: bytes of each record.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(8..=1_048_576))]
+    record_size: u32,
+    /// Jobs of stages: map tasks (default: twice the executors' cores).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    maps: Option<u32>,
+    /// Jobs of stages: reduce partitions (default: the executors' cores).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    reduces: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -263,16 +302,17 @@ fn run_and_report(
         }
         let _ = signal_hook::flag::register(SIGTERM, terminated.clone());
     }
-    let bar = (!job.json && std::io::stderr().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(u64::from(job.tasks));
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} tasks ({per_sec})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
+    let bar =
+        (job.job == JobKind::Tasks && !job.json && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(u64::from(job.tasks));
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} tasks ({per_sec})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
     let mut on_progress = |done: usize, _total: usize| {
         if let Some(bar) = &bar {
             bar.set_position(done as u64);
@@ -301,13 +341,37 @@ fn run_and_report(
         progress: Some(&mut on_progress),
         interrupted: Some(&interrupted),
     };
-    let result = run_job(conf, &spec, cluster, hooks);
+    let result = match job.job {
+        JobKind::Tasks => run_job(conf, &spec, cluster, hooks).map(|report| {
+            if job.json {
+                report.to_json()
+            } else {
+                report.to_text()
+            }
+        }),
+        JobKind::Wordcount | JobKind::Shuffle => {
+            let stages = stages_spec(&spec, job);
+            let quiet = job.json;
+            let mut on_stage = |line: &str| {
+                if !quiet {
+                    let _ = writeln!(std::io::stderr(), "flint: {line}");
+                }
+            };
+            run_stages(conf, &stages, cluster, hooks, &mut on_stage).map(|report| {
+                if job.json {
+                    report.to_json()
+                } else {
+                    report.to_text()
+                }
+            })
+        }
+    };
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
     match result {
         Ok(report) => {
-            print_report(&report, job.json);
+            println!("{report}");
             ExitCode::SUCCESS
         }
         Err(JobError::Interrupted) => {
@@ -330,11 +394,38 @@ fn run_and_report(
     }
 }
 
-fn print_report(report: &JobReport, json: bool) {
-    if json {
-        println!("{}", report.to_json());
-    } else {
-        println!("{}", report.to_text());
+/// The job of stages `--job` names, with its sizes.
+fn stages_spec(spec: &JobSpec, job: &JobArgs) -> StagesSpec {
+    // Standalone executors' cores are not known before they register: one each.
+    let cores = spec.executors.max(1) as u32 * spec.cores.max(1);
+    let workload = match job.job {
+        JobKind::Wordcount => Workload::WordCount {
+            source: match &job.input {
+                // Executors read it from their own working directory otherwise.
+                Some(path) => {
+                    WordSource::File(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()))
+                }
+                None => WordSource::Generated {
+                    words: job.words,
+                    vocabulary: job.vocabulary,
+                    seed: 7,
+                },
+            },
+            output: job.output.clone(),
+        },
+        JobKind::Shuffle | JobKind::Tasks => Workload::Shuffle {
+            records: job.records,
+            record_size: job.record_size,
+        },
+    };
+    StagesSpec {
+        executors: spec.executors,
+        cores: spec.cores,
+        maps: job.maps.unwrap_or(2 * cores),
+        reduces: job.reduces.unwrap_or(cores),
+        workload,
+        startup_timeout: spec.startup_timeout,
+        job_timeout: spec.job_timeout,
     }
 }
 

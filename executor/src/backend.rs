@@ -17,7 +17,6 @@ use flint_wire::{
 };
 use tracing::{debug, error, info, warn};
 
-use crate::block_store::BlockStore;
 use crate::config::ExecutorConfig;
 use crate::executor::{Executor, Staged};
 use crate::heartbeater::{random_initial_delay, HeartbeatAction, Heartbeater};
@@ -280,16 +279,9 @@ struct ExecutorEndpoint {
     staged: Staged,
     /// Chunk fetches whose reply the connection's full outbox refused (a large direct
     /// result queued ahead of it), tried again until the asker's timeout.
-    refused_chunks: RetriedReplies<ChunkRequest>,
+    refused_chunks: RetriedReplies,
     /// Lines about peers other than the driver that connect and send commands.
     stranger_warnings: LogBudget,
-}
-
-/// A `FetchBlockChunk` asked for.
-struct ChunkRequest {
-    block_id: BlockId,
-    offset: u64,
-    max_len: usize,
 }
 
 impl ExecutorEndpoint {
@@ -331,14 +323,25 @@ impl ExecutorEndpoint {
             warn!("FetchBlockChunk of {block_id} was not an ask: there is nobody to answer");
             return;
         };
-        let request = ChunkRequest {
-            block_id,
-            offset,
-            max_len: (max_len as usize).min(self.backend.max_chunk),
+        let max_len = (max_len as usize).min(self.backend.max_chunk);
+        let answer = match self
+            .backend
+            .executor
+            .block_store()
+            .chunk(block_id, offset, max_len)
+        {
+            Ok((data, total_size)) => Answer::Reply(Message::BlockChunk {
+                block_id,
+                offset,
+                total_size,
+                data,
+            }),
+            Err(e) => {
+                debug!("cannot serve a chunk: {e}");
+                Answer::Fail(e.to_string())
+            }
         };
-        let store = self.backend.executor.block_store();
-        self.refused_chunks
-            .answer(ctx, reply, request, &mut answer_chunk(store));
+        self.refused_chunks.answer(ctx, reply, answer);
     }
 
     fn start_heartbeats(&mut self, ctx: &mut EndpointContext<'_>) {
@@ -483,11 +486,7 @@ impl Endpoint for ExecutorEndpoint {
     }
 
     fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
-        let store = self.backend.executor.block_store();
-        if self
-            .refused_chunks
-            .on_timer(ctx, timer, &mut answer_chunk(store))
-        {
+        if self.refused_chunks.on_timer(ctx, timer) {
             return;
         }
         if self.heartbeat_timer != Some(timer) {
@@ -526,22 +525,6 @@ impl Endpoint for ExecutorEndpoint {
             backend.exit(ExecutorExit::DriverLost(format!(
                 "Driver {remote} disassociated! Shutting down."
             )));
-        }
-    }
-}
-
-/// Answers a chunk fetch from the result block store.
-fn answer_chunk(store: &BlockStore) -> impl FnMut(&ChunkRequest) -> Answer + '_ {
-    move |request| match store.chunk(request.block_id, request.offset, request.max_len) {
-        Ok((data, total_size)) => Answer::Reply(Message::BlockChunk {
-            block_id: request.block_id,
-            offset: request.offset,
-            total_size,
-            data,
-        }),
-        Err(e) => {
-            debug!("cannot serve a chunk: {e}");
-            Answer::Fail(e.to_string())
         }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! A reply is accepted while less than `rpc.outbox.maxBytes` is queued on its
 //! connection; a large one behind another (a chunk of a large result, of a shuffle block)
-//! can find the outbox full. The ask is then kept with what it asked for and answered
-//! again on a timer, with a growing pause, until the asker's own timeout has passed.
+//! can find the outbox full. The reply is then kept, made once (a chunk read from a file
+//! is not read again), and sent again on a timer, with a growing pause, until the
+//! asker's own timeout has passed.
 
 use std::time::{Duration, Instant};
 
@@ -23,15 +24,15 @@ pub(crate) enum Answer {
     Fail(String),
 }
 
-struct Refused<T> {
+struct Refused {
     reply: ReplyHandle,
-    request: T,
+    message: Message,
     asked: Instant,
 }
 
-/// Requests whose reply a full outbox refused, with the timer that tries them again.
-pub(crate) struct RetriedReplies<T> {
-    refused: Vec<Refused<T>>,
+/// Replies a full outbox refused, with the timer that tries them again.
+pub(crate) struct RetriedReplies {
+    refused: Vec<Refused>,
     timer: Option<(TimerId, Duration)>,
     /// How long an asker waits: a reply later than that would find nobody.
     ask_timeout: Duration,
@@ -39,7 +40,7 @@ pub(crate) struct RetriedReplies<T> {
     what: &'static str,
 }
 
-impl<T> RetriedReplies<T> {
+impl RetriedReplies {
     /// None refused yet; `what` names the requests in log lines.
     pub(crate) fn new(what: &'static str, ask_timeout: Duration) -> Self {
         RetriedReplies {
@@ -50,21 +51,28 @@ impl<T> RetriedReplies<T> {
         }
     }
 
-    /// Answers `request` with what `answer` makes of it, now or, if the outbox is full,
-    /// on the retry timer.
+    /// Sends `answer`, now or, if the outbox is full, on the retry timer.
     pub(crate) fn answer(
         &mut self,
         ctx: &mut EndpointContext<'_>,
         reply: ReplyHandle,
-        request: T,
-        answer: &mut impl FnMut(&T) -> Answer,
+        answer: Answer,
     ) {
+        let message = match answer {
+            Answer::Reply(message) => message,
+            Answer::Fail(error) => {
+                if let Err(e) = reply.fail(error) {
+                    warn!("cannot answer {}: {e}", self.what);
+                }
+                return;
+            }
+        };
         let refused = Refused {
             reply,
-            request,
+            message,
             asked: Instant::now(),
         };
-        if let Some(again) = self.try_answer(refused, answer) {
+        if let Some(again) = self.try_reply(refused) {
             self.refused.push(again);
             if self.timer.is_none() {
                 self.timer = Some((ctx.schedule_once(RETRY_FIRST), RETRY_FIRST));
@@ -73,12 +81,7 @@ impl<T> RetriedReplies<T> {
     }
 
     /// Tries the refused replies again if `timer` is theirs; returns whether it was.
-    pub(crate) fn on_timer(
-        &mut self,
-        ctx: &mut EndpointContext<'_>,
-        timer: TimerId,
-        answer: &mut impl FnMut(&T) -> Answer,
-    ) -> bool {
+    pub(crate) fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) -> bool {
         let Some((mine, pause)) = self.timer else {
             return false;
         };
@@ -86,7 +89,7 @@ impl<T> RetriedReplies<T> {
             return false;
         }
         for refused in std::mem::take(&mut self.refused) {
-            if let Some(again) = self.try_answer(refused, answer) {
+            if let Some(again) = self.try_reply(refused) {
                 self.refused.push(again);
             }
         }
@@ -97,32 +100,19 @@ impl<T> RetriedReplies<T> {
         true
     }
 
-    /// Answers one request; gives it back if the outbox is full and the asker still waits.
-    fn try_answer(
-        &self,
-        refused: Refused<T>,
-        answer: &mut impl FnMut(&T) -> Answer,
-    ) -> Option<Refused<T>> {
+    /// Sends one reply; gives it back if the outbox is full and the asker still waits.
+    fn try_reply(&self, refused: Refused) -> Option<Refused> {
         let Refused {
             reply,
-            request,
+            message,
             asked,
         } = refused;
-        let message = match answer(&request) {
-            Answer::Reply(message) => message,
-            Answer::Fail(error) => {
-                if let Err(e) = reply.fail(error) {
-                    warn!("cannot answer {}: {e}", self.what);
-                }
-                return None;
-            }
-        };
         match reply.try_reply(&message) {
             Ok(()) => None,
             Err((reply, RpcError::OutboxFull { .. })) if asked.elapsed() < self.ask_timeout => {
                 Some(Refused {
                     reply,
-                    request,
+                    message,
                     asked,
                 })
             }

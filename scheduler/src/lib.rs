@@ -106,6 +106,7 @@ pub use crate::driver::cluster_manager::{
 pub use crate::driver::job::{
     JobError, JobHandle, JobOutcome, LatencySummary, TaskSetError, TaskSetHandle, TaskSetOutcome,
 };
+pub use crate::driver::job_builder::{JobBuilder, Shuffle, StageBuilder};
 pub use crate::driver::{Driver, DriverError};
 pub use flint_wire::bytes_to_string;
 pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};

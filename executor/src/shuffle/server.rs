@@ -12,15 +12,6 @@ use tracing::debug;
 use super::ShuffleStore;
 use crate::reply_retry::{Answer, RetriedReplies};
 
-/// A chunk asked for.
-struct ChunkRequest {
-    shuffle: u32,
-    map: u32,
-    reduce: u32,
-    offset: u64,
-    max_len: u64,
-}
-
 /// Answers `FetchShuffleBlock` asks with chunks of the store's blocks, at most
 /// `max_chunk` bytes each (what a message can carry). A chunk within one memory segment
 /// is a view of it; one read from a spill file is read on this endpoint's loop, which
@@ -28,7 +19,7 @@ struct ChunkRequest {
 pub struct BlockServer {
     store: Arc<ShuffleStore>,
     max_chunk: u64,
-    refused: RetriedReplies<ChunkRequest>,
+    refused: RetriedReplies,
     peer_warnings: LogBudget,
 }
 
@@ -41,20 +32,6 @@ impl BlockServer {
             max_chunk: max_chunk as u64,
             refused: RetriedReplies::new("FetchShuffleBlock", ask_timeout),
             peer_warnings: LogBudget::default(),
-        }
-    }
-
-    fn answer(store: &ShuffleStore) -> impl FnMut(&ChunkRequest) -> Answer + '_ {
-        move |r| match store.read_range(r.shuffle, r.map, r.reduce, r.offset, r.max_len) {
-            Ok((data, total_size)) => Answer::Reply(Message::ShuffleBlock {
-                offset: r.offset,
-                total_size,
-                data,
-            }),
-            Err(e) => {
-                debug!("cannot serve a shuffle block: {e}");
-                Answer::Fail(e.to_string())
-            }
         }
     }
 }
@@ -87,19 +64,28 @@ impl Endpoint for BlockServer {
             );
             return;
         };
-        let request = ChunkRequest {
-            shuffle: shuffle_id.to_native(),
-            map: map_index.to_native(),
-            reduce: reduce_id.to_native(),
-            offset: offset.to_native(),
-            max_len: u64::from(max_len.to_native()).min(self.max_chunk),
+        let offset = offset.to_native();
+        let max_len = u64::from(max_len.to_native()).min(self.max_chunk);
+        let (shuffle, map, reduce) = (
+            shuffle_id.to_native(),
+            map_index.to_native(),
+            reduce_id.to_native(),
+        );
+        let answer = match self.store.read_range(shuffle, map, reduce, offset, max_len) {
+            Ok((data, total_size)) => Answer::Reply(Message::ShuffleBlock {
+                offset,
+                total_size,
+                data,
+            }),
+            Err(e) => {
+                debug!("cannot serve a shuffle block: {e}");
+                Answer::Fail(e.to_string())
+            }
         };
-        self.refused
-            .answer(ctx, reply, request, &mut Self::answer(&self.store));
+        self.refused.answer(ctx, reply, answer);
     }
 
     fn on_timer(&mut self, ctx: &mut EndpointContext<'_>, timer: TimerId) {
-        self.refused
-            .on_timer(ctx, timer, &mut Self::answer(&self.store));
+        self.refused.on_timer(ctx, timer);
     }
 }

@@ -18,6 +18,7 @@ mod carry_out;
 pub mod cluster_manager;
 mod endpoints;
 pub mod job;
+pub(crate) mod job_builder;
 mod supply;
 
 use flint_rpc::timer::deadline_after;
