@@ -1,10 +1,15 @@
 //! Shuffles on the executor side: map tasks write their records partitioned by reducer
-//! ([`ShuffleWriter`]) into the executor's [`ShuffleStore`] (memory up to
-//! `shuffle.maxMemory`, spill files under `local.dir` beyond it), and reduce tasks read
-//! their partition's blocks as pieces of whole records ([`RecordPieces`]).
+//! ([`ShuffleWriter`], optionally merged by key first with a [`Combiner`]) into the
+//! executor's [`ShuffleStore`] (memory up to `shuffle.maxMemory`, spill files under
+//! `local.dir` beyond it), which its [`BlockServer`] serves to other executors; reduce
+//! tasks read their partition of every map output ([`ShuffleInput`]), local blocks in
+//! place and remote ones fetched ([`ShuffleFetcher`]), as pieces of whole records
+//! ([`RecordPieces`]). Task functions reach all of it through their context:
+//! `TaskContext::shuffle_writer` and `TaskContext::read_shuffle`.
 
 use std::path::Path;
 
+mod combiner;
 mod fetch;
 mod input;
 mod memory;
@@ -14,6 +19,7 @@ mod service;
 mod store;
 mod writer;
 
+pub use combiner::Combiner;
 pub use fetch::{FetchError, ShuffleFetcher};
 pub use input::ShuffleInput;
 pub use memory::ShuffleMemory;
