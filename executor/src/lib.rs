@@ -8,8 +8,12 @@
 //!   the process exit code);
 //! - [`Executor`]: the running-task registry and a pool of `cores` task runner threads;
 //! - [`TaskRegistry`]: task functions by name, with flint's built-ins (`noop`, `echo`,
-//!   `sleep`, `spin`, `fail-n-attempts`, `large-result`), and the [`TaskContext`] a
-//!   function runs with;
+//!   `sleep`, `spin`, `fail-n-attempts`, `large-result`, and the stage functions of
+//!   [`jobs`]), and the [`TaskContext`] a function runs with;
+//! - [`shuffle`]: map tasks' outputs (written through the context, kept in memory up to
+//!   `shuffle.maxMemory`, spilled to `local.dir` beyond it), the block server that serves
+//!   them to other executors on `blockManager.port`, and the fetch of a reduce task's
+//!   partition;
 //! - [`Heartbeater`]: the heartbeat schedule and failure count, a state machine with an
 //!   injected clock;
 //! - [`BlockStore`]: results too large for a message, fetched by the driver in chunks.
@@ -20,11 +24,17 @@
 //!    `RegisterExecutor`; `RegisteredExecutor` accepts it, `RegisterExecutorFailed` ends
 //!    it ([`ExecutorExit::RegistrationFailed`]).
 //! 2. Over the connection the executor opened, the driver sends `LaunchTask`, `KillTask`,
-//!    `StopExecutor`, `RemoveBlock`, and asks `FetchBlockChunk`.
+//!    `StopExecutor`, `RemoveBlock`, `RemoveShuffle`, and asks `FetchBlockChunk`.
+//!    The executor asks the driver's [`flint_wire::MAP_OUTPUT_TRACKER_ENDPOINT`]
+//!    `GetMapOutputStatuses` for a shuffle its reduce tasks read (once per map-output
+//!    epoch), and other executors' [`flint_wire::BLOCK_MANAGER_ENDPOINT`]s
+//!    `FetchShuffleBlock`; it listens on `blockManager.port` for theirs, and nothing else.
 //! 3. Each task ends with one `StatusUpdate`: FINISHED with its result in the message
 //!    when `result + 64 KiB <= rpc.message.maxSize`, else in the block store
-//!    (`TaskOutcome::Indirect`); FAILED (function error or panic: `Exception`; unknown
-//!    function or malformed task: `Undeserializable`); or KILLED. RUNNING is not sent.
+//!    (`TaskOutcome::Indirect`); a shuffle map task's result is its map output's
+//!    `MapStatus`; FAILED (function error or panic: `Exception`; unknown function or
+//!    malformed task: `Undeserializable`; a shuffle block that could not be read:
+//!    `TaskOutcome::FetchFailed`); or KILLED. RUNNING is not sent.
 //! 4. Every `executor.heartbeatInterval` (after a random initial delay) it asks
 //!    [`flint_wire::HEARTBEAT_ENDPOINT`] with a `Heartbeat` carrying its running tasks'
 //!    metrics; `executor.heartbeat.maxFailures` failures in a row end it with code 56.

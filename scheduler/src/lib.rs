@@ -21,16 +21,20 @@
 //! - the driver core (the seeds' `CoarseGrainedSchedulerBackend` and its
 //!   `DriverEndpoint` handlers, in `src/core/driver_core/`): the executor registry,
 //!   launches, status updates, large result fetches, executor requests, kills and
-//!   failures. It decides every message the driver sends, as outputs the glue carries
+//!   failures, and jobs of stages (the DAG scheduler fed by the task scheduler's events,
+//!   `jobs.rs`). It decides every message the driver sends, as outputs the glue carries
 //!   out.
 //!
 //! These live in `src/core/`. Around them, in `src/driver/`, the glue that runs them for
 //! real on flint-rpc:
 //!
 //! - [`Driver`]: the driver's RPC environment with its endpoints
-//!   (`CoarseGrainedScheduler`, every handler of the seeds' `DriverEndpoint`, and
-//!   `HeartbeatReceiver`), executor requests and kills, `isReady`, stop;
-//!   [`Driver::submit`] gives a [`TaskSetHandle`] to await results on.
+//!   (`CoarseGrainedScheduler`, every handler of the seeds' `DriverEndpoint`,
+//!   `HeartbeatReceiver` and `MapOutputTracker`), executor requests and kills,
+//!   `isReady`, stop; [`Driver::submit`] gives a [`TaskSetHandle`] to await one task
+//!   set's results on, [`Driver::submit_job`] a [`JobHandle`] for a job of stages
+//!   written with [`Driver::job`] ([`JobBuilder`]: map stages that shuffle, the stages
+//!   that read them, the result stage).
 //! - [`cluster_manager`]: where executors come from; [`LocalClusterManager`] starts
 //!   `flint executor` processes on this host, on a thread of the driver's own (the
 //!   executor supply thread), never on the event loop's.
