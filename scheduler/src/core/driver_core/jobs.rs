@@ -34,7 +34,8 @@ pub(crate) struct Jobs {
     pub dag: DagScheduler,
     /// Figures of each open job.
     stats: FxHashMap<u32, JobStats>,
-    /// The job each submitted stage attempt runs for.
+    /// The job each submitted stage attempt runs for, until the job ends: tasks of an
+    /// attempt that has ended (failed on a fetch failure, say) may still end, and count.
     task_set_jobs: FxHashMap<TaskSetId, u32>,
 }
 
@@ -218,13 +219,9 @@ impl DriverCore {
                 ..
             } => {
                 dag.task_set_failed(now, *task_set, reason);
-                self.jobs.task_set_jobs.remove(task_set);
                 None
             }
-            SchedulerEvent::StageCompleted { task_set, .. } => {
-                self.jobs.task_set_jobs.remove(task_set);
-                None
-            }
+            SchedulerEvent::StageCompleted { .. } => None,
             // The DAG scheduler's own events replace these.
             SchedulerEvent::StageSubmitted { .. }
             | SchedulerEvent::JobStart { .. }

@@ -588,3 +588,83 @@ fn a_closed_connection_removes_its_executor_with_the_seeds_reason_and_replaces_i
     // Its connection's number may serve the next executor.
     assert_eq!(core.register_executor(t0, remote("2", 1002)), Ok(peer));
 }
+
+/// A job's figures count every task attempt that could not fetch, also one that ends
+/// after its stage attempt has already failed on another task's fetch failure (the
+/// task scheduler ends a task set at its first fetch failure; its other running tasks
+/// end later).
+#[test]
+fn a_job_counts_every_fetch_failure_also_after_its_stage_attempt_failed() {
+    use crate::core::dag::{JobSpec, StageSpec};
+    use flint_wire::{BlockManagerId, FetchFailure, MapStatus, TaskPayload};
+
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    let one = core.register_executor(t0, registration("1")).unwrap();
+    core.register_executor(t0, registration("2")).unwrap();
+    core.offer_after_registration(t0);
+    drain(&mut core, t0);
+    let id_of = |peer: PeerId| if peer == one { "1" } else { "2" };
+    let payload = |function: &str| TaskPayload::encode(function, b"").unwrap();
+    let job = JobSpec::new(
+        "job",
+        StageSpec::new("reduce", 2, payload("r")).reading([0]),
+    )
+    .with_shuffle(0, 2, StageSpec::new("map", 2, payload("m")));
+    let job_id = core.submit_job(t0, job).unwrap();
+
+    let maps = launches(&drain(&mut core, t0));
+    assert_eq!(maps.len(), 2, "one map task on each executor");
+    for (peer, task_id) in maps {
+        let status = MapStatus {
+            location: BlockManagerId {
+                executor_id: id_of(peer).into(),
+                host: "h".into(),
+                port: 7,
+            },
+            sizes: vec![10, 10],
+        };
+        let value = status.encode();
+        let outcome = TaskOutcome::Direct {
+            value,
+            metrics: Default::default(),
+            accumulators: Vec::new(),
+        };
+        core.status_update(t0, None, id_of(peer), task_id, TaskState::Finished, outcome);
+    }
+    let mut outputs = drain(&mut core, t0);
+    core.flush_offers(t0);
+    outputs.extend(drain(&mut core, t0));
+    let reduces = launches(&outputs);
+    assert_eq!(reduces.len(), 2, "one reduce task on each executor");
+    for (reduce_id, (peer, task_id)) in reduces.into_iter().enumerate() {
+        let failure = FetchFailure {
+            address: Some(BlockManagerId {
+                executor_id: "1".into(),
+                host: "h".into(),
+                port: 7,
+            }),
+            shuffle_id: 0,
+            map_index: Some(0),
+            reduce_id: reduce_id as u32,
+            message: "gone".to_owned(),
+        };
+        let outcome = TaskOutcome::FetchFailed {
+            failure: Box::new(failure),
+            metrics: Default::default(),
+        };
+        core.status_update(t0, None, id_of(peer), task_id, TaskState::Failed, outcome);
+        drain(&mut core, t0);
+    }
+    assert!(core.cancel_job(t0, job_id, None));
+    let stats = drain(&mut core, t0)
+        .into_iter()
+        .find_map(|output| match output {
+            Output::JobEnded { stats, .. } => Some(stats),
+            _ => None,
+        })
+        .expect("the job ended");
+    assert_eq!(stats.fetch_failures, 2, "{stats:?}");
+    assert_eq!(stats.stage_attempts, 2, "{stats:?}");
+    assert_eq!(stats.shuffle_bytes_written, 40, "{stats:?}");
+}
