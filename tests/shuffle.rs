@@ -1,17 +1,25 @@
 //! Jobs of stages across real processes: a driver in this process, `flint executor`
 //! processes on 127.0.0.1, shuffles between them over real sockets.
+//!
+//! Faults are injected at one deterministic point: a listener acts when the job's map
+//! stage completes, in the driver's turn that submits the reduce stage, before any
+//! reduce task is launched (listeners run before the turn's later outputs, and the
+//! launches are among them).
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{spawn_executor, Processes};
 use flint::executor::jobs::{count_words, generated_text};
 use flint::rpc::Conf;
 use flint::scheduler::dag::{JobSpec, StageSpec};
-use flint::scheduler::Driver;
+use flint::scheduler::{Driver, SchedulerEvent, SchedulerListener, TaskEndReason, TaskSetId};
 use flint::wire::TaskPayload;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -78,6 +86,192 @@ fn counts_of(results: &[bytes::Bytes]) -> BTreeMap<String, u64> {
     counts
 }
 
+/// A directory under the system's temporary directory (executors' `local.dir`s, their
+/// logs), removed with all in it when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let path = std::env::temp_dir().join(format!(
+            "flint-test-{name}-{}-{nanos:x}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    /// `name` under it, made now.
+    fn subdir(&self, name: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The spill files an executor made under its `local.dir` (in its own
+/// `flint-shuffle-<executor>-<pid>-<nonce>` directory), with their sizes.
+fn spill_files(local_dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(local_dir).unwrap().flatten() {
+        if !dir
+            .file_name()
+            .to_string_lossy()
+            .starts_with("flint-shuffle-")
+        {
+            continue;
+        }
+        for file in std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = file.file_name().to_string_lossy().into_owned();
+            if name.starts_with("spill-") && name.ends_with(".data") {
+                files.push((file.path(), file.metadata().map_or(0, |m| m.len())));
+            }
+        }
+    }
+    files
+}
+
+/// `local.dir=<dir>`, for an executor's `--conf`.
+fn local_dir_conf(dir: &Path) -> String {
+    format!("local.dir={}", dir.display())
+}
+
+/// Every event the driver reports, in order.
+#[derive(Clone, Default)]
+struct EventLog(Arc<Mutex<Vec<SchedulerEvent>>>);
+
+impl SchedulerListener for EventLog {
+    fn on_event(&mut self, event: &SchedulerEvent) {
+        self.0.lock().unwrap().push(event.clone());
+    }
+}
+
+impl EventLog {
+    /// The number of tasks of each attempt of `stage_id` submitted, by attempt.
+    fn attempts_of(&self, stage_id: u32) -> BTreeMap<u32, u32> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|event| match event {
+                SchedulerEvent::StageSubmitted {
+                    task_set,
+                    num_tasks,
+                    ..
+                } if task_set.stage_id == stage_id => Some((task_set.stage_attempt_id, *num_tasks)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The successful tasks, as (stage attempt, executor).
+    fn successes(&self) -> Vec<(TaskSetId, String)> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|event| match event {
+                SchedulerEvent::TaskEnd {
+                    task_set,
+                    executor_id,
+                    reason: TaskEndReason::Success(_),
+                    ..
+                } => Some((*task_set, executor_id.to_string())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn removed(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|event| match event {
+                SchedulerEvent::ExecutorRemoved { executor_id, .. } => {
+                    Some(executor_id.to_string())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The map outputs each executor computed in the map stage's first attempt.
+type OutputsByExecutor = BTreeMap<String, u32>;
+
+/// The executor holding the most map outputs (the lowest id among equals), and how many.
+fn most_outputs(outputs: &OutputsByExecutor) -> (String, u32) {
+    let (id, held) = outputs
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .expect("the map stage ran somewhere");
+    (id.clone(), *held)
+}
+
+/// Calls `act` once, on the driver's event loop, when the job's map stage (its first
+/// stage submitted) first completes: in the turn that submits the reduce stage, before
+/// any reduce task is launched. `act` gets the map outputs each executor computed; it
+/// must be quick (a signal, a few files), as every listener must.
+struct AtMapStageEnd<F> {
+    map_stage: Option<u32>,
+    outputs: OutputsByExecutor,
+    act: Option<F>,
+}
+
+impl<F: FnOnce(&OutputsByExecutor) + Send + 'static> AtMapStageEnd<F> {
+    fn new(act: F) -> Self {
+        AtMapStageEnd {
+            map_stage: None,
+            outputs: BTreeMap::new(),
+            act: Some(act),
+        }
+    }
+}
+
+impl<F: FnOnce(&OutputsByExecutor) + Send> SchedulerListener for AtMapStageEnd<F> {
+    fn on_event(&mut self, event: &SchedulerEvent) {
+        match event {
+            SchedulerEvent::StageSubmitted { task_set, .. } if self.map_stage.is_none() => {
+                self.map_stage = Some(task_set.stage_id);
+            }
+            SchedulerEvent::TaskEnd {
+                task_set,
+                executor_id,
+                reason: TaskEndReason::Success(_),
+                ..
+            } if Some(task_set.stage_id) == self.map_stage => {
+                *self.outputs.entry(executor_id.to_string()).or_default() += 1;
+            }
+            SchedulerEvent::StageCompleted {
+                task_set,
+                failure: None,
+                ..
+            } if Some(task_set.stage_id) == self.map_stage => {
+                if let Some(act) = self.act.take() {
+                    act(&self.outputs);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A word count of 1,000,000 generated words (4 map tasks of 250,000) over two executor
+/// processes finds what a count made here finds.
 #[test]
 fn a_word_count_over_two_executors_counts_every_word_once() {
     let conf = conf(&[]);
@@ -102,5 +296,140 @@ fn a_word_count_over_two_executors_counts_every_word_once() {
     assert_eq!(outcome.stats.stage_attempts, 2);
     assert_eq!(outcome.stats.fetch_failures, 0);
     assert!(outcome.stats.shuffle_bytes_written > 0);
+    driver.stop().unwrap();
+}
+
+/// An executor killed with SIGKILL once the map stage has finished, before any reduce
+/// task is launched: its map outputs die with it, the reduce stage cannot fetch them,
+/// the map stage recomputes exactly those on the executor left (a standalone driver has
+/// no cluster manager to replace the lost one), and every word is still counted once.
+#[test]
+fn an_executor_killed_after_the_map_stage_has_its_outputs_recomputed_and_counts_stay_exact() {
+    let conf = conf(&[]);
+    let driver = Driver::standalone(&conf).unwrap();
+    let executors = Arc::new(Mutex::new(Processes(
+        (1..=2)
+            .map(|i| spawn_executor(driver.address(), &i.to_string(), &[], Stdio::inherit()))
+            .collect(),
+    )));
+    driver.wait_for_executors(2, REGISTER_TIMEOUT).unwrap();
+    let log = EventLog::default();
+    driver.add_listener(log.clone());
+    let killed: Arc<Mutex<Option<(String, u32)>>> = Arc::default();
+    driver.add_listener(AtMapStageEnd::new({
+        let (executors, killed) = (executors.clone(), killed.clone());
+        move |outputs: &OutputsByExecutor| {
+            let (victim, held) = most_outputs(outputs);
+            let index = victim.parse::<usize>().unwrap() - 1;
+            // Child::kill is SIGKILL: the process runs nothing more.
+            executors.lock().unwrap().0[index].kill().unwrap();
+            *killed.lock().unwrap() = Some((victim, held));
+        }
+    }));
+
+    let (maps, reduces, words, vocabulary, seed) = (4, 3, 250_000, 5_000, 7);
+    let outcome = driver
+        .submit_job(word_count(&driver, maps, reduces, words, vocabulary, seed))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    let counts = counts_of(&outcome.results);
+    assert_eq!(counts.values().sum::<u64>(), u64::from(maps) * words);
+    assert_eq!(counts, expected_counts(maps, words, vocabulary, seed));
+
+    let (victim, held) = killed
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the map stage completed");
+    let survivor = if victim == "1" { "2" } else { "1" };
+    let index = victim.parse::<usize>().unwrap() - 1;
+    let status = executors.lock().unwrap().0[index].wait().unwrap();
+    assert_eq!(status.signal(), Some(9), "{victim} was killed: {status}");
+    assert!(log.removed().contains(&victim), "{:?}", log.removed());
+    // Map stage, reduce stage, the map stage again for the lost outputs, the reduce
+    // stage again.
+    let map_stage = outcome.stats.stages[0];
+    assert_eq!(outcome.stats.stages.len(), 2);
+    assert!(outcome.stats.stage_attempts >= 4, "{:?}", outcome.stats);
+    assert!(outcome.stats.fetch_failures >= 1, "{:?}", outcome.stats);
+    let attempts = log.attempts_of(map_stage);
+    assert_eq!(attempts[&0], maps);
+    assert_eq!(
+        attempts[&1], held,
+        "the second attempt recomputes the {held} outputs {victim} held"
+    );
+    // Everything after the kill ran on the survivor: the recomputed maps and every
+    // reduce task that succeeded.
+    for (task_set, executor) in log.successes() {
+        if task_set.stage_id != map_stage || task_set.stage_attempt_id > 0 {
+            assert_eq!(executor, survivor, "{task_set} succeeded on {executor}");
+        }
+    }
+    driver.stop().unwrap();
+}
+
+/// Map outputs spilled to disk (a tiny `shuffle.maxMemory`), and one executor's spill
+/// files deleted once the map stage has finished, before any reduce task is launched:
+/// reads of those blocks fail (spill files are opened per read), the readers end
+/// FetchFailed, the DAG scheduler unregisters that executor's outputs and resubmits the
+/// map stage for them, then the reduce stage; every word is still counted once.
+#[test]
+fn spill_files_deleted_under_a_running_job_fail_fetches_and_the_lost_outputs_are_recomputed() {
+    let dirs = TempDir::new("deleted-spill");
+    let locals: Vec<PathBuf> = (1..=2)
+        .map(|i| dirs.subdir(&format!("executor-{i}")))
+        .collect();
+    let driver = Driver::standalone(&conf(&[])).unwrap();
+    let _executors = Processes(
+        (1..=2)
+            .map(|i| {
+                let local = local_dir_conf(&locals[i - 1]);
+                let conf = ["shuffle.maxMemory=16k", local.as_str()];
+                spawn_executor(driver.address(), &i.to_string(), &conf, Stdio::inherit())
+            })
+            .collect(),
+    );
+    driver.wait_for_executors(2, REGISTER_TIMEOUT).unwrap();
+    let log = EventLog::default();
+    driver.add_listener(log.clone());
+    let deleted: Arc<Mutex<Option<(String, u32, usize)>>> = Arc::default();
+    driver.add_listener(AtMapStageEnd::new({
+        let (locals, deleted) = (locals.clone(), deleted.clone());
+        move |outputs: &OutputsByExecutor| {
+            let (victim, held) = most_outputs(outputs);
+            let local = &locals[victim.parse::<usize>().unwrap() - 1];
+            let files = spill_files(local);
+            for (file, _) in &files {
+                std::fs::remove_file(file).unwrap();
+            }
+            *deleted.lock().unwrap() = Some((victim, held, files.len()));
+        }
+    }));
+
+    let (maps, reduces, words, vocabulary, seed) = (4, 3, 250_000, 5_000, 11);
+    let outcome = driver
+        .submit_job(word_count(&driver, maps, reduces, words, vocabulary, seed))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    let counts = counts_of(&outcome.results);
+    assert_eq!(counts.values().sum::<u64>(), u64::from(maps) * words);
+    assert_eq!(counts, expected_counts(maps, words, vocabulary, seed));
+
+    let (victim, held, files) = deleted
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the map stage completed");
+    assert!(files > 0, "{victim}'s map outputs were spilled");
+    assert!(outcome.stats.fetch_failures >= 1, "{:?}", outcome.stats);
+    assert!(outcome.stats.stage_attempts > 2, "{:?}", outcome.stats);
+    let attempts = log.attempts_of(outcome.stats.stages[0]);
+    assert_eq!(
+        attempts[&1], held,
+        "the second map attempt recomputes the {held} outputs of {victim}"
+    );
+    assert!(log.removed().is_empty(), "no executor was lost");
     driver.stop().unwrap();
 }
