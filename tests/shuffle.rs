@@ -9,18 +9,20 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{spawn_executor, Processes};
+use common::{spawn_executor, Processes, FLINT};
 use flint::executor::jobs::{count_words, generated_text};
-use flint::rpc::Conf;
+use flint::rpc::{Conf, RpcEnv};
+use flint::scheduler::cluster_manager::SECRET_ENV;
 use flint::scheduler::dag::{JobSpec, StageSpec};
 use flint::scheduler::{Driver, SchedulerEvent, SchedulerListener, TaskEndReason, TaskSetId};
-use flint::wire::TaskPayload;
+use flint::wire::{Message, TaskPayload, BLOCK_MANAGER_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT};
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -84,6 +86,46 @@ fn counts_of(results: &[bytes::Bytes]) -> BTreeMap<String, u64> {
         }
     }
     counts
+}
+
+const MIB: u64 = 1 << 20;
+
+/// The `shuffle-write` / `shuffle-count` job: `maps` map tasks writing `records`
+/// records of `size` bytes each, `reduces` reduce tasks counting theirs.
+fn shuffle_job(
+    driver: &Driver,
+    maps: u32,
+    reduces: u32,
+    records: u64,
+    size: u64,
+    seed: u64,
+) -> JobSpec {
+    let shuffle = driver.new_shuffle_id();
+    let input = format!("{records}:{size}:{seed}");
+    let map = StageSpec::new(
+        "shuffle-write at tests/shuffle.rs",
+        maps,
+        TaskPayload::encode("shuffle-write", input.as_bytes()).unwrap(),
+    );
+    let reduce = StageSpec::new(
+        "shuffle-count at tests/shuffle.rs",
+        reduces,
+        TaskPayload::encode("shuffle-count", b"").unwrap(),
+    )
+    .reading([shuffle]);
+    JobSpec::new("shuffle", reduce).with_shuffle(shuffle, reduces, map)
+}
+
+/// The (records, bytes) each `shuffle-count` task counted: 16 bytes, two u64 LE.
+fn record_counts(results: &[bytes::Bytes]) -> Vec<(u64, u64)> {
+    results
+        .iter()
+        .map(|result| {
+            assert_eq!(result.len(), 16, "a shuffle-count result");
+            let number = |at: usize| u64::from_le_bytes(result[at..at + 8].try_into().unwrap());
+            (number(0), number(8))
+        })
+        .collect()
 }
 
 /// A directory under the system's temporary directory (executors' `local.dir`s, their
@@ -431,5 +473,216 @@ fn spill_files_deleted_under_a_running_job_fail_fetches_and_the_lost_outputs_are
         "the second map attempt recomputes the {held} outputs of {victim}"
     );
     assert!(log.removed().is_empty(), "no executor was lost");
+    driver.stop().unwrap();
+}
+
+/// Reduce partitions of about 10 MiB under `rpc.message.maxSize=1m`: each remote block
+/// (about 5 MiB) comes in chunks of less than a message, cut inside records of 100,003
+/// bytes, with `reducer.maxSizeInFlight=2m` outstanding at most, from memory and from
+/// spill files (`shuffle.maxMemory=4m`); every record arrives whole, once.
+#[test]
+fn a_reduce_partition_larger_than_the_message_limit_is_fetched_in_chunks() {
+    let dirs = TempDir::new("chunked");
+    let locals: Vec<PathBuf> = (1..=2)
+        .map(|i| dirs.subdir(&format!("executor-{i}")))
+        .collect();
+    let limits = ["rpc.message.maxSize=1m", "reducer.maxSizeInFlight=2m"];
+    let driver = Driver::standalone(&conf(&limits)).unwrap();
+    let _executors = Processes(
+        (1..=2)
+            .map(|i| {
+                let local = local_dir_conf(&locals[i - 1]);
+                let mut conf = limits.to_vec();
+                conf.extend(["shuffle.maxMemory=4m", local.as_str()]);
+                spawn_executor(driver.address(), &i.to_string(), &conf, Stdio::inherit())
+            })
+            .collect(),
+    );
+    driver.wait_for_executors(2, REGISTER_TIMEOUT).unwrap();
+    let log = EventLog::default();
+    driver.add_listener(log.clone());
+
+    let (maps, reduces, records, size) = (2, 2, 100, 100_003);
+    let outcome = driver
+        .submit_job(shuffle_job(&driver, maps, reduces, records, size, 5))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    let counted = record_counts(&outcome.results);
+    assert_eq!(
+        counted.iter().map(|(records, _)| records).sum::<u64>(),
+        u64::from(maps) * records
+    );
+    for &(records, bytes) in &counted {
+        assert_eq!(bytes, records * size, "whole records only");
+        assert!(
+            bytes > 4 * MIB,
+            "{bytes} bytes: well over rpc.message.maxSize"
+        );
+    }
+    // One map task on each executor: every reduce task fetched a block from the other.
+    let map_stage = outcome.stats.stages[0];
+    let mut ran: Vec<String> = log
+        .successes()
+        .into_iter()
+        .filter(|(task_set, _)| task_set.stage_id == map_stage)
+        .map(|(_, executor)| executor)
+        .collect();
+    ran.sort();
+    assert_eq!(ran, ["1", "2"]);
+    for local in &locals {
+        assert!(
+            !spill_files(local).is_empty(),
+            "part of the blocks came from files"
+        );
+    }
+    assert_eq!(outcome.stats.stage_attempts, 2);
+    assert_eq!(outcome.stats.fetch_failures, 0);
+    driver.stop().unwrap();
+}
+
+/// `flint executor` with `authenticate=true` and its secret from the cluster manager's
+/// environment variable, or from its configuration.
+fn spawn_authenticated_executor(
+    driver: SocketAddr,
+    executor_id: &str,
+    secret: &str,
+    from_env: bool,
+    stderr: Stdio,
+) -> Child {
+    let mut command = Command::new(FLINT);
+    command
+        .args(["executor", "--driver", &driver.to_string(), "--cores", "1"])
+        .args(["--executor-id", executor_id])
+        .args(["--conf", "authenticate=true"]);
+    if from_env {
+        command.env(SECRET_ENV, secret);
+    } else {
+        command.args(["--conf", &format!("authenticate.secret={secret}")]);
+    }
+    command
+        .env_remove("FLINT_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// With authentication on, executors (one given the secret by the cluster manager's
+/// environment variable, one by its configuration) run a word count among themselves;
+/// then a peer without the secret (authentication off, or a wrong secret) asks an
+/// executor's block server for a block and gets none: its connection is refused, while a
+/// peer with the secret gets the block before and after. The executor logs the refusals
+/// and nothing worse.
+#[test]
+fn with_authentication_on_a_peer_without_the_secret_gets_no_block() {
+    const SECRET: &str = "correct horse battery staple";
+    let secret = format!("authenticate.secret={SECRET}");
+    let dirs = TempDir::new("authenticated");
+    let logs: Vec<PathBuf> = (1..=2)
+        .map(|i| dirs.0.join(format!("executor-{i}.log")))
+        .collect();
+    let driver = Driver::standalone(&conf(&["authenticate=true", &secret])).unwrap();
+    let _executors = Processes(
+        (1..=2)
+            .map(|i| {
+                let log = std::fs::File::create(&logs[i - 1]).unwrap();
+                let id = i.to_string();
+                spawn_authenticated_executor(driver.address(), &id, SECRET, i == 1, log.into())
+            })
+            .collect(),
+    );
+    driver.wait_for_executors(2, REGISTER_TIMEOUT).unwrap();
+    let (maps, reduces, words, vocabulary, seed) = (4, 3, 250_000, 5_000, 3);
+    let job = word_count(&driver, maps, reduces, words, vocabulary, seed);
+    let shuffle_id = job.shuffles[0].shuffle_id;
+    let outcome = driver.submit_job(job).unwrap().wait(JOB_TIMEOUT).unwrap();
+    assert_eq!(
+        counts_of(&outcome.results),
+        expected_counts(maps, words, vocabulary, seed)
+    );
+
+    // A friend, with the secret, learns from the driver where a block is.
+    let ask_timeout = Duration::from_secs(10);
+    let friend =
+        RpcEnv::client(&Conf::from_pairs(["authenticate=true", &secret]).unwrap()).unwrap();
+    let reply = friend
+        .handle()
+        .endpoint_ref(driver.address(), MAP_OUTPUT_TRACKER_ENDPOINT)
+        .ask_timeout(&Message::GetMapOutputStatuses { shuffle_id }, ask_timeout)
+        .unwrap()
+        .to_message();
+    let Message::MapOutputStatuses { statuses, .. } = reply else {
+        panic!("the tracker answered {reply:?}");
+    };
+    let (map_index, status) = statuses
+        .iter()
+        .enumerate()
+        .find_map(|(map, status)| Some((map as u32, status.clone()?)))
+        .expect("the job's map outputs are registered");
+    let location = &status.location;
+    let server: SocketAddr = (location.host.as_str(), location.port)
+        .to_socket_addrs()
+        .unwrap()
+        .min_by_key(SocketAddr::is_ipv6)
+        .unwrap();
+    let ask = Message::FetchShuffleBlock {
+        shuffle_id,
+        map_index,
+        reduce_id: 0,
+        offset: 0,
+        max_len: 1 << 20,
+    };
+    let fetch = |env: &RpcEnv| {
+        env.handle()
+            .endpoint_ref(server, BLOCK_MANAGER_ENDPOINT)
+            .ask_timeout(&ask, ask_timeout)
+            .map(|reply| reply.to_message())
+    };
+    let friend_gets_the_block = || match fetch(&friend).unwrap() {
+        Message::ShuffleBlock {
+            offset: 0,
+            total_size,
+            data,
+        } => {
+            assert_eq!(total_size, status.sizes[0]);
+            assert_eq!(data.len() as u64, total_size);
+        }
+        other => panic!("the block server answered {other:?}"),
+    };
+    friend_gets_the_block();
+
+    for (stranger, expected) in [
+        (
+            vec!["authenticate=false"],
+            "authentication failed: expected AuthChallenge, got FetchShuffleBlock",
+        ),
+        (
+            vec!["authenticate=true", "authenticate.secret=Tr0ub4dor&3"],
+            "authentication failed: the peer's proof does not match the shared secret",
+        ),
+    ] {
+        let env = RpcEnv::client(&Conf::from_pairs(&stranger).unwrap()).unwrap();
+        match fetch(&env) {
+            Ok(message) => panic!("a stranger ({stranger:?}) got {message:?}"),
+            Err(e) => assert!(e.to_string().contains(expected), "{stranger:?}: {e}"),
+        }
+        env.stop();
+    }
+    friend_gets_the_block();
+    friend.stop();
+
+    // What the asked executor logged: the refusals, nothing worse.
+    let executor = location.executor_id.to_string();
+    let text = std::fs::read_to_string(&logs[executor.parse::<usize>().unwrap() - 1]).unwrap();
+    eprintln!("executor {executor}'s log:\n{text}");
+    assert!(text.lines().count() >= 1, "the refusal is logged");
+    assert!(
+        text.lines()
+            .all(|line| line.contains("WARN") && line.contains("authentication failed")),
+        "{text}"
+    );
     driver.stop().unwrap();
 }
