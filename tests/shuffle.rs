@@ -14,7 +14,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{spawn_executor, Processes, FLINT};
 use flint::executor::jobs::{count_words, generated_text};
@@ -310,6 +310,21 @@ impl<F: FnOnce(&OutputsByExecutor) + Send> SchedulerListener for AtMapStageEnd<F
             _ => {}
         }
     }
+}
+
+/// A field of /proc/PID/status in bytes (`VmRSS`, `VmHWM`: resident now, at its peak).
+fn proc_status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
+    kib * 1024
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / MIB as f64
 }
 
 /// A word count of 1,000,000 generated words (4 map tasks of 250,000) over two executor
@@ -683,6 +698,132 @@ fn with_authentication_on_a_peer_without_the_secret_gets_no_block() {
         text.lines()
             .all(|line| line.contains("WARN") && line.contains("authentication failed")),
         "{text}"
+    );
+    driver.stop().unwrap();
+}
+
+/// Shuffling far more than the executors' in-memory bound keeps their resident memory
+/// near it: two executors with `shuffle.maxMemory=16m` shuffle about 210 MB (8 map tasks
+/// of 6,400 records of 4 KiB, 32 reduce partitions).
+///
+/// The bound, on an executor's peak resident memory (the kernel's VmHWM) over its idle
+/// resident memory (measured once registered, about 10 MiB for a debug build):
+/// - until the map stage completes: `shuffle.maxMemory` + 8 MiB, for a growing bucket's
+///   copy and the allocator's slack (measured: under 1 MiB);
+/// - over the whole job: `shuffle.maxMemory` + 24 MiB, as the outputs kept in memory
+///   stay while the reduce stage runs, and a reduce task holds its partition whole
+///   (`shuffle-count` reads it at once: about 6.3 MiB), the block server has chunks in
+///   flight to the other executor, and the allocator keeps some of what is freed
+///   (measured: about 14 MiB).
+///
+/// Without spilling, each executor would hold about 100 MiB. Everything beyond the bound
+/// must be in spill files when the map stage completes.
+#[test]
+fn shuffling_far_more_than_the_memory_bound_keeps_executor_memory_near_it_and_spills_the_rest() {
+    const MAX_MEMORY: u64 = 16 * MIB;
+    const MAP_STAGE_OVERHEAD: u64 = 8 * MIB;
+    const JOB_OVERHEAD: u64 = 24 * MIB;
+    let dirs = TempDir::new("memory");
+    let locals: Vec<PathBuf> = (1..=2)
+        .map(|i| dirs.subdir(&format!("executor-{i}")))
+        .collect();
+    let driver = Driver::standalone(&conf(&[])).unwrap();
+    let executors = Processes(
+        (1..=2)
+            .map(|i| {
+                let local = local_dir_conf(&locals[i - 1]);
+                let conf = ["shuffle.maxMemory=16m", local.as_str()];
+                spawn_executor(driver.address(), &i.to_string(), &conf, Stdio::inherit())
+            })
+            .collect(),
+    );
+    let pids: Vec<u32> = executors.0.iter().map(Child::id).collect();
+    driver.wait_for_executors(2, REGISTER_TIMEOUT).unwrap();
+    let idle: Vec<(u64, u64)> = pids
+        .iter()
+        .map(|&pid| {
+            (
+                proc_status_bytes(pid, "VmRSS"),
+                proc_status_bytes(pid, "VmHWM"),
+            )
+        })
+        .collect();
+    // Peak and current resident memory, and bytes in spill files, of each executor when
+    // the map stage completes.
+    let at_map_end: Arc<Mutex<Vec<(u64, u64, u64)>>> = Arc::default();
+    driver.add_listener(AtMapStageEnd::new({
+        let (pids, locals, at_map_end) = (pids.clone(), locals.clone(), at_map_end.clone());
+        move |_: &OutputsByExecutor| {
+            *at_map_end.lock().unwrap() = pids
+                .iter()
+                .zip(&locals)
+                .map(|(&pid, local)| {
+                    let spilled = spill_files(local).iter().map(|(_, len)| len).sum();
+                    (
+                        proc_status_bytes(pid, "VmHWM"),
+                        proc_status_bytes(pid, "VmRSS"),
+                        spilled,
+                    )
+                })
+                .collect();
+        }
+    }));
+
+    let started = Instant::now();
+    let (maps, reduces, records, size) = (8, 32, 6_400, 4_096);
+    let outcome = driver
+        .submit_job(shuffle_job(&driver, maps, reduces, records, size, 11))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    let counted = record_counts(&outcome.results);
+    let total_records = u64::from(maps) * records;
+    assert_eq!(counted.iter().map(|c| c.0).sum::<u64>(), total_records);
+    assert_eq!(
+        counted.iter().map(|c| c.1).sum::<u64>(),
+        total_records * size
+    );
+    let peaks: Vec<u64> = pids
+        .iter()
+        .map(|&pid| proc_status_bytes(pid, "VmHWM"))
+        .collect();
+    let written = outcome.stats.shuffle_bytes_written;
+    let at_map_end = at_map_end.lock().unwrap().clone();
+    eprintln!(
+        "shuffled {:.1} MiB in {:.1} s with shuffle.maxMemory={} MiB",
+        mib(written),
+        started.elapsed().as_secs_f64(),
+        mib(MAX_MEMORY)
+    );
+    for i in 0..2 {
+        let (idle_rss, idle_hwm) = idle[i];
+        let (map_hwm, map_rss, spilled) = at_map_end[i];
+        eprintln!(
+            "executor {}: idle {:.1} MiB (peak {:.1}), map stage peak {:.1} MiB, after it {:.1} MiB, \
+             job peak {:.1} MiB, spilled {:.1} MiB",
+            i + 1,
+            mib(idle_rss),
+            mib(idle_hwm),
+            mib(map_hwm),
+            mib(map_rss),
+            mib(peaks[i]),
+            mib(spilled)
+        );
+        let bound = idle_rss + MAX_MEMORY + MAP_STAGE_OVERHEAD;
+        assert!(map_hwm <= bound, "executor {}: {map_hwm} > {bound}", i + 1);
+        let bound = idle_rss + MAX_MEMORY + JOB_OVERHEAD;
+        assert!(
+            peaks[i] <= bound,
+            "executor {}: {} > {bound}",
+            i + 1,
+            peaks[i]
+        );
+        assert!(spilled > 0, "executor {} spilled", i + 1);
+    }
+    let spilled: u64 = at_map_end.iter().map(|m| m.2).sum();
+    assert!(
+        spilled >= written - 2 * MAX_MEMORY,
+        "{spilled} of {written} bytes spilled"
     );
     driver.stop().unwrap();
 }
