@@ -1,0 +1,322 @@
+//! Writing and reading shuffle records allocates nothing per record.
+//!
+//! This test binary counts the allocation calls (alloc, alloc_zeroed, realloc) its test
+//! thread makes inside [`counted`] (a counting global allocator; other threads are not
+//! counted). After a warm-up, a map task's [`ShuffleWriter`] writes [`RECORDS`] records
+//! into [`PARTITIONS`] buckets of a [`ShuffleStore`] with room for them in memory, commits
+//! them, and they are read back:
+//!
+//! - locally, as a reduce task reads a block of its own executor: the pieces
+//!   [`ShuffleStore::read_block`] returns, read with [`Records`] or [`KeyedRecords`];
+//! - as fetched: the block in chunks of [`CHUNK`] bytes as the block server sends them
+//!   ([`ShuffleStore::read_range`]), put back into whole records by [`RecordPieces`],
+//!   then read the same way (keyed records a field at a time: see [`Format::KeyedFields`]).
+//!
+//! Each path may allocate when a bucket grows (doubling: O(log N) per bucket), once per
+//! block or chunk, and for the writer and the store's bookkeeping; the assertion is a
+//! bound well below one allocation per record: fewer than `RECORDS / 1000` calls.
+//!
+//! `cargo test --release -p flint-executor --test no_alloc_shuffle -- --nocapture`
+//! prints the counts.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use flint_executor::shuffle::{partition_of, RecordPieces, ShuffleStore, ShuffleWriter};
+use flint_wire::records::{KeyedRecords, Records};
+
+/// Records written and read in the measured part of each case.
+const RECORDS: u64 = 1_000_000;
+/// Allocation calls each measured path may make: far fewer than one per record.
+const ALLOWED: u64 = RECORDS / 1_000;
+/// Records written and read, uncounted, before the measured part.
+const WARM_UP: u64 = 10_000;
+/// Reduce partitions: buckets of the writer.
+const PARTITIONS: u32 = 4;
+/// Bytes of an unkeyed record, as in the issue's hash shuffle.
+const RECORD_SIZE: usize = 100;
+/// Bytes of a fetched chunk.
+const CHUNK: u64 = 1 << 20;
+/// Shuffle memory: the whole shuffle stays in memory (nothing spills).
+const MAX_MEMORY: u64 = 1 << 30;
+
+/// Forwards to the system allocator, counting on the thread inside [`counted`].
+struct CountingAllocator;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note_allocation() {
+    // `try_with`: the thread-locals may be gone while a thread shuts down.
+    let _ = COUNTING.try_with(|counting| {
+        if counting.get() {
+            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        }
+    });
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the bookkeeping
+// touches only const-initialised thread-locals, which never allocate.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note_allocation();
+        // SAFETY: the caller's obligations for `alloc` are passed on as they are.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note_allocation();
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note_allocation();
+        // SAFETY: `ptr` was allocated by `System` with `layout`, as the caller promises.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` with `layout`, as the caller promises.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Runs `f`, returning what it returned and the allocation calls it made on this thread.
+fn counted<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    ALLOCATIONS.with(|n| n.set(0));
+    COUNTING.with(|c| c.set(true));
+    let out = f();
+    COUNTING.with(|c| c.set(false));
+    (out, ALLOCATIONS.with(Cell::get))
+}
+
+/// A directory of its own under the system's temporary one, removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "flint-no-alloc-shuffle-{name}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A step of a 64-bit LCG: a key per record without allocating.
+fn next(state: &mut u64) -> u64 {
+    *state = state
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    *state >> 33
+}
+
+/// What was read back: records, and a checksum of their bytes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Sum {
+    records: u64,
+    bytes: u64,
+    xor: u64,
+}
+
+impl Sum {
+    fn add(&mut self, record: &[u8]) {
+        self.records += 1;
+        self.bytes += record.len() as u64;
+        self.xor ^= u64::from_le_bytes(record[..8].try_into().unwrap());
+    }
+}
+
+/// Writes `records` records of [`RECORD_SIZE`] bytes, as `shuffle-write` does (each to
+/// the partition of the hash of its first 8 bytes), as map output `map` of `shuffle`.
+fn write_plain(store: &Arc<ShuffleStore>, shuffle: u32, map: u32, records: u64) -> Sum {
+    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS);
+    let mut record = [0u8; RECORD_SIZE];
+    let mut state = u64::from(map);
+    let mut sum = Sum::default();
+    for _ in 0..records {
+        let key = next(&mut state).to_le_bytes();
+        record[..8].copy_from_slice(&key);
+        record[8..].fill(key[0]);
+        writer
+            .write(partition_of(&key, PARTITIONS), &record)
+            .unwrap();
+        sum.add(&record);
+    }
+    writer.commit();
+    sum
+}
+
+/// Writes `records` keyed records (an 8-byte word, an 8-byte count), as
+/// `wordcount-map` does.
+fn write_keyed(store: &Arc<ShuffleStore>, shuffle: u32, map: u32, records: u64) -> Sum {
+    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS);
+    let mut state = u64::from(map);
+    let mut sum = Sum::default();
+    for i in 0..records {
+        let word = next(&mut state).to_le_bytes();
+        writer.write_keyed(&word, &i.to_le_bytes()).unwrap();
+        sum.add(&word);
+    }
+    writer.commit();
+    sum
+}
+
+/// How a reduce task gets a block.
+#[derive(Debug, Clone, Copy)]
+enum Read {
+    /// The pieces of [`ShuffleStore::read_block`].
+    Local,
+    /// Chunks of [`ShuffleStore::read_range`] through [`RecordPieces`].
+    Fetched,
+}
+
+/// How the records of a piece are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// Plain records, with [`Records`].
+    Plain,
+    /// Keyed records, with [`KeyedRecords`].
+    Keyed,
+    /// Keyed records field by field, with [`Records`]: a key, then its value.
+    ///
+    /// [`RecordPieces`] cuts a block after any whole field, so a piece of a fetched
+    /// block of keyed records may end between a key and its value, where
+    /// [`KeyedRecords`] finds the piece malformed. Fetched keyed blocks are read a field
+    /// at a time here, which reads the same bytes through the same code.
+    KeyedFields,
+}
+
+/// Reads every block of map output `map` of `shuffle` (summing the keys of keyed ones).
+fn read_back(store: &ShuffleStore, shuffle: u32, map: u32, read: Read, format: Format) -> Sum {
+    let mut sum = Sum::default();
+    let mut pieces = Vec::with_capacity(64);
+    let mut reassembly = RecordPieces::new();
+    // Fields read so far, for `Format::KeyedFields`.
+    let mut fields = 0u64;
+    for reduce in 0..PARTITIONS {
+        pieces.clear();
+        match read {
+            Read::Local => pieces.extend(store.read_block(shuffle, map, reduce).unwrap()),
+            Read::Fetched => {
+                let mut offset = 0;
+                loop {
+                    let (chunk, total) = store
+                        .read_range(shuffle, map, reduce, offset, CHUNK)
+                        .unwrap();
+                    offset += chunk.len() as u64;
+                    reassembly.push(chunk, &mut pieces);
+                    if offset >= total {
+                        break;
+                    }
+                }
+                reassembly.finish().unwrap();
+            }
+        }
+        for piece in &pieces {
+            match format {
+                Format::Plain => {
+                    for record in Records::new(piece) {
+                        sum.add(record.unwrap());
+                    }
+                }
+                Format::Keyed => {
+                    for record in KeyedRecords::new(piece) {
+                        let (key, value) = record.unwrap();
+                        assert_eq!(value.len(), 8);
+                        sum.add(key);
+                    }
+                }
+                Format::KeyedFields => {
+                    for field in Records::new(piece) {
+                        let field = field.unwrap();
+                        if fields % 2 == 0 {
+                            sum.add(field);
+                        } else {
+                            assert_eq!(field.len(), 8);
+                        }
+                        fields += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(fields % 2, 0, "a key without its value");
+    sum
+}
+
+/// Warms up, then counts the allocations of writing [`RECORDS`] records and of reading
+/// them back each way; checks that what was read is what was written.
+fn case(name: &str, keyed: bool) {
+    let dir = TempDir::new(name);
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", MAX_MEMORY));
+    let write = |shuffle, records| {
+        if keyed {
+            write_keyed(&store, shuffle, 0, records)
+        } else {
+            write_plain(&store, shuffle, 0, records)
+        }
+    };
+    // The warm-up: a map output written and read both ways, then forgotten.
+    let warm = write(0, WARM_UP);
+    let format = |read| match (keyed, read) {
+        (false, _) => Format::Plain,
+        (true, Read::Local) => Format::Keyed,
+        (true, Read::Fetched) => Format::KeyedFields,
+    };
+    for read in [Read::Local, Read::Fetched] {
+        assert_eq!(read_back(&store, 0, 0, read, format(read)), warm);
+    }
+    store.remove_shuffle(0);
+
+    let (written, write_allocations) = counted(|| write(1, RECORDS));
+    assert_eq!(written.records, RECORDS);
+    let mut counts = vec![("write", write_allocations)];
+    for (label, read) in [
+        ("read, local", Read::Local),
+        ("read, fetched", Read::Fetched),
+    ] {
+        let (read_sum, allocations) = counted(|| read_back(&store, 1, 0, read, format(read)));
+        assert_eq!(read_sum, written, "{name}, {label}: what was written");
+        counts.push((label, allocations));
+    }
+    // All of it stayed in memory: no spill file, hence no spill directory, was made.
+    assert!(!store.dir().exists(), "{name}: something spilled");
+    println!(
+        "{name}: {RECORDS} records into {PARTITIONS} partitions; allocation calls: {}",
+        counts
+            .iter()
+            .map(|(label, n)| format!("{label} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for (label, allocations) in counts {
+        assert!(
+            allocations < ALLOWED,
+            "{name}, {label}: {allocations} allocation calls for {RECORDS} records \
+             (allowed fewer than {ALLOWED})"
+        );
+    }
+}
+
+#[test]
+fn writing_and_reading_records_allocates_nothing_per_record() {
+    case("plain", false);
+}
+
+#[test]
+fn writing_and_reading_keyed_records_allocates_nothing_per_record() {
+    case("keyed", true);
+}
