@@ -58,6 +58,7 @@ use flint_wire::{
 use hdrhistogram::Histogram;
 
 use crate::job::{local_cluster, run_job, JobError, JobHooks, JobSpec};
+pub mod stream;
 pub mod transport;
 
 use self::transport::{measure_transport, TransportReport, TransportRounds, PAYLOAD};
