@@ -41,6 +41,9 @@
 //!
 //! Beside them, the transport's own figures ([`transport`]): an ask round
 //! trip against the raw ping-pong of the same bytes, and one-way messages per second.
+//! Jobs of stages ([`jobs`]): a two-stage tiny job against a one-task job, a hash shuffle
+//! against raw TCP's pipelined throughput between two processes ([`stream`]), a word
+//! count.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -58,6 +61,7 @@ use flint_wire::{
 use hdrhistogram::Histogram;
 
 use crate::job::{local_cluster, run_job, JobError, JobHooks, JobSpec};
+pub mod jobs;
 pub mod stream;
 pub mod transport;
 
