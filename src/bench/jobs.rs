@@ -613,14 +613,23 @@ impl JobsReport {
             self.executors.1,
             if self.executors.1 == 1 { "" } else { "s" }
         );
-        out.push_str(&format!(
-            "{:<56} {:>16}   {:<52} {:>18}  {:<16} {}\n",
-            "what", "figure", "baseline, same run", "ratio", "target", ""
-        ));
-        for (what, figure, baseline, ratio, target, met) in rows {
-            out.push_str(&format!(
-                "{what:<56} {figure:>16}   {baseline:<52} {ratio:>18}  {target:<16} {met}\n"
-            ));
+        let mut line = |cells: [&str; 6]| {
+            let [what, figure, baseline, ratio, target, met] = cells;
+            let row =
+                format!("{what:<56} {figure:>16}   {baseline:<52} {ratio:>18}  {target:<16} {met}");
+            out.push_str(row.trim_end());
+            out.push('\n');
+        };
+        line([
+            "what",
+            "figure",
+            "baseline, same run",
+            "ratio",
+            "target",
+            "",
+        ]);
+        for (what, figure, baseline, ratio, target, met) in &rows {
+            line([what, figure, baseline, ratio, target, met]);
         }
         if self.sizes != JobSizes::default() {
             out.push_str("(sizes are not issue 21's: the targets are for its sizes)\n");
