@@ -26,12 +26,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use flint_rpc::Conf;
-use flint_scheduler::dag::{JobSpec, StageSpec};
-use flint_scheduler::{Driver, DriverError, JobOutcome};
-use flint_wire::TaskPayload;
+use flint_scheduler::dag::JobSpec;
+use flint_scheduler::{Driver, JobOutcome};
 
 use super::stream::RawStream;
-use super::BenchCluster;
+use super::{io_error, BenchCluster};
+use crate::job::JobError;
 
 /// The longest a job may take.
 const JOB_TIMEOUT: Duration = Duration::from_secs(600);
@@ -50,26 +50,6 @@ pub mod targets {
     pub const SHUFFLE_OVER_RAW_TCP: f64 = 0.25;
     /// Word count words per second: at least this.
     pub const WORDS_PER_SEC: f64 = 30e6;
-}
-
-/// What went wrong measuring jobs.
-#[derive(Debug, thiserror::Error)]
-pub enum JobsBenchError {
-    /// The cluster did not start, or a task set failed.
-    #[error(transparent)]
-    Cluster(#[from] crate::job::JobError),
-    /// The driver refused the job.
-    #[error(transparent)]
-    Driver(#[from] DriverError),
-    /// The job failed or did not end in time.
-    #[error(transparent)]
-    Job(#[from] flint_scheduler::JobError),
-    /// The raw TCP baseline failed.
-    #[error("raw TCP: {0}")]
-    Io(#[from] std::io::Error),
-    /// A job's results are not what it must find.
-    #[error("wrong result: {0}")]
-    Wrong(String),
 }
 
 /// The sizes of the jobs, and how many times each is measured.
@@ -173,7 +153,7 @@ pub fn jobs_conf() -> Conf {
 
 /// The two-stage tiny job: 2 map tasks writing [`TINY_RECORDS`] records each, 2 reduce
 /// partitions counting them.
-pub fn tiny_job(driver: &Driver) -> JobSpec {
+pub fn tiny_job(driver: &Driver) -> Result<JobSpec, JobError> {
     hash_shuffle_job(driver, 2, 2, TINY_RECORDS, TINY_RECORD_SIZE, 1)
 }
 
@@ -186,21 +166,11 @@ pub fn hash_shuffle_job(
     records: u64,
     size: u64,
     seed: u64,
-) -> JobSpec {
-    let shuffle = driver.new_shuffle_id();
+) -> Result<JobSpec, JobError> {
+    let mut job = driver.job("hash shuffle");
     let input = format!("{records}:{size}:{seed}");
-    let map = StageSpec::new(
-        "shuffle-write at flint::bench::jobs",
-        maps,
-        TaskPayload::encode("shuffle-write", input.as_bytes()).expect("a valid name"),
-    );
-    let reduce = StageSpec::new(
-        "shuffle-count at flint::bench::jobs",
-        reduces,
-        TaskPayload::encode("shuffle-count", b"").expect("a valid name"),
-    )
-    .reading([shuffle]);
-    JobSpec::new("hash shuffle", reduce).with_shuffle(shuffle, reduces, map)
+    let written = job.stage("shuffle-write", maps, input)?.shuffle(reduces);
+    Ok(job.reduce("shuffle-count", &[written], b"")?.result())
 }
 
 /// A word count: `maps` `wordcount-map` tasks generating `words` words each from a
@@ -212,33 +182,23 @@ pub fn word_count_job(
     words: u64,
     vocabulary: u64,
     seed: u64,
-) -> JobSpec {
-    let shuffle = driver.new_shuffle_id();
+) -> Result<JobSpec, JobError> {
+    let mut job = driver.job("word count");
     let input = format!("gen:{words}:{vocabulary}:{seed}");
-    let map = StageSpec::new(
-        "wordcount-map at flint::bench::jobs",
-        maps,
-        TaskPayload::encode("wordcount-map", input.as_bytes()).expect("a valid name"),
-    );
-    let reduce = StageSpec::new(
-        "wordcount-reduce at flint::bench::jobs",
-        reduces,
-        TaskPayload::encode("wordcount-reduce", b"").expect("a valid name"),
-    )
-    .reading([shuffle]);
-    JobSpec::new("word count", reduce).with_shuffle(shuffle, reduces, map)
+    let counts = job.stage("wordcount-map", maps, input)?.shuffle(reduces);
+    Ok(job.reduce("wordcount-reduce", &[counts], b"")?.result())
 }
 
 /// Records and record bytes (without length prefixes) that `shuffle-count` tasks
 /// counted, in all.
-pub fn shuffle_counts(results: &[Bytes]) -> Result<(u64, u64), JobsBenchError> {
+pub fn shuffle_counts(results: &[Bytes]) -> Result<(u64, u64), JobError> {
     results.iter().try_fold((0, 0), |(records, bytes), result| {
         let (r, b) = result
             .split_first_chunk::<8>()
             .and_then(|(r, rest)| Some((r, rest.first_chunk::<8>()?)))
             .filter(|_| result.len() == 16)
             .ok_or_else(|| {
-                JobsBenchError::Wrong(format!(
+                JobError::Check(format!(
                     "a shuffle-count result of {} bytes, not 16",
                     result.len()
                 ))
@@ -252,19 +212,19 @@ pub fn shuffle_counts(results: &[Bytes]) -> Result<(u64, u64), JobsBenchError> {
 
 /// Words counted by `wordcount-reduce` tasks in all, and distinct words; a word counted
 /// by two partitions is an error.
-pub fn word_count_totals(results: &[Bytes]) -> Result<(u64, u64), JobsBenchError> {
+pub fn word_count_totals(results: &[Bytes]) -> Result<(u64, u64), JobError> {
     let mut seen = std::collections::HashSet::new();
     let (mut total, mut distinct) = (0, 0);
     for result in results {
         let text = std::str::from_utf8(result)
-            .map_err(|_| JobsBenchError::Wrong("a word count result is not UTF-8".into()))?;
+            .map_err(|_| JobError::Check("a word count result is not UTF-8".into()))?;
         for line in text.lines() {
             let count = line
                 .split_once('\t')
                 .filter(|(word, _)| seen.insert(*word))
                 .and_then(|(_, count)| count.parse::<u64>().ok())
                 .ok_or_else(|| {
-                    JobsBenchError::Wrong(format!(
+                    JobError::Check(format!(
                         "{line:?}: not a word and its count, or a word counted twice"
                     ))
                 })?;
@@ -282,7 +242,7 @@ impl BenchCluster {
     }
 
     /// Runs a job of stages and waits for it; then removes its shuffles.
-    pub fn run_job(&mut self, job: JobSpec) -> Result<JobOutcome, JobsBenchError> {
+    pub fn run_job(&mut self, job: JobSpec) -> Result<JobOutcome, JobError> {
         let shuffles: Vec<u32> = job.shuffles.iter().map(|s| s.shuffle_id).collect();
         let outcome = self.driver.submit_job(job)?.wait(JOB_TIMEOUT);
         for shuffle in shuffles {
@@ -292,11 +252,11 @@ impl BenchCluster {
     }
 
     /// Runs [`tiny_job`], checks its count; returns the time from submission to result.
-    pub fn run_tiny_job(&mut self) -> Result<Duration, JobsBenchError> {
-        let outcome = self.run_job(tiny_job(&self.driver))?;
+    pub fn run_tiny_job(&mut self) -> Result<Duration, JobError> {
+        let outcome = self.run_job(tiny_job(&self.driver)?)?;
         let (records, _) = shuffle_counts(&outcome.results)?;
         if records != 2 * TINY_RECORDS {
-            return Err(JobsBenchError::Wrong(format!(
+            return Err(JobError::Check(format!(
                 "the tiny job counted {records} records of {}",
                 2 * TINY_RECORDS
             )));
@@ -309,7 +269,7 @@ impl BenchCluster {
         &mut self,
         sizes: &JobSizes,
         seed: u64,
-    ) -> Result<ShuffleRun, JobsBenchError> {
+    ) -> Result<ShuffleRun, JobError> {
         let job = hash_shuffle_job(
             &self.driver,
             sizes.shuffle_maps,
@@ -317,12 +277,12 @@ impl BenchCluster {
             sizes.records_per_map,
             sizes.record_size,
             seed,
-        );
+        )?;
         let outcome = self.run_job(job)?;
         let (records, bytes) = shuffle_counts(&outcome.results)?;
         let expected = sizes.shuffle_records();
         if (records, bytes) != (expected, expected * sizes.record_size) {
-            return Err(JobsBenchError::Wrong(format!(
+            return Err(JobError::Check(format!(
                 "the hash shuffle counted {records} records of {expected}, {bytes} bytes of {}",
                 expected * sizes.record_size
             )));
@@ -336,11 +296,7 @@ impl BenchCluster {
 
     /// Runs the word count of `sizes`, checks its total; returns the time from
     /// submission to result.
-    pub fn run_word_count(
-        &mut self,
-        sizes: &JobSizes,
-        seed: u64,
-    ) -> Result<Duration, JobsBenchError> {
+    pub fn run_word_count(&mut self, sizes: &JobSizes, seed: u64) -> Result<Duration, JobError> {
         let job = word_count_job(
             &self.driver,
             sizes.word_maps,
@@ -348,11 +304,11 @@ impl BenchCluster {
             sizes.words_per_map,
             sizes.vocabulary,
             seed,
-        );
+        )?;
         let outcome = self.run_job(job)?;
         let (total, distinct) = word_count_totals(&outcome.results)?;
         if total != sizes.words() || distinct > sizes.vocabulary {
-            return Err(JobsBenchError::Wrong(format!(
+            return Err(JobError::Check(format!(
                 "the word count counted {total} words of {}, {distinct} distinct of at most {}",
                 sizes.words(),
                 sizes.vocabulary
@@ -400,7 +356,7 @@ impl JobLatencies {
 pub fn measure_latencies(
     cluster: &mut BenchCluster,
     samples: usize,
-) -> Result<JobLatencies, JobsBenchError> {
+) -> Result<JobLatencies, JobError> {
     for _ in 0..samples.div_ceil(10) {
         cluster.run_noop(1)?;
         cluster.run_tiny_job()?;
@@ -449,14 +405,14 @@ pub fn measure_shuffle(
     cluster: &mut BenchCluster,
     sizes: &JobSizes,
     raw: &mut RawStream,
-) -> Result<ShuffleThroughput, JobsBenchError> {
+) -> Result<ShuffleThroughput, JobError> {
     let warm = cluster.run_hash_shuffle(sizes, 0)?;
-    raw.send(warm.shuffle_bytes)?;
+    raw.send(warm.shuffle_bytes).map_err(io_error)?;
     let (mut times, mut rates, mut raws, mut ratios) = (vec![], vec![], vec![], vec![]);
     for round in 0..sizes.runs {
         let run = cluster.run_hash_shuffle(sizes, 1 + round as u64)?;
         let rate = run.shuffle_bytes as f64 / run.elapsed.as_secs_f64();
-        let raw_rate = raw.throughput(run.shuffle_bytes)?;
+        let raw_rate = raw.throughput(run.shuffle_bytes).map_err(io_error)?;
         times.push(run.elapsed);
         rates.push(rate);
         raws.push(raw_rate);
@@ -494,7 +450,7 @@ pub struct WordCountThroughput {
 pub fn measure_word_count(
     cluster: &mut BenchCluster,
     sizes: &JobSizes,
-) -> Result<WordCountThroughput, JobsBenchError> {
+) -> Result<WordCountThroughput, JobError> {
     cluster.run_word_count(sizes, 0)?;
     let mut times = (0..sizes.runs)
         .map(|run| cluster.run_word_count(sizes, 1 + run as u64))
