@@ -556,6 +556,38 @@ fn a_reduce_partition_larger_than_the_message_limit_is_fetched_in_chunks() {
     driver.stop().unwrap();
 }
 
+/// Keyed records (a word count with a vocabulary large enough that a map output's block
+/// is several chunks) fetched in chunks under `rpc.message.maxSize=1m`: a chunk may end
+/// anywhere, and no key is parted from its value.
+#[test]
+fn keyed_blocks_fetched_in_chunks_keep_keys_with_their_values() {
+    let limits = ["rpc.message.maxSize=1m"];
+    let driver = Driver::standalone(&conf(&limits)).unwrap();
+    let _executors = Processes(
+        (1..=2)
+            .map(|i| spawn_executor(driver.address(), &i.to_string(), &limits, Stdio::inherit()))
+            .collect(),
+    );
+    driver.wait_for_executors(2, REGISTER_TIMEOUT).unwrap();
+    let (maps, reduces, words, vocabulary, seed) = (2, 2, 400_000, 300_000, 3);
+    let outcome = driver
+        .submit_job(word_count(&driver, maps, reduces, words, vocabulary, seed))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert!(
+        outcome.stats.shuffle_bytes_written > 4 * MIB,
+        "{} bytes: blocks of several chunks",
+        outcome.stats.shuffle_bytes_written
+    );
+    assert_eq!(
+        counts_of(&outcome.results),
+        expected_counts(maps, words, vocabulary, seed)
+    );
+    assert_eq!(outcome.stats.fetch_failures, 0);
+    driver.stop().unwrap();
+}
+
 /// `flint executor` with `authenticate=true` and its secret from the cluster manager's
 /// environment variable, or from its configuration.
 fn spawn_authenticated_executor(

@@ -10,7 +10,7 @@
 //!   [`ShuffleStore::read_block`] returns, read with [`Records`] or [`KeyedRecords`];
 //! - as fetched: the block in chunks of [`CHUNK`] bytes as the block server sends them
 //!   ([`ShuffleStore::read_range`]), put back into whole records by [`RecordPieces`],
-//!   then read the same way (keyed records a field at a time: see [`Format::KeyedFields`]).
+//!   then read the same way.
 //!
 //! Each path may allocate when a bucket grows (doubling: O(log N) per bucket), once per
 //! block or chunk, and for the writer and the store's bookkeeping; the assertion is a
@@ -190,13 +190,6 @@ enum Format {
     Plain,
     /// Keyed records, with [`KeyedRecords`].
     Keyed,
-    /// Keyed records field by field, with [`Records`]: a key, then its value.
-    ///
-    /// [`RecordPieces`] cuts a block after any whole field, so a piece of a fetched
-    /// block of keyed records may end between a key and its value, where
-    /// [`KeyedRecords`] finds the piece malformed. Fetched keyed blocks are read a field
-    /// at a time here, which reads the same bytes through the same code.
-    KeyedFields,
 }
 
 /// Reads every block of map output `map` of `shuffle` (summing the keys of keyed ones).
@@ -204,8 +197,6 @@ fn read_back(store: &ShuffleStore, shuffle: u32, map: u32, read: Read, format: F
     let mut sum = Sum::default();
     let mut pieces = Vec::with_capacity(64);
     let mut reassembly = RecordPieces::new();
-    // Fields read so far, for `Format::KeyedFields`.
-    let mut fields = 0u64;
     for reduce in 0..PARTITIONS {
         pieces.clear();
         match read {
@@ -239,21 +230,9 @@ fn read_back(store: &ShuffleStore, shuffle: u32, map: u32, read: Read, format: F
                         sum.add(key);
                     }
                 }
-                Format::KeyedFields => {
-                    for field in Records::new(piece) {
-                        let field = field.unwrap();
-                        if fields % 2 == 0 {
-                            sum.add(field);
-                        } else {
-                            assert_eq!(field.len(), 8);
-                        }
-                        fields += 1;
-                    }
-                }
             }
         }
     }
-    assert_eq!(fields % 2, 0, "a key without its value");
     sum
 }
 
@@ -271,13 +250,9 @@ fn case(name: &str, keyed: bool) {
     };
     // The warm-up: a map output written and read both ways, then forgotten.
     let warm = write(0, WARM_UP);
-    let format = |read| match (keyed, read) {
-        (false, _) => Format::Plain,
-        (true, Read::Local) => Format::Keyed,
-        (true, Read::Fetched) => Format::KeyedFields,
-    };
+    let format = if keyed { Format::Keyed } else { Format::Plain };
     for read in [Read::Local, Read::Fetched] {
-        assert_eq!(read_back(&store, 0, 0, read, format(read)), warm);
+        assert_eq!(read_back(&store, 0, 0, read, format), warm);
     }
     store.remove_shuffle(0);
 
@@ -288,7 +263,7 @@ fn case(name: &str, keyed: bool) {
         ("read, local", Read::Local),
         ("read, fetched", Read::Fetched),
     ] {
-        let (read_sum, allocations) = counted(|| read_back(&store, 1, 0, read, format(read)));
+        let (read_sum, allocations) = counted(|| read_back(&store, 1, 0, read, format));
         assert_eq!(read_sum, written, "{name}, {label}: what was written");
         counts.push((label, allocations));
     }

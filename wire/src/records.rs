@@ -1,10 +1,20 @@
 //! Records as shuffles carry them: each one a 4-byte little-endian length and that many
-//! bytes, laid end to end. A keyed record is two such fields, its key and its value.
+//! bytes, laid end to end. A keyed record is one record whose bytes are its key's length,
+//! its key and its value, so that whatever cuts a block between records never parts a
+//! key from its value.
 //!
 //! | offset | size | field |
 //! | --- | --- | --- |
 //! | 0 | 4 | length `n` of the record, little endian |
 //! | 4 | n | the record's bytes, opaque |
+//!
+//! and within a keyed record's bytes:
+//!
+//! | offset | size | field |
+//! | --- | --- | --- |
+//! | 0 | 4 | length `k` of the key, little endian |
+//! | 4 | k | the key |
+//! | 4 + k | rest | the value |
 //!
 //! Reading never copies: [`Records`] and [`KeyedRecords`] hand out slices of the block
 //! they read. A block comes from another process, so a length that runs past the block's
@@ -57,15 +67,21 @@ pub fn put_record(block: &mut BytesMut, record: &[u8]) {
     block.put_slice(record);
 }
 
-/// Appends one keyed record: its key and its value, each a length-prefixed field.
+/// Appends one keyed record: a record of its key's length, its key and its value.
 #[inline]
 pub fn put_keyed(block: &mut BytesMut, key: &[u8], value: &[u8]) {
-    debug_assert!(fits(key.len()) && fits(value.len()));
-    block.reserve(2 * LENGTH_PREFIX + key.len() + value.len());
+    let inner = LENGTH_PREFIX + key.len() + value.len();
+    debug_assert!(fits(inner));
+    block.reserve(LENGTH_PREFIX + inner);
+    block.put_u32_le(inner as u32);
     block.put_u32_le(key.len() as u32);
     block.put_slice(key);
-    block.put_u32_le(value.len() as u32);
     block.put_slice(value);
+}
+
+/// The bytes a keyed record of `key` and `value` bytes takes in a block.
+pub const fn keyed_record_len(key: usize, value: usize) -> usize {
+    2 * LENGTH_PREFIX + key + value
 }
 
 /// Whether a record of `len` bytes can be written.
@@ -135,18 +151,22 @@ impl<'a> Iterator for KeyedRecords<'a> {
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         let start = self.0.at;
-        let key = match self.0.field()? {
-            Ok(key) => key,
+        let record = match self.0.field()? {
+            Ok(record) => record,
             Err(e) => return Some(Err(e)),
         };
-        match self.0.field() {
-            Some(Ok(value)) => Some(Ok((key, value))),
-            Some(Err(e)) => Some(Err(e)),
-            None => Some(Err(MalformedRecords {
-                offset: start,
-                len: self.0.block.len(),
-            })),
+        let malformed = MalformedRecords {
+            offset: start,
+            len: self.0.block.len(),
+        };
+        let Some((prefix, rest)) = record.split_first_chunk::<LENGTH_PREFIX>() else {
+            return Some(Err(malformed));
+        };
+        let key_len = u32::from_le_bytes(*prefix) as usize;
+        if key_len > rest.len() {
+            return Some(Err(malformed));
         }
+        Some(Ok(rest.split_at(key_len)))
     }
 }
 
@@ -162,9 +182,12 @@ mod tests {
         put_keyed(&mut block, b"k", b"");
         assert_eq!(
             &block[..],
-            b"\x02\x00\x00\x00ab\x01\x00\x00\x00k\x00\x00\x00\x00"
+            b"\x02\x00\x00\x00ab\x05\x00\x00\x00\x01\x00\x00\x00k"
         );
         assert_eq!(record_len(2), 6);
+        assert_eq!(keyed_record_len(1, 0), 9);
+        // A keyed record is one record: whatever cuts between records keeps it whole.
+        assert_eq!(Records::new(&block).count(), 2);
     }
 
     #[test]
@@ -183,11 +206,19 @@ mod tests {
                 }))
             );
         }
-        // A key without its value.
-        let mut block = BytesMut::new();
-        put_record(&mut block, b"lonely");
-        let read: Vec<_> = KeyedRecords::new(&block).collect();
-        assert_eq!(read, [Err(MalformedRecords { offset: 0, len: 10 })]);
+        // A record too short for a key length, and one whose key runs past it.
+        for record in [&b"abc"[..], b"\x09\x00\x00\x00key"] {
+            let mut block = BytesMut::new();
+            put_record(&mut block, record);
+            let read: Vec<_> = KeyedRecords::new(&block).collect();
+            assert_eq!(
+                read,
+                [Err(MalformedRecords {
+                    offset: 0,
+                    len: block.len()
+                })]
+            );
+        }
     }
 
     proptest! {

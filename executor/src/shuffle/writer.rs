@@ -5,7 +5,7 @@ use std::hash::Hasher;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use flint_wire::records::{fits, put_keyed, put_record, LENGTH_PREFIX};
+use flint_wire::records::{fits, keyed_record_len, put_keyed, put_record, LENGTH_PREFIX};
 use rustc_hash::FxHasher;
 
 use super::store::{Block, Segment, ShuffleStore, SpillFile};
@@ -114,8 +114,8 @@ impl ShuffleWriter {
         key: &[u8],
         value: &[u8],
     ) -> Result<(), ShuffleError> {
-        let need = 2 * LENGTH_PREFIX + key.len() + value.len();
-        self.room(partition, need, fits(key.len()) && fits(value.len()))?;
+        let need = keyed_record_len(key.len(), value.len());
+        self.room(partition, need, fits(need - LENGTH_PREFIX))?;
         put_keyed(&mut self.buckets[partition as usize], key, value);
         self.records += 1;
         self.bytes += need as u64;
