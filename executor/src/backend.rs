@@ -573,10 +573,11 @@ fn start(
     let hostname = config.hostname.clone();
     let cores = config.cores;
     let driver = handle.endpoint_ref(driver_address, DRIVER_ENDPOINT);
-    let (local_dir, shuffle_memory, max_in_flight) = (
+    let (local_dir, shuffle_memory, max_in_flight, busy_poll) = (
         config.local_dir.clone(),
         config.shuffle_max_memory,
         config.max_size_in_flight,
+        config.busy_poll,
     );
     let executor = Executor::new(config, registry, driver.clone())
         .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor: {e}")))?;
@@ -604,11 +605,16 @@ fn start(
         max_in_flight,
         u32::try_from(max_chunk).unwrap_or(u32::MAX),
         ask_timeout,
+        busy_poll,
     );
     executor.set_shuffle_service(Arc::new(ShuffleService::new(
         store.clone(),
         fetcher,
-        handle.endpoint_ref(driver_address, MAP_OUTPUT_TRACKER_ENDPOINT),
+        // Asked from a running task: through the block server's environment, whose loop
+        // thread no runner lends itself to, the reply is read at once.
+        blocks
+            .handle()
+            .endpoint_ref(driver_address, MAP_OUTPUT_TRACKER_ENDPOINT),
         block_manager_id.clone(),
         ask_timeout,
         max_payload,

@@ -260,7 +260,7 @@ impl Inner {
                 self.executor_id
             ));
         };
-        service.start_task(stage.epoch);
+        service.start_task(stage.epoch, stage.statuses);
         let writer = stage.writes.map(|writes| {
             Mutex::new(service.writer(writes.shuffle_id, launch.partition_id, writes.partitions))
         });

@@ -237,7 +237,15 @@ fn payload(name: &str) -> Bytes {
 /// attempt's epoch and shuffles.
 fn encode_task(set: &StageTaskSet) -> Bytes {
     let task = TaskPayload::parse(&set.payload).unwrap();
-    TaskPayload::encode_stage(task.function, task.input, set.epoch, set.writes, &set.reads).unwrap()
+    TaskPayload::encode_stage(
+        task.function,
+        task.input,
+        set.epoch,
+        set.writes,
+        &set.reads,
+        &[],
+    )
+    .unwrap()
 }
 
 /// What a task runs, as an executor reads it from its serialized form.

@@ -24,11 +24,58 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use rkyv::rancor;
+use rkyv::{rancor, Archive, Deserialize, Serialize};
 
+use crate::decoded_size::{check_decoded_size, DecodedSize};
 use crate::error::WireError;
 use crate::header::FRAME_ALIGN;
 use crate::message::{ArchivedMapStatus, MapStatus};
+
+/// The map statuses of one shuffle, by map partition (`None`: missing).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[rkyv(derive(Debug))]
+pub struct ShuffleStatuses {
+    /// The shuffle.
+    pub shuffle_id: u32,
+    /// Its map outputs' statuses.
+    pub statuses: Vec<Option<MapStatus>>,
+}
+
+/// The statuses of the shuffles a reduce task reads, sent along with the task when they
+/// are few (`flint_wire::StageInfo::statuses`), so that its executor need not ask the
+/// driver's map output tracker for them: one round trip fewer per reduce task.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[rkyv(derive(Debug))]
+pub struct KnownStatuses {
+    /// By shuffle.
+    pub shuffles: Vec<ShuffleStatuses>,
+}
+
+impl KnownStatuses {
+    /// Archived, as a stage task carries them.
+    pub fn encode(&self) -> Bytes {
+        let bytes = rkyv::to_bytes::<rancor::Error>(self).expect("statuses always archive");
+        Bytes::from(bytes.into_vec())
+    }
+
+    /// Reads what a stage task carries: validated first, as any bytes from a peer, and
+    /// refused if decoding would take more than `max_decoded` bytes.
+    pub fn decode(bytes: &[u8], max_decoded: usize) -> Result<KnownStatuses, WireError> {
+        let mut aligned = rkyv::util::AlignedVec::<FRAME_ALIGN>::with_capacity(bytes.len());
+        aligned.extend_from_slice(bytes);
+        let invalid = |error: rancor::Error| WireError::InvalidPayload {
+            kind: "KnownStatuses",
+            reason: error.to_string(),
+        };
+        let archived =
+            rkyv::access::<ArchivedKnownStatuses, rancor::Error>(&aligned).map_err(invalid)?;
+        let size = archived.shuffles.iter().fold(0usize, |total, s| {
+            total.saturating_add(s.statuses.decoded_size())
+        });
+        check_decoded_size("the map statuses of a task", size, max_decoded)?;
+        rkyv::deserialize::<KnownStatuses, rancor::Error>(archived).map_err(invalid)
+    }
+}
 
 impl MapStatus {
     /// The status archived, as a map task's result value.
@@ -149,6 +196,28 @@ mod tests {
             error.to_string().starts_with("invalid MapStatus payload"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn known_statuses_round_trip_and_are_bounded() {
+        let status = MapStatus {
+            location: crate::BlockManagerId {
+                executor_id: "1".into(),
+                host: "h".into(),
+                port: 7,
+            },
+            sizes: vec![1, 2, 3],
+        };
+        let known = KnownStatuses {
+            shuffles: vec![ShuffleStatuses {
+                shuffle_id: 4,
+                statuses: vec![Some(status), None],
+            }],
+        };
+        let bytes = known.encode();
+        assert_eq!(KnownStatuses::decode(&bytes, 1 << 20).unwrap(), known);
+        assert!(KnownStatuses::decode(&bytes, 10).is_err(), "over the limit");
+        assert!(KnownStatuses::decode(&bytes[..bytes.len() - 4], 1 << 20).is_err());
     }
 
     #[test]

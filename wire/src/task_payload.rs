@@ -27,7 +27,9 @@
 //! | 14 + n | 4 | that shuffle's reduce partitions |
 //! | 18 + n | 2 | `k`, the shuffles it reads |
 //! | 20 + n | 8 k | each: shuffle id, its map partitions (4 bytes each) |
-//! | 20 + n + 8k | rest | the input |
+//! | 20 + n + 8k | 4 | `s`, the length of the map statuses it carries (0: none) |
+//! | 24 + n + 8k | s | the map statuses of the shuffles it reads, when the driver sends them along ([`crate::KnownStatuses`]) |
+//! | 24 + n + 8k + s | rest | the input |
 //!
 //! ```
 //! use flint_wire::TaskPayload;
@@ -98,6 +100,9 @@ pub struct StageInfo<'a> {
     /// The shuffle this task writes (a shuffle map task), or `None` (a result task).
     pub writes: Option<ShuffleWrite>,
     reads: &'a [u8],
+    /// The statuses of the shuffles it reads, archived, when the driver sent them along
+    /// ([`crate::KnownStatuses::decode`]); empty when it did not.
+    pub statuses: &'a [u8],
 }
 
 /// Bytes of one read in the serialized form.
@@ -153,7 +158,18 @@ impl<'a> TaskPayload<'a> {
                 rest.len()
             )));
         }
-        let (reads, input) = rest.split_at(reads * READ_LEN);
+        let (reads, rest) = rest.split_at(reads * READ_LEN);
+        let Some((length, rest)) = rest.split_first_chunk::<4>() else {
+            return Err(bad("the stage task's statuses length is cut short"));
+        };
+        let length = u32::from_le_bytes(*length) as usize;
+        if rest.len() < length {
+            return Err(bad(format!(
+                "the stage task announces {length} bytes of map statuses but only {} follow",
+                rest.len()
+            )));
+        }
+        let (statuses, input) = rest.split_at(length);
         Ok(TaskPayload {
             function,
             input,
@@ -164,6 +180,7 @@ impl<'a> TaskPayload<'a> {
                     partitions,
                 }),
                 reads,
+                statuses,
             }),
         })
     }
@@ -180,13 +197,15 @@ impl<'a> TaskPayload<'a> {
 
     /// Serializes a task of a job's stage: it runs `function` on `input`, writes the
     /// shuffle `writes` (if any) and reads the shuffles `reads`, with the driver's
-    /// map-output `epoch`.
+    /// map-output `epoch` and, if not empty, the statuses of the shuffles it reads
+    /// ([`crate::KnownStatuses::encode`]).
     pub fn encode_stage(
         function: &str,
         input: &[u8],
         epoch: u64,
         writes: Option<ShuffleWrite>,
         reads: &[ShuffleRead],
+        statuses: &[u8],
     ) -> Result<Bytes, WireError> {
         check_name(function)?;
         let count = u16::try_from(reads.len()).map_err(|_| {
@@ -198,8 +217,11 @@ impl<'a> TaskPayload<'a> {
         if writes.is_some_and(|w| w.shuffle_id == NO_SHUFFLE) {
             return Err(bad(format!("shuffle id {NO_SHUFFLE} is reserved")));
         }
-        let mut out =
-            BytesMut::with_capacity(22 + function.len() + reads.len() * READ_LEN + input.len());
+        let statuses_len =
+            u32::try_from(statuses.len()).map_err(|_| bad("map statuses of 4 GiB or more"))?;
+        let mut out = BytesMut::with_capacity(
+            26 + function.len() + reads.len() * READ_LEN + statuses.len() + input.len(),
+        );
         out.put_u8(STAGE_MARKER);
         out.put_u8(function.len() as u8);
         out.put_slice(function.as_bytes());
@@ -213,6 +235,8 @@ impl<'a> TaskPayload<'a> {
             out.put_u32_le(read.shuffle_id);
             out.put_u32_le(read.maps);
         }
+        out.put_u32_le(statuses_len);
+        out.put_slice(statuses);
         out.put_slice(input);
         Ok(out.freeze())
     }
@@ -271,6 +295,10 @@ mod tests {
                 b"\x00\x01a\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00\x02\x00abc",
                 "announces 2 shuffles read but only 3 bytes follow",
             ),
+            (
+                b"\x00\x01a\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x09\x00\x00\x00abc",
+                "announces 9 bytes of map statuses but only 3 follow",
+            ),
             (b"\x09abc", "announces 9 bytes but only 3 follow"),
             (b"\x02\xff\xfe", "not UTF-8"),
         ] {
@@ -297,10 +325,11 @@ mod tests {
             epoch in any::<u64>(),
             writes in proptest::option::of((0..u32::MAX, any::<u32>())),
             reads in proptest::collection::vec((any::<u32>(), any::<u32>()), 0..5),
+            statuses in proptest::collection::vec(any::<u8>(), 0..20),
         ) {
             let writes = writes.map(|(shuffle_id, partitions)| ShuffleWrite { shuffle_id, partitions });
             let reads: Vec<ShuffleRead> = reads.into_iter().map(|(shuffle_id, maps)| ShuffleRead { shuffle_id, maps }).collect();
-            let bytes = TaskPayload::encode_stage(&function, &input, epoch, writes, &reads).unwrap();
+            let bytes = TaskPayload::encode_stage(&function, &input, epoch, writes, &reads, &statuses).unwrap();
             let task = TaskPayload::parse(&bytes).unwrap();
             prop_assert_eq!(task.function, function.as_str());
             prop_assert_eq!(task.input, &input[..]);
@@ -308,6 +337,7 @@ mod tests {
             prop_assert_eq!(stage.epoch, epoch);
             prop_assert_eq!(stage.writes, writes);
             prop_assert_eq!(stage.reads().collect::<Vec<_>>(), reads);
+            prop_assert_eq!(stage.statuses, &statuses[..]);
         }
 
         #[test]

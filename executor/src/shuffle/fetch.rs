@@ -14,10 +14,8 @@ use flint_wire::{
     ArchivedMessage, BlockManagerId, FetchFailure, MapStatus, Message, BLOCK_MANAGER_ENDPOINT,
 };
 
+use super::wait::next_arrival;
 use super::{RecordPieces, ShuffleStore};
-
-/// How often a waiting fetch looks whether its task was killed.
-const KILL_POLL: Duration = Duration::from_millis(100);
 
 /// Why a fetch did not complete.
 #[derive(Debug)]
@@ -38,6 +36,9 @@ pub struct ShuffleFetcher {
     max_in_flight: u64,
     max_chunk: u32,
     ask_timeout: Duration,
+    /// How long a fetch turns the loop itself for a reply before it sleeps
+    /// (`executor.busyPoll`).
+    spin: Duration,
 }
 
 /// One remote block being fetched.
@@ -85,7 +86,8 @@ struct Arrived {
 impl ShuffleFetcher {
     /// A fetcher for executor `executor_id`, reading its own blocks from `store` and
     /// asking others' over `env`, with `max_in_flight` bytes outstanding at most and chunks
-    /// of at most `max_chunk` bytes, each ask waiting `ask_timeout`.
+    /// of at most `max_chunk` bytes, each ask waiting `ask_timeout`; a wait for a reply
+    /// turns `env`'s loop on the task's thread for up to `spin` before it sleeps.
     pub fn new(
         env: RpcEnvHandle,
         store: Arc<ShuffleStore>,
@@ -93,6 +95,7 @@ impl ShuffleFetcher {
         max_in_flight: u64,
         max_chunk: u32,
         ask_timeout: Duration,
+        spin: Duration,
     ) -> Self {
         ShuffleFetcher {
             env,
@@ -101,7 +104,18 @@ impl ShuffleFetcher {
             max_in_flight,
             max_chunk: max_chunk.max(1),
             ask_timeout,
+            spin,
         }
+    }
+
+    /// The environment fetches go through.
+    pub(crate) fn env(&self) -> &RpcEnvHandle {
+        &self.env
+    }
+
+    /// How long a wait turns the loop before it sleeps.
+    pub(crate) fn spin(&self) -> Duration {
+        self.spin
     }
 
     /// Reduce partition `reduce_id` of `shuffle_id` from every map output in `statuses`
@@ -246,16 +260,8 @@ impl ShuffleFetcher {
             if outstanding == 0 {
                 return Ok(());
             }
-            let arrived = match arrivals.recv_timeout(KILL_POLL) {
-                Ok(arrived) => arrived,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if interrupted() {
-                        return Err(FetchError::Interrupted);
-                    }
-                    continue;
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("a sender is kept"),
-            };
+            let arrived = next_arrival(&self.env, &arrivals, self.spin, interrupted)
+                .map_err(|_| FetchError::Interrupted)?;
             outstanding -= 1;
             in_flight -= arrived.asked_len;
             let block = &mut blocks[arrived.block];

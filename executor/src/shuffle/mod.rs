@@ -17,6 +17,7 @@ mod pieces;
 mod server;
 mod service;
 mod store;
+mod wait;
 mod writer;
 
 pub use combiner::Combiner;

@@ -2,17 +2,19 @@
 //! output tracker, and the statuses it already knows (the seeds' `MapOutputTrackerWorker`
 //! with the executor's share of the `BlockManager`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use flint_rpc::EndpointRef;
 use flint_wire::{
-    check_decoded_size, ArchivedMessage, BlockManagerId, DecodedSize, FetchFailure, MapStatus,
-    MapStatusCache, Message,
+    check_decoded_size, ArchivedMessage, BlockManagerId, DecodedSize, FetchFailure, KnownStatuses,
+    MapStatus, MapStatusCache, Message,
 };
 use rkyv::rancor;
+use tracing::debug;
 
+use super::wait::next_arrival;
 use super::{FetchError, ShuffleFetcher, ShuffleStore, ShuffleWriter};
 
 /// A shuffle's statuses, by map partition, as the driver served them.
@@ -90,8 +92,23 @@ impl ShuffleService {
 
     /// Forgets what is cached if a task of map-output epoch `epoch` starts, and the
     /// driver has lost outputs since the cache was filled.
-    pub fn start_task(&self, epoch: u64) {
-        self.lock_cache().update_epoch(epoch);
+    ///
+    /// `known` are the statuses the task carries (`flint_wire::StageInfo::statuses`),
+    /// cached as the driver's answer would be; they are not when they do not decode
+    /// (the task then asks the driver).
+    pub fn start_task(&self, epoch: u64, known: &[u8]) {
+        let known = (!known.is_empty())
+            .then(|| KnownStatuses::decode(known, self.max_decoded))
+            .and_then(|decoded| {
+                decoded
+                    .map_err(|e| debug!("A task's map statuses are not used: {e}"))
+                    .ok()
+            });
+        let mut cache = self.lock_cache();
+        cache.update_epoch(epoch);
+        for shuffle in known.into_iter().flat_map(|known| known.shuffles) {
+            cache.insert(shuffle.shuffle_id, shuffle.statuses.into());
+        }
     }
 
     fn lock_cache(&self) -> std::sync::MutexGuard<'_, MapStatusCache<MapStatuses>> {
@@ -99,7 +116,11 @@ impl ShuffleService {
     }
 
     /// The statuses of `shuffle_id`: cached, or asked of the driver.
-    pub fn statuses(&self, shuffle_id: u32) -> Result<MapStatuses, ShuffleReadError> {
+    pub fn statuses(
+        &self,
+        shuffle_id: u32,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<MapStatuses, ShuffleReadError> {
         if let Some(statuses) = self.lock_cache().get(shuffle_id) {
             return Ok(statuses.clone());
         }
@@ -108,13 +129,25 @@ impl ShuffleService {
                 "cannot get the map output locations of shuffle {shuffle_id}: {what}"
             ))
         };
-        let reply = self
-            .tracker
-            .ask_timeout(
+        // Asked as the fetches are: the reply is read on this thread if it comes soon.
+        let (sender, replies) = mpsc::channel();
+        self.tracker
+            .ask_then(
                 &Message::GetMapOutputStatuses { shuffle_id },
                 self.ask_timeout,
+                move |reply| {
+                    let _ = sender.send(reply);
+                },
             )
             .map_err(|e| failed(e.to_string()))?;
+        let reply = next_arrival(
+            self.fetcher.env(),
+            &replies,
+            self.fetcher.spin(),
+            interrupted,
+        )
+        .map_err(|_| ShuffleReadError::Interrupted)?
+        .map_err(|e| failed(e.to_string()))?;
         let ArchivedMessage::MapOutputStatuses {
             shuffle_id: answered,
             statuses,
@@ -152,7 +185,7 @@ impl ShuffleService {
         reduce_id: u32,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Vec<Bytes>, ShuffleReadError> {
-        let statuses = self.statuses(shuffle_id)?;
+        let statuses = self.statuses(shuffle_id, interrupted)?;
         match self
             .fetcher
             .fetch(shuffle_id, reduce_id, &statuses, interrupted)

@@ -313,6 +313,7 @@ mod served {
                 max_in_flight,
                 max_chunk,
                 Duration::from_secs(5),
+                Duration::from_micros(50),
             )
         }
     }
@@ -486,15 +487,15 @@ mod served {
             1 << 20,
         );
         let count = || asks.load(std::sync::atomic::Ordering::SeqCst);
-        service.start_task(0);
+        service.start_task(0, &[]);
         let pieces = service.read(1, 1, &never).unwrap();
         assert_eq!(records_of(&pieces).len(), 100);
         service.read(1, 0, &never).unwrap();
         assert_eq!(count(), 1, "the statuses are cached");
-        service.start_task(0);
+        service.start_task(0, &[]);
         service.read(1, 0, &never).unwrap();
         assert_eq!(count(), 1, "the same epoch keeps them");
-        service.start_task(2);
+        service.start_task(2, &[]);
         service.read(1, 0, &never).unwrap();
         assert_eq!(count(), 2, "a newer epoch asks again");
 
@@ -507,9 +508,24 @@ mod served {
         let _ = service.read(1, 0, &never);
         assert_eq!(count(), 3);
 
+        // Statuses a task carries are used as the driver's answer would be.
+        let sizes = write_map(&b.store, 0, 2, 50);
+        let known = flint_wire::KnownStatuses {
+            shuffles: vec![flint_wire::ShuffleStatuses {
+                shuffle_id: 1,
+                statuses: vec![b.status(sizes.clone()), b.status(sizes)],
+            }],
+        };
+        let asked = count();
+        service.start_task(4, &known.encode());
+        let pieces = service.read(1, 0, &never).unwrap();
+        assert_eq!(records_of(&pieces).len(), 100);
+        assert_eq!(count(), asked, "no ask: the task carried them");
+        // Statuses that do not decode are not used: the task asks.
+        service.start_task(5, b"not statuses");
+
         // A driver that cannot be asked fails the task, as no fetch failure.
         driver.stop();
-        service.start_task(3);
         assert!(matches!(
             service.read(1, 0, &never),
             Err(ShuffleReadError::Failed(_))

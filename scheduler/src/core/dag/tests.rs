@@ -844,7 +844,8 @@ fn a_stage_task_set_becomes_the_task_schedulers_task_set() {
     let maps = h.one_task_set();
     // The glue's encoding: the stage's payload as the input of a stage task.
     let encode = |s: &StageTaskSet| {
-        TaskPayload::encode_stage("shuffle-fn", &s.payload, s.epoch, s.writes, &s.reads).unwrap()
+        TaskPayload::encode_stage("shuffle-fn", &s.payload, s.epoch, s.writes, &s.reads, &[])
+            .unwrap()
     };
     let task_set = maps.to_task_set(encode);
     assert_eq!(task_set.id, maps.id);

@@ -11,7 +11,7 @@
 //! of task sets the driver program submits itself.
 
 use bytes::Bytes;
-use flint_wire::{MapStatus, TaskPayload};
+use flint_wire::{KnownStatuses, MapStatus, ShuffleStatuses, TaskPayload};
 use std::time::Instant;
 use tracing::{error, info, warn};
 
@@ -27,6 +27,11 @@ use crate::core::task_set::TaskSetId;
 
 /// The first job id and stage id of jobs of stages.
 pub const FIRST_JOB_ID: u32 = 1 << 30;
+
+/// The most map output sizes (map outputs times reduce partitions, over the shuffles a
+/// stage reads) sent along with each of its tasks; with more, its executors ask the map
+/// output tracker, once per epoch. Every launch carries them: a few KiB at most.
+const SENT_SIZES: usize = 1024;
 
 /// The DAG scheduler and what the core keeps of its jobs.
 #[derive(Debug)]
@@ -69,11 +74,50 @@ impl Jobs {
     }
 }
 
+/// The statuses of the shuffles `set` reads, to send along with its tasks when they are
+/// all known and few ([`SENT_SIZES`]); empty otherwise.
+fn known_statuses(dag: &DagScheduler, set: &StageTaskSet) -> Bytes {
+    let tracker = dag.map_output_tracker();
+    let mut shuffles = Vec::with_capacity(set.reads.len());
+    let mut sizes = 0;
+    for read in &set.reads {
+        let Some(statuses) = tracker.statuses(read.shuffle_id) else {
+            return Bytes::new();
+        };
+        for status in statuses {
+            let Some(status) = status else {
+                // A reader needs them all: let it ask, and fail as it should.
+                return Bytes::new();
+            };
+            sizes += status.sizes.len();
+        }
+        if sizes > SENT_SIZES {
+            return Bytes::new();
+        }
+        shuffles.push(ShuffleStatuses {
+            shuffle_id: read.shuffle_id,
+            statuses: statuses.to_vec(),
+        });
+    }
+    if shuffles.is_empty() {
+        return Bytes::new();
+    }
+    KnownStatuses { shuffles }.encode()
+}
+
 /// The serialized task of a stage attempt: its stage's payload (a plain serialized
-/// task, [`TaskPayload::encode`]) with the shuffles it writes and reads and the epoch.
-fn encode_stage(set: &StageTaskSet) -> Bytes {
+/// task, [`TaskPayload::encode`]) with the shuffles it writes and reads, the epoch, and
+/// the statuses of what it reads when they are few.
+fn encode_stage(set: &StageTaskSet, statuses: &[u8]) -> Bytes {
     let encoded = TaskPayload::parse(&set.payload).and_then(|task| {
-        TaskPayload::encode_stage(task.function, task.input, set.epoch, set.writes, &set.reads)
+        TaskPayload::encode_stage(
+            task.function,
+            task.input,
+            set.epoch,
+            set.writes,
+            &set.reads,
+            statuses,
+        )
     });
     encoded.unwrap_or_else(|e| {
         // submit_job checked every stage's payload: this is a bug, and the task fails
@@ -246,7 +290,8 @@ impl DriverCore {
         while let Some(action) = self.jobs.dag.poll_action() {
             match action {
                 DagAction::SubmitTaskSet(set) => {
-                    let task_set = set.to_task_set(encode_stage);
+                    let statuses = known_statuses(&self.jobs.dag, &set);
+                    let task_set = set.to_task_set(|set| encode_stage(set, &statuses));
                     self.jobs.task_set_jobs.insert(set.id, set.job_id);
                     if let Err(e) = self.submit(now, task_set) {
                         error!(
