@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{spawn_executor, task, wait_exit, wait_until, Processes, Recorder, FLINT};
+use common::{spawn_executor, task, Recorder, FLINT};
 use flint::job::{local_cluster, run_job, JobError, JobHooks, JobSpec};
 use flint::rpc::Conf;
 use flint::scheduler::cluster_manager::ClusterManagerError;
@@ -18,6 +18,8 @@ use flint::scheduler::{
     TaskSet, TaskSetError, DISASSOCIATED,
 };
 use flint::wire::TaskState;
+use flint_testkit::process::{wait_exit, Processes};
+use flint_testkit::wait::wait_until;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 const JOB_TIMEOUT: Duration = Duration::from_secs(300);

@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{wait_exit, wait_until, FLINT};
+use common::FLINT;
 use flint::rpc::{Conf, RpcEnv};
 use flint::wire::{Message, TaskDescription, TaskPayload, EXECUTOR_ENDPOINT};
+use flint_testkit::process::wait_exit;
+use flint_testkit::wait::wait_until;
 
 const DRIVER_PORT: u16 = 7077;
 const EXECUTOR_PORT: u16 = 7078;

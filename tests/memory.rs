@@ -2,25 +2,18 @@
 //! idle executor process under 16 MiB. One test in its own binary, so that nothing else
 //! shares the process whose memory it reads.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::spawn_executor;
 use flint::rpc::Conf;
 use flint::scheduler::{Driver, TaskSet};
 use flint::wire::TaskPayload;
+use flint_testkit::process::{resident_bytes, Processes};
 
 const MIB: u64 = 1024 * 1024;
-
-/// Resident memory of a process, from /proc.
-fn resident_bytes(pid: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status");
-    kib * 1024
-}
 
 #[test]
 fn a_driver_with_a_million_pending_tasks_and_an_idle_executor_stay_small() {
@@ -45,33 +38,23 @@ fn a_driver_with_a_million_pending_tasks_and_an_idle_executor_stay_small() {
     // No work for the executor: it stays idle once registered.
     driver.cancel_stage(0, true);
 
-    let mut executor = Command::new(env!("CARGO_BIN_EXE_flint"))
-        .args(["executor", "--driver", &driver.address().to_string()])
-        .args(["--cores", "1", "--executor-id", "idle"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let executor = spawn_executor(driver.address(), "idle", &[], Stdio::inherit());
     let pid = executor.id().to_string();
-    let result = std::panic::catch_unwind(|| {
-        driver
-            .wait_for_executors(1, Duration::from_secs(30))
-            .unwrap();
-        let settled = Instant::now() + Duration::from_millis(500);
-        while Instant::now() < settled {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let executor_rss = resident_bytes(&pid);
-        eprintln!(
-            "idle executor: {:.1} MiB resident",
-            executor_rss as f64 / MIB as f64
-        );
-        assert!(executor_rss < 16 * MIB, "{executor_rss} bytes resident");
-    });
-    let _ = executor.kill();
-    let _ = executor.wait();
-    driver.stop().unwrap();
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
+    // Killed before the driver stops (or is dropped), however the test ends.
+    let executor = Processes(vec![executor]);
+    driver
+        .wait_for_executors(1, Duration::from_secs(30))
+        .unwrap();
+    let settled = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < settled {
+        std::thread::sleep(Duration::from_millis(50));
     }
+    let executor_rss = resident_bytes(&pid);
+    eprintln!(
+        "idle executor: {:.1} MiB resident",
+        executor_rss as f64 / MIB as f64
+    );
+    assert!(executor_rss < 16 * MIB, "{executor_rss} bytes resident");
+    drop(executor);
+    driver.stop().unwrap();
 }

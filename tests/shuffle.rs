@@ -16,13 +16,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{spawn_executor, Processes, FLINT};
+use common::{spawn_executor, FLINT};
 use flint::executor::jobs::{count_words, generated_text};
 use flint::rpc::{Conf, RpcEnv};
 use flint::scheduler::cluster_manager::SECRET_ENV;
 use flint::scheduler::dag::{JobSpec, StageSpec};
 use flint::scheduler::{Driver, SchedulerEvent, SchedulerListener, TaskEndReason, TaskSetId};
 use flint::wire::{Message, TaskPayload, BLOCK_MANAGER_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT};
+use flint_testkit::process::{proc_status_bytes, Processes};
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -310,17 +311,6 @@ impl<F: FnOnce(&OutputsByExecutor) + Send> SchedulerListener for AtMapStageEnd<F
             _ => {}
         }
     }
-}
-
-/// A field of /proc/PID/status in bytes (`VmRSS`, `VmHWM`: resident now, at its peak).
-fn proc_status_bytes(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
-    kib * 1024
 }
 
 fn mib(bytes: u64) -> f64 {

@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{spawn_executor, task, wait_until, Processes, Recorder};
+use common::{spawn_executor, task, Recorder};
 use flint::rpc::Conf;
 use flint::scheduler::{Driver, TaskSet, TaskSetOutcome};
 use flint::wire::TaskState;
+use flint_testkit::process::Processes;
+use flint_testkit::wait::wait_until;
 
 #[path = "../scheduler/src/log_capture.rs"]
 mod log_capture;

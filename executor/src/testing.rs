@@ -5,7 +5,7 @@
 #![cfg_attr(loom, allow(dead_code))]
 
 use std::sync::{mpsc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flint_rpc::RpcError;
 use flint_wire::{
@@ -66,12 +66,9 @@ pub(crate) fn task(task_id: u64, function: &str, input: &[u8]) -> TaskDescriptio
 }
 
 /// Waits until `check` holds, failing the test after [`WAIT`].
+#[track_caller]
 pub(crate) fn wait_until(what: &str, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    flint_testkit::wait::wait_until(what, WAIT, check);
 }
 
 /// An archived launch of `task`, in a frame of its own.

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flint_executor::{run_executor, ExecutorConfig, ExecutorExit, TaskRegistry};
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
+use flint_testkit::wait::holds_within;
 use flint_wire::{
     ArchivedMessage, ArchivedTaskState, Message, SharedStr, TaskDescription, TaskName, TaskPayload,
     DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
@@ -182,15 +183,12 @@ impl Endpoint for FakeHeartbeatReceiver {
 
 /// Waits until `check` holds, failing the test at `deadline`.
 fn wait_until(what: &str, deadline: Instant, progress: &Progress, check: impl Fn() -> bool) {
-    while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {} tasks finished, {} other updates",
-            progress.finished.load(Ordering::Acquire),
-            progress.other.load(Ordering::Acquire)
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    }
+    assert!(
+        holds_within(deadline.saturating_duration_since(Instant::now()), check),
+        "timed out waiting for {what}: {} tasks finished, {} other updates",
+        progress.finished.load(Ordering::Acquire),
+        progress.other.load(Ordering::Acquire)
+    );
 }
 
 #[test]

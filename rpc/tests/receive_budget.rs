@@ -9,6 +9,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv};
+use flint_testkit::process::resident_bytes;
+use flint_testkit::wait::wait_until;
 use flint_wire::{ArchivedMessage, Encoder, FrameDecoder, Message, Route};
 
 /// Held by each test here: the first measures the process's memory.
@@ -60,21 +62,6 @@ fn frame(tag: u32, body_len: usize) -> Vec<u8> {
     out.to_vec()
 }
 
-/// The process's resident memory, in bytes.
-fn resident_bytes() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4096
-}
-
-fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Eight peers each send all but the last bytes of a 15 MiB frame. With room for one
 /// such frame, the environment reads one of them and leaves the others unread in the
 /// kernel; memory grows by one frame, not eight. Once the peers finish, every frame
@@ -91,7 +78,7 @@ fn peers_sending_large_frames_at_once_hold_no_more_than_the_budget() {
     // One frame, shared by every peer, so that the peers' side adds no memory per peer.
     let shared = Arc::new(frame(1, BODY));
     let held_back = 100;
-    let before = resident_bytes();
+    let before = resident_bytes("self");
     let mut finish = Vec::new();
     let mut peers = Vec::new();
     for _ in 0..PEERS {
@@ -112,7 +99,7 @@ fn peers_sending_large_frames_at_once_hold_no_more_than_the_budget() {
         env.handle().stats().budget_waits >= (PEERS - 1) as u64
     });
     std::thread::sleep(Duration::from_millis(300));
-    let grown = resident_bytes().saturating_sub(before);
+    let grown = resident_bytes("self").saturating_sub(before);
     let stats = env.handle().stats();
     assert_eq!(stats.budget_waits, (PEERS - 1) as u64);
     assert!(

@@ -17,6 +17,7 @@ use flint_scheduler::{
     TaskSet, TaskSetError, TaskSetHandle, DISASSOCIATED, DRIVER_STOPPED, MAX_EXECUTOR_ID_LEN,
     STALE_EXECUTOR,
 };
+use flint_testkit::wait::holds_within;
 use flint_wire::{
     AccumulatorUpdate, ArchivedMessage, Message, RegisterExecutor, StatusUpdate, TaskAccumUpdates,
     TaskMetrics, TaskOutcome, TaskPayload, TaskState, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT,
@@ -32,16 +33,13 @@ fn logs() -> &'static LogCapture {
     LogCapture::everywhere()
 }
 
-fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting until {what}\n{}",
-            logs().dump()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Waits until `check` holds, failing the test with every log line after [`WAIT`].
+fn wait_until(what: &str, check: impl FnMut() -> bool) {
+    assert!(
+        holds_within(WAIT, check),
+        "timed out waiting until {what}\n{}",
+        logs().dump()
+    );
 }
 
 /// A cluster manager that records what it is asked, and reports the exits a test gives

@@ -1,12 +1,12 @@
-//! Helpers shared by the end-to-end tests: executor processes, a recording listener,
-//! bounded waits.
+//! Helpers shared by the facade's end-to-end tests that need the `flint` binary of this
+//! build or the scheduler's types: executor processes, a recording listener, task
+//! payloads. The generic ones (bounded waits, killing children) are in flint-testkit.
 
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use flint::scheduler::{SchedulerEvent, SchedulerListener};
 use flint::wire::{TaskPayload, TaskState};
@@ -75,46 +75,9 @@ impl Recorder {
     }
 }
 
-/// Polls `check` until it holds, at most `timeout`.
-pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Waits for `child` to exit, at most `timeout`.
-pub fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "process {} did not exit within {timeout:?}",
-            child.id()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A serialized task: the built-in `function` with `input`.
 pub fn task(function: &str, input: &str) -> bytes::Bytes {
     TaskPayload::encode(function, input.as_bytes()).unwrap()
-}
-
-/// Executor processes started by the test itself, killed when it ends.
-pub struct Processes(pub Vec<Child>);
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// A `flint executor` of one core with `conf`, registering with the driver at `driver`

@@ -5,10 +5,11 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, TimerId};
+use flint_testkit::wait::holds_within;
 use flint_wire::{ArchivedMessage, Encoder, Message, Route};
 
 /// What a [`Probe`] saw.
@@ -45,15 +46,11 @@ impl Probe {
 
     /// Waits (bounded) until `check` holds for what was seen.
     pub(crate) fn wait_for(&self, what: &str, check: impl Fn(&[Seen]) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !check(&self.seen()) {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {:?}",
-                self.seen()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        assert!(
+            holds_within(Duration::from_secs(10), || check(&self.seen())),
+            "timed out waiting for {what}: {:?}",
+            self.seen()
+        );
     }
 }
 
@@ -190,13 +187,9 @@ pub(crate) fn wait_for_the_turn_to_end(env: &RpcEnv) {
 
 /// Joins `thread`, failing the test if it does not end within `bound`.
 pub(crate) fn join_within<T>(thread: std::thread::JoinHandle<T>, bound: Duration, what: &str) -> T {
-    let deadline = Instant::now() + bound;
-    while !thread.is_finished() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not end within {bound:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    assert!(
+        holds_within(bound, || thread.is_finished()),
+        "{what} did not end within {bound:?}"
+    );
     thread.join().unwrap()
 }

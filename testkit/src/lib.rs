@@ -1,0 +1,36 @@
+//! flint's test helpers: what more than one of the workspace's crates, or more than one
+//! test binary, needs in its tests, written once. Unpublished (`publish = false`) and only
+//! ever a dev-dependency.
+//!
+//! - [`wait`]: bounded waits, so that a test fails rather than hangs;
+//! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
+//!   a process's resident memory.
+//!
+//! # What it may depend on
+//!
+//! Only std. A crate whose own unit tests use this one
+//! must not be among its dependencies: the unit tests are a second build of that crate,
+//! and the types this crate would name (a `SchedulerListener`, say) would be those of the
+//! first, not of the crate under test. So helpers that need the scheduler's, the
+//! executor's or the RPC layer's types stay with the tests that use them (the facade's
+//! `tests/common/mod.rs`, the scheduler's `tests/common/mod.rs`).
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//!
+//! use flint_testkit::wait::wait_until;
+//!
+//! // Fails the test, naming what it waited for, if it does not hold within 10 s.
+//! let started = Instant::now();
+//! wait_until("10 ms have passed", Duration::from_secs(10), || {
+//!     started.elapsed() >= Duration::from_millis(10)
+//! });
+//! ```
+
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod process;
+pub mod wait;

@@ -1,0 +1,83 @@
+//! Child processes of a test, and what `/proc` says of a process.
+
+use std::fmt::Display;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// Processes started by a test (executors, `flint run`), killed and reaped when it
+/// ends, however it ends.
+pub struct Processes(pub Vec<Child>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits for `child` to exit, failing the test after `timeout`.
+#[track_caller]
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {} did not exit within {timeout:?}",
+            child.id()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A size field of `/proc/PID/status` of process `pid` (`"self"`: this one), in bytes
+/// (Linux only): `VmRSS`, resident now, `VmHWM`, resident at its peak.
+pub fn proc_status_bytes(pid: impl Display, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
+    kib * 1024
+}
+
+/// The resident memory of process `pid` (`"self"`: this one), in bytes: its `VmRSS`.
+pub fn resident_bytes(pid: impl Display) -> u64 {
+    proc_status_bytes(pid, "VmRSS")
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    fn sleeper() -> Child {
+        std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn this_process_is_resident_and_its_peak_is_at_least_that() {
+        let now = resident_bytes("self");
+        assert!(now > 0);
+        assert!(proc_status_bytes(std::process::id(), "VmHWM") >= now);
+    }
+
+    #[test]
+    fn a_killed_child_exits_and_dropped_processes_are_killed_and_reaped() {
+        let mut child = sleeper();
+        child.kill().unwrap();
+        assert!(!wait_exit(&mut child, Duration::from_secs(10)).success());
+        let child = sleeper();
+        let pid = child.id();
+        drop(Processes(vec![child]));
+        // Reaped: no zombie left under its pid.
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+}
