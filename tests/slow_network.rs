@@ -20,12 +20,9 @@ use common::{spawn_executor, task, Recorder};
 use flint::rpc::Conf;
 use flint::scheduler::{Driver, TaskSet, TaskSetOutcome};
 use flint::wire::TaskState;
+use flint_testkit::logs::LogCapture;
 use flint_testkit::process::Processes;
 use flint_testkit::wait::wait_until;
-
-#[path = "../scheduler/src/log_capture.rs"]
-mod log_capture;
-use log_capture::LogCapture;
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 const JOB_TIMEOUT: Duration = Duration::from_secs(60);

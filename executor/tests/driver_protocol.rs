@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -20,60 +20,32 @@ use flint_executor::{
     run_executor, ExecutorConfig, ExecutorExit, TaskContext, TaskError, TaskRegistry,
 };
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv, RpcError};
+use flint_testkit::logs::LogCapture;
+use flint_testkit::wait::holds_within;
 use flint_wire::{
     ArchivedMessage, BlockId, Heartbeat, Message, RegisterExecutor, StatusUpdate, TaskDescription,
     TaskFailureKind, TaskOutcome, TaskPayload, TaskState, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT,
     HEARTBEAT_ENDPOINT,
 };
+use tracing::Level;
 
 /// The longest any single wait of these tests lasts.
 const WAIT: Duration = Duration::from_secs(10);
 
 // ---- log capture: the seeds' texts are checked where they matter ----------------------
 
-fn logs() -> &'static Mutex<String> {
-    static LOGS: OnceLock<Mutex<String>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_ansi(false)
-            .with_writer(|| LogWriter)
-            .try_init();
-        Mutex::new(String::new())
-    })
+/// Every log line of this test binary: the executor logs on threads of its own.
+fn logs() -> &'static LogCapture {
+    LogCapture::everywhere()
 }
 
-struct LogWriter;
-
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        logs()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_str(&String::from_utf8_lossy(buf));
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn wait_for_log(level: &str, text: &str) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        {
-            let logs = logs().lock().unwrap_or_else(|e| e.into_inner());
-            if logs.lines().any(|l| l.contains(level) && l.contains(text)) {
-                return;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {level} log line with {text:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Waits until a line at `level` contains `text`.
+#[track_caller]
+fn wait_for_log(level: Level, text: &str) {
+    assert!(
+        holds_within(WAIT, || logs().contains(level, text)),
+        "no {level} log line with {text:?}"
+    );
 }
 
 // ---- the fake driver ---------------------------------------------------------------------
@@ -293,10 +265,7 @@ impl Harness {
 impl Drop for Harness {
     fn drop(&mut self) {
         if std::thread::panicking() || std::env::var_os("FLINT_TEST_LOGS").is_some() {
-            eprintln!(
-                "---- logs so far ----\n{}",
-                logs().lock().unwrap_or_else(|e| e.into_inner())
-            );
+            eprintln!("---- logs so far ----\n{}", logs().dump());
         }
         // Losing its driver ends the executor; its thread ends within its bounded stops.
         self.driver.stop();
@@ -390,7 +359,7 @@ fn registers_runs_noop_and_echo_and_stops_on_command() {
         .ask(&Message::StopExecutor)
         .unwrap_err();
     assert!(!refused.to_string().is_empty());
-    wait_for_log("INFO", "Starting executor ID 3 on host localhost");
+    wait_for_log(Level::INFO, "Starting executor ID 3 on host localhost");
 
     harness.launch(task(1, 0, "noop", b""));
     harness.launch(task(2, 0, "echo", b"hello flint"));
@@ -408,7 +377,7 @@ fn registers_runs_noop_and_echo_and_stops_on_command() {
     let exit = harness.exit();
     assert_eq!(exit, ExecutorExit::Stopped);
     assert_eq!(exit.code(), 0);
-    wait_for_log("INFO", "Driver commanded a shutdown");
+    wait_for_log(Level::INFO, "Driver commanded a shutdown");
     let updates = lock(&harness.state).updates.len();
     assert_eq!(updates, 2, "one status update per task, no RUNNING");
 }
@@ -694,7 +663,7 @@ fn a_result_over_the_max_result_size_is_dropped_and_only_its_size_reported() {
     };
     assert_eq!(size, 2 << 20);
     wait_for_log(
-        "WARN",
+        Level::WARN,
         "Result is larger than maxResultSize (2.0 MiB > 1500.0 KiB), dropping it.",
     );
     let missing = fetch(&harness.executor(), block_id, 1 << 20).unwrap_err();
@@ -714,7 +683,7 @@ fn a_launch_after_stop_executor_is_ignored() {
     executor.flush();
     assert_eq!(harness.exit(), ExecutorExit::Stopped);
     wait_for_log(
-        "WARN",
+        Level::WARN,
         "Ignored LaunchTask of task (TID 5): the executor is stopping",
     );
     assert!(lock(&harness.state).updates.iter().all(|u| u.task_id != 5));
@@ -746,7 +715,7 @@ fn heartbeats_report_running_tasks_and_can_ask_to_reregister() {
     harness.reregister.store(true, Ordering::SeqCst);
     let second = harness.wait_for("a second registration", |s| s.registrations.get(1).cloned());
     assert_eq!(second, registration);
-    wait_for_log("INFO", "Told to re-register on heartbeat");
+    wait_for_log(Level::INFO, "Told to re-register on heartbeat");
     // The driver had removed it and failed its task: the task is killed, not left to
     // hold a core the driver counts as free.
     let update = harness.update(1);
@@ -789,9 +758,12 @@ fn failed_heartbeats_end_the_executor_with_code_56() {
             assert_eq!(lock(&harness.state).heartbeats.len(), 3, "{mode:?}");
         }
     }
-    wait_for_log("WARN", "Issue communicating with driver in heartbeater");
     wait_for_log(
-        "ERROR",
+        Level::WARN,
+        "Issue communicating with driver in heartbeater",
+    );
+    wait_for_log(
+        Level::ERROR,
         "Exit as unable to send heartbeats to driver more than 3 times",
     );
 }

@@ -76,8 +76,6 @@
 
 mod core;
 mod driver;
-#[cfg(test)]
-mod log_capture;
 
 // The public modules, where they were before the crate was split into `core` and
 // `driver`: users name them by these paths.

@@ -2,14 +2,11 @@
 //! environments in this process that register and report as an executor would. Each
 //! handler of the seeds' DriverEndpoint, its log lines and error texts.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::LogCapture;
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv, RpcError};
 use flint_scheduler::cluster_manager::ClusterManagerError;
 use flint_scheduler::{
@@ -17,6 +14,7 @@ use flint_scheduler::{
     TaskSet, TaskSetError, TaskSetHandle, DISASSOCIATED, DRIVER_STOPPED, MAX_EXECUTOR_ID_LEN,
     STALE_EXECUTOR,
 };
+use flint_testkit::logs::LogCapture;
 use flint_testkit::wait::holds_within;
 use flint_wire::{
     AccumulatorUpdate, ArchivedMessage, Message, RegisterExecutor, StatusUpdate, TaskAccumUpdates,

@@ -7,11 +7,12 @@ mod common;
 use std::time::Instant;
 
 use bytes::Bytes;
-use common::{at, drain, failed, ok, LogCapture};
+use common::{at, drain, failed, ok};
 use flint_scheduler::{
     JobResult, SchedulerConfig, SchedulerEvent, TaskEndReason, TaskScheduler, TaskSet, TaskSetId,
     WorkerOffer,
 };
+use flint_testkit::logs::LogCapture;
 use flint_wire::{BlockManagerId, FetchFailure, TaskFailureKind, TaskOutcome, TaskState};
 use tracing::Level;
 

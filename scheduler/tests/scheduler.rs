@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{at, drain, failed, ok, LogCapture};
+use common::{at, drain, failed, ok};
 use flint_rpc::Conf;
 use flint_scheduler::{
     Action, ExclusionPolicy, JobResult, PoolConfig, SchedulerConfig, SchedulerError,
@@ -14,6 +14,7 @@ use flint_scheduler::{
     TaskLocality, TaskLocation, TaskResult, TaskScheduler, TaskSet, TaskSetId, TaskSpec,
     WorkerOffer, STARVATION_WARNING,
 };
+use flint_testkit::logs::LogCapture;
 use flint_wire::{BlockId, ExecutorLossReason, TaskOutcome, TaskState};
 use tracing::Level;
 

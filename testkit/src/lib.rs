@@ -2,13 +2,15 @@
 //! test binary, needs in its tests, written once. Unpublished (`publish = false`) and only
 //! ever a dev-dependency.
 //!
+//! - [`logs`]: [`LogCapture`](logs::LogCapture), the log lines of a thread or of the
+//!   whole process, for tests that check what was logged;
 //! - [`wait`]: bounded waits, so that a test fails rather than hangs;
 //! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
 //!   a process's resident memory.
 //!
 //! # What it may depend on
 //!
-//! Only std. A crate whose own unit tests use this one
+//! Only std and `tracing`. A crate whose own unit tests use this one
 //! must not be among its dependencies: the unit tests are a second build of that crate,
 //! and the types this crate would name (a `SchedulerListener`, say) would be those of the
 //! first, not of the crate under test. So helpers that need the scheduler's, the
@@ -20,7 +22,14 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //!
+//! use flint_testkit::logs::LogCapture;
 //! use flint_testkit::wait::wait_until;
+//! use tracing::Level;
+//!
+//! // The lines logged on this thread while the closure runs.
+//! let logs = LogCapture::default();
+//! logs.run(|| tracing::warn!("disk almost full"));
+//! assert!(logs.contains(Level::WARN, "almost full"));
 //!
 //! // Fails the test, naming what it waited for, if it does not hold within 10 s.
 //! let started = Instant::now();
@@ -32,5 +41,6 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod logs;
 pub mod process;
 pub mod wait;

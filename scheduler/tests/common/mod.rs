@@ -1,4 +1,5 @@
-//! Helpers shared by the scheduler's tests: a log capture, outcomes, and action sorting.
+//! Helpers shared by the scheduler's integration tests: outcomes, and action sorting (the
+//! log capture is flint-testkit's).
 
 #![allow(dead_code)]
 
@@ -7,10 +8,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flint_scheduler::{Action, SchedulerEvent, TaskScheduler};
 use flint_wire::{TaskFailureKind, TaskOutcome};
-
-#[path = "../../src/log_capture.rs"]
-mod log_capture;
-pub use log_capture::LogCapture;
 
 /// A successful outcome with `value`.
 pub fn ok(value: &'static [u8]) -> TaskOutcome {

@@ -4,13 +4,13 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flint_testkit::logs::LogCapture;
 use flint_wire::{BlockManagerId, FetchFailure, MapStatus, ShuffleRead, ShuffleWrite, TaskPayload};
 use tracing::Level;
 
 use super::*;
 use crate::core::events::{JobResult, SchedulerEvent};
 use crate::core::task_set::TaskSetId;
-use crate::log_capture::LogCapture;
 
 struct Harness {
     dag: DagScheduler,

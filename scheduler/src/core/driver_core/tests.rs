@@ -35,7 +35,7 @@ fn core(ratio: f64, wait: Duration, now: Instant) -> DriverCore {
 
 /// The INFO lines logged while `f` runs on this thread.
 fn info_lines(f: impl FnOnce()) -> Vec<String> {
-    let capture = crate::log_capture::LogCapture::default();
+    let capture = flint_testkit::logs::LogCapture::default();
     capture.run(f);
     capture.lines(tracing::Level::INFO)
 }

@@ -8,10 +8,8 @@
 //! misses it, now and then. With one global subscriber that is interested in everything, every
 //! callsite is always enabled and the routing is ours.
 //!
-//! Shared by the crate's unit tests and (through `#[path]`) its integration tests.
-
-// Each test binary uses a different part of it.
-#![allow(dead_code)]
+//! A test binary that uses it must not install a global subscriber of its own: the first
+//! capture installs this one, and there is one per process.
 
 use std::cell::RefCell;
 use std::fmt;
