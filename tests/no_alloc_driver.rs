@@ -3,42 +3,16 @@
 //! its executors as `flint executor` processes (their allocations are not counted here;
 //! flint-executor's own no_alloc test counts theirs).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use flint::job::local_cluster;
 use flint::rpc::Conf;
 use flint::scheduler::{Driver, TaskSet};
 use flint::wire::TaskPayload;
-
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call forwards to the system allocator with the same arguments; the
-// counter is a relaxed atomic and allocates nothing.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation here is).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's contract for `realloc` is passed on unchanged.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use flint_testkit::alloc::{allocations, CountingAllocator};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const TASKS: u32 = 100_000;
 
@@ -63,9 +37,9 @@ fn allocations_of_a_job(prefetch: u32) -> u64 {
         .unwrap();
     let payload = TaskPayload::encode("noop", b"").unwrap();
     run(&driver, 0, &payload);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     run(&driver, 1, &payload);
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = allocations() - before;
     driver.stop().unwrap();
     allocations
 }

@@ -13,7 +13,6 @@
 //! Heartbeats are an hour apart so that none falls in the measured window. Every wait is
 //! bounded: the test fails, rather than hangs, after [`DEADLINE`].
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flint_executor::{run_executor, ExecutorConfig, ExecutorExit, TaskRegistry};
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
+use flint_testkit::alloc::{allocations, CountingAllocator};
 use flint_testkit::wait::holds_within;
 use flint_wire::{
     ArchivedMessage, ArchivedTaskState, Message, SharedStr, TaskDescription, TaskName, TaskPayload,
@@ -40,42 +40,8 @@ const ALLOWED: u64 = 200;
 /// The longest the test may take.
 const DEADLINE: Duration = Duration::from_secs(300);
 
-/// Allocation calls (alloc, alloc_zeroed, realloc) since the process started.
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-/// The system allocator, counting the calls that obtain memory.
-struct Counting;
-
-// SAFETY: every call is passed unchanged to the system allocator, which upholds the
-// `GlobalAlloc` contract; counting touches only an atomic and never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller's guarantees about `layout` are passed on as they are.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: `ptr` was allocated by this allocator (hence by `System`) with `layout`,
-        // as the caller guarantees.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by this allocator (hence by `System`) with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 /// What the test thread watches.
 #[derive(Default)]
@@ -232,11 +198,11 @@ fn steady_state_task_launches_allocate_nothing() {
 
     let finished = || progress.finished.load(Ordering::Acquire);
     wait_until("the warm-up", deadline, &progress, || finished() >= WARM_UP);
-    let (allocations_before, tasks_before) = (ALLOCATIONS.load(Ordering::SeqCst), finished());
+    let (allocations_before, tasks_before) = (allocations(), finished());
     wait_until("the measured tasks", deadline, &progress, || {
         finished() >= tasks_before + MEASURED
     });
-    let (allocations_after, tasks_after) = (ALLOCATIONS.load(Ordering::SeqCst), finished());
+    let (allocations_after, tasks_after) = (allocations(), finished());
     let allocations = allocations_after - allocations_before;
     let tasks = tasks_after - tasks_before;
     eprintln!(

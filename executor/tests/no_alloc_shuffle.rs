@@ -19,12 +19,11 @@
 //! `cargo test --release -p flint-executor --test no_alloc_shuffle -- --nocapture`
 //! prints the counts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use flint_executor::shuffle::{partition_of, RecordPieces, ShuffleStore, ShuffleWriter};
+use flint_testkit::alloc::{counted, CountingAllocator};
 use flint_wire::records::{KeyedRecords, Records};
 
 /// Records written and read in the measured part of each case.
@@ -42,58 +41,8 @@ const CHUNK: u64 = 1 << 20;
 /// Shuffle memory: the whole shuffle stays in memory (nothing spills).
 const MAX_MEMORY: u64 = 1 << 30;
 
-/// Forwards to the system allocator, counting on the thread inside [`counted`].
-struct CountingAllocator;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note_allocation() {
-    // `try_with`: the thread-locals may be gone while a thread shuts down.
-    let _ = COUNTING.try_with(|counting| {
-        if counting.get() {
-            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        }
-    });
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the bookkeeping
-// touches only const-initialised thread-locals, which never allocate.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: the caller's obligations for `alloc` are passed on as they are.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation();
-        // SAFETY: `ptr` was allocated by `System` with `layout`, as the caller promises.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout`, as the caller promises.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
-
-/// Runs `f`, returning what it returned and the allocation calls it made on this thread.
-fn counted<T>(f: impl FnOnce() -> T) -> (T, u64) {
-    ALLOCATIONS.with(|n| n.set(0));
-    COUNTING.with(|c| c.set(true));
-    let out = f();
-    COUNTING.with(|c| c.set(false));
-    (out, ALLOCATIONS.with(Cell::get))
-}
 
 /// A directory of its own under the system's temporary one, removed at the end.
 struct TempDir(PathBuf);
@@ -258,14 +207,14 @@ fn case(name: &str, keyed: bool) {
 
     let (written, write_allocations) = counted(|| write(1, RECORDS));
     assert_eq!(written.records, RECORDS);
-    let mut counts = vec![("write", write_allocations)];
+    let mut counts = vec![("write", write_allocations.calls)];
     for (label, read) in [
         ("read, local", Read::Local),
         ("read, fetched", Read::Fetched),
     ] {
         let (read_sum, allocations) = counted(|| read_back(&store, 1, 0, read, format));
         assert_eq!(read_sum, written, "{name}, {label}: what was written");
-        counts.push((label, allocations));
+        counts.push((label, allocations.calls));
     }
     // All of it stayed in memory: no spill file, hence no spill directory, was made.
     assert!(!store.dir().exists(), "{name}: something spilled");

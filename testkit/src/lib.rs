@@ -4,6 +4,8 @@
 //!
 //! - [`logs`]: [`LogCapture`](logs::LogCapture), the log lines of a thread or of the
 //!   whole process, for tests that check what was logged;
+//! - [`alloc`]: [`CountingAllocator`](alloc::CountingAllocator), a global allocator that
+//!   counts, for the tests that prove a path allocates nothing;
 //! - [`wait`]: bounded waits, so that a test fails rather than hangs;
 //! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
 //!   a process's resident memory.
@@ -37,10 +39,27 @@
 //!     started.elapsed() >= Duration::from_millis(10)
 //! });
 //! ```
+//!
+//! The counting allocator is a test binary's global allocator:
+//!
+//! ```ignore
+//! use flint_testkit::alloc::{counted, CountingAllocator};
+//!
+//! #[global_allocator]
+//! static ALLOCATOR: CountingAllocator = CountingAllocator;
+//!
+//! #[test]
+//! fn decoding_allocates_nothing() {
+//!     let (_, allocations) = counted(|| decode(&frame));
+//!     assert_eq!(allocations.calls, 0);
+//! }
+//! ```
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+pub mod alloc;
 pub mod logs;
 pub mod process;
 pub mod wait;

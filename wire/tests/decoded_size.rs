@@ -4,9 +4,8 @@
 //! the bytes the allocator is asked for while decoding are at most the estimate, and the
 //! estimate exceeds them by no more than one allocator block per allocation.
 
-mod common;
-
 use bytes::{Bytes, BytesMut};
+use flint_testkit::alloc::{counted, CountingAllocator};
 use flint_wire::fuzzing::{sample_message, sample_route};
 use flint_wire::{
     AccumulatorUpdate, ArchivedMessage, ArchivedTaskOutcome, BlockManagerId, DecodedSize,
@@ -16,7 +15,7 @@ use flint_wire::{
 use rkyv::rancor;
 
 #[global_allocator]
-static ALLOCATOR: common::CountingAllocator = common::CountingAllocator;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 /// Names of every kind: none, empty, stored inline when archived, and on the heap.
 fn name(i: usize) -> Option<String> {
@@ -53,8 +52,8 @@ fn frame_of(kind: MessageKind, message: &Message) -> Frame {
 
 /// Checks the estimate against what `decode` allocates.
 fn check(what: &str, estimate: usize, decode: impl FnOnce()) {
-    let (allocations, bytes) = common::counted(decode);
-    let (allocations, bytes) = (allocations as usize, bytes as usize);
+    let ((), counts) = counted(decode);
+    let (allocations, bytes) = (counts.calls as usize, counts.bytes as usize);
     assert!(
         bytes <= estimate,
         "{what}: decoding asked for {bytes} bytes, more than the estimate {estimate}"

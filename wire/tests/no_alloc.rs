@@ -4,17 +4,16 @@
 //! flag is set; the loop encodes a LaunchTask and a StatusUpdate into a reused buffer,
 //! decodes and validates both, and reads their blobs as views of the frames.
 
-mod common;
-
 use bytes::BytesMut;
+use flint_testkit::alloc::{counted, CountingAllocator};
 use flint_wire::fuzzing::{sample_message, sample_route};
 use flint_wire::{ArchivedMessage, Encoder, FrameDecoder, MessageKind};
 
 #[global_allocator]
-static ALLOCATOR: common::CountingAllocator = common::CountingAllocator;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 fn allocations_during(f: impl FnOnce()) -> u64 {
-    common::counted(f).0
+    counted(f).1.calls
 }
 
 #[test]
