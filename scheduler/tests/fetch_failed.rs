@@ -7,12 +7,13 @@ mod common;
 use std::time::Instant;
 
 use bytes::Bytes;
-use common::{at, drain, failed, ok};
+use common::{at, drain};
 use flint_scheduler::{
     JobResult, SchedulerConfig, SchedulerEvent, TaskEndReason, TaskScheduler, TaskSet, TaskSetId,
     WorkerOffer,
 };
 use flint_testkit::logs::LogCapture;
+use flint_testkit::outcome::{failed, ok};
 use flint_wire::{BlockManagerId, FetchFailure, TaskFailureKind, TaskOutcome, TaskState};
 use tracing::Level;
 

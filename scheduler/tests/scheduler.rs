@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{at, drain, failed, ok};
+use common::{at, drain};
 use flint_rpc::Conf;
 use flint_scheduler::{
     Action, ExclusionPolicy, JobResult, PoolConfig, SchedulerConfig, SchedulerError,
@@ -15,6 +15,7 @@ use flint_scheduler::{
     WorkerOffer, STARVATION_WARNING,
 };
 use flint_testkit::logs::LogCapture;
+use flint_testkit::outcome::{failed, ok};
 use flint_wire::{BlockId, ExecutorLossReason, TaskOutcome, TaskState};
 use tracing::Level;
 

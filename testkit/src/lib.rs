@@ -8,16 +8,19 @@
 //!   counts, for the tests that prove a path allocates nothing;
 //! - [`wait`]: bounded waits, so that a test fails rather than hangs;
 //! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
-//!   a process's resident memory.
+//!   a process's resident memory;
+//! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors.
 //!
 //! # What it may depend on
 //!
-//! Only std and `tracing`. A crate whose own unit tests use this one
+//! Only std, `tracing`, `bytes` and flint-wire. A crate whose own unit tests use this one
 //! must not be among its dependencies: the unit tests are a second build of that crate,
 //! and the types this crate would name (a `SchedulerListener`, say) would be those of the
 //! first, not of the crate under test. So helpers that need the scheduler's, the
 //! executor's or the RPC layer's types stay with the tests that use them (the facade's
-//! `tests/common/mod.rs`, the scheduler's `tests/common/mod.rs`).
+//! `tests/common/mod.rs`, the scheduler's `tests/common/mod.rs`). flint-wire is a
+//! dependency, so flint-wire's own unit tests must not use [`outcome`]; its integration
+//! tests may use anything here.
 //!
 //! # Example
 //!
@@ -61,5 +64,6 @@
 #[allow(unsafe_code)]
 pub mod alloc;
 pub mod logs;
+pub mod outcome;
 pub mod process;
 pub mod wait;

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flint_testkit::outcome::ok;
 use flint_wire::{BlockId, ExecutorLossReason, SharedStr, TaskOutcome, TaskState};
 
 use super::*;
@@ -123,14 +124,6 @@ fn exit(id: &str, code: i32) -> SupplyEvent {
         exit_code: code,
         message: format!("Command exited with code {code}"),
     })
-}
-
-fn ok(value: &'static [u8]) -> TaskOutcome {
-    TaskOutcome::Direct {
-        value: Bytes::from_static(value),
-        metrics: Default::default(),
-        accumulators: Vec::new(),
-    }
 }
 
 const RATIO_LINE: &str =
