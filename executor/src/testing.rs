@@ -73,16 +73,10 @@ pub(crate) fn wait_until(what: &str, check: impl Fn() -> bool) {
 
 /// An archived launch of `task`, in a frame of its own.
 pub(crate) fn launch_frame(task: TaskDescription) -> Frame {
-    let mut out = bytes::BytesMut::new();
     let route = flint_wire::Route::OneWay {
         endpoint: "Executor".into(),
     };
-    flint_wire::Encoder::new(1 << 20)
-        .encode(&route, &Message::LaunchTask(task), &mut out)
-        .unwrap();
-    let mut decoder = flint_wire::FrameDecoder::new(1 << 20);
-    decoder.feed(&out).unwrap();
-    decoder.next_frame().unwrap().unwrap()
+    flint_testkit::frames::frame_of(&route, &Message::LaunchTask(task))
 }
 
 /// The task description a launch frame carries, in place.

@@ -9,9 +9,10 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv};
+use flint_testkit::frames::frame_bytes;
 use flint_testkit::process::resident_bytes;
 use flint_testkit::wait::wait_until;
-use flint_wire::{ArchivedMessage, Encoder, FrameDecoder, Message, Route};
+use flint_wire::{ArchivedMessage, FrameDecoder, Message, Route};
 
 /// Held by each test here: the first measures the process's memory.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -48,7 +49,6 @@ impl Sink {
 
 /// A one-way frame to "sink" carrying `body_len` bytes.
 fn frame(tag: u32, body_len: usize) -> Vec<u8> {
-    let mut out = bytes::BytesMut::new();
     let route = Route::OneWay {
         endpoint: "sink".into(),
     };
@@ -56,10 +56,7 @@ fn frame(tag: u32, body_len: usize) -> Vec<u8> {
         tag,
         body: bytes::Bytes::from(vec![7u8; body_len]),
     };
-    Encoder::new(64 << 20)
-        .encode(&route, &message, &mut out)
-        .unwrap();
-    out.to_vec()
+    frame_bytes(&route, &message).to_vec()
 }
 
 /// Eight peers each send all but the last bytes of a 15 MiB frame. With room for one

@@ -6,6 +6,7 @@
 //!   whole process, for tests that check what was logged;
 //! - [`alloc`]: [`CountingAllocator`](alloc::CountingAllocator), a global allocator that
 //!   counts, for the tests that prove a path allocates nothing;
+//! - [`frames`]: a message as a frame's bytes, or as a decoded frame, in one call;
 //! - [`wait`]: bounded waits, so that a test fails rather than hangs;
 //! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
 //!   a process's resident memory;
@@ -19,8 +20,8 @@
 //! first, not of the crate under test. So helpers that need the scheduler's, the
 //! executor's or the RPC layer's types stay with the tests that use them (the facade's
 //! `tests/common/mod.rs`, the scheduler's `tests/common/mod.rs`). flint-wire is a
-//! dependency, so flint-wire's own unit tests must not use [`outcome`]; its integration
-//! tests may use anything here.
+//! dependency, so flint-wire's own unit tests must not use [`frames`] or [`outcome`]; its
+//! integration tests may use anything here.
 //!
 //! # Example
 //!
@@ -63,6 +64,7 @@
 
 #[allow(unsafe_code)]
 pub mod alloc;
+pub mod frames;
 pub mod logs;
 pub mod outcome;
 pub mod process;

@@ -4,13 +4,13 @@
 //! the bytes the allocator is asked for while decoding are at most the estimate, and the
 //! estimate exceeds them by no more than one allocator block per allocation.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use flint_testkit::alloc::{counted, CountingAllocator};
 use flint_wire::fuzzing::{sample_message, sample_route};
 use flint_wire::{
     AccumulatorUpdate, ArchivedMessage, ArchivedTaskOutcome, BlockManagerId, DecodedSize,
-    Dependency, Encoder, Frame, FrameDecoder, MapStatus, Message, MessageKind, Property,
-    StatusUpdate, TaskAccumUpdates, TaskMetrics, TaskOutcome, TaskState,
+    Dependency, Frame, MapStatus, Message, MessageKind, Property, StatusUpdate, TaskAccumUpdates,
+    TaskMetrics, TaskOutcome, TaskState,
 };
 use rkyv::rancor;
 
@@ -41,13 +41,7 @@ fn accumulators(count: usize) -> Vec<AccumulatorUpdate> {
 const COUNTS: [usize; 5] = [0, 1, 2, 7, 300];
 
 fn frame_of(kind: MessageKind, message: &Message) -> Frame {
-    let mut out = BytesMut::new();
-    Encoder::new(1 << 26)
-        .encode(&sample_route(kind), message, &mut out)
-        .unwrap();
-    let mut decoder = FrameDecoder::new(1 << 26);
-    decoder.feed(&out).unwrap();
-    decoder.next_frame().unwrap().unwrap()
+    flint_testkit::frames::frame_of(&sample_route(kind), message)
 }
 
 /// Checks the estimate against what `decode` allocates.

@@ -222,7 +222,6 @@ mod tests {
     }
 
     fn one_way_frame(tag: u32) -> Vec<u8> {
-        let mut out = bytes::BytesMut::new();
         let route = flint_wire::Route::OneWay {
             endpoint: "stalling".into(),
         };
@@ -230,10 +229,7 @@ mod tests {
             tag,
             body: bytes::Bytes::from(vec![7u8; 64]),
         };
-        flint_wire::Encoder::new(1 << 20)
-            .encode(&route, &message, &mut out)
-            .unwrap();
-        out.to_vec()
+        flint_testkit::frames::frame_bytes(&route, &message).to_vec()
     }
 
     /// Two peers finish their frames while the loop is held past the stalled-frame

@@ -206,7 +206,7 @@ fn a_reply_refused_for_a_full_outbox_can_be_tried_again() {
     socket2::SockRef::from(&raw)
         .set_recv_buffer_size(4096)
         .unwrap();
-    let ask = frame(
+    let ask = frame_bytes(
         &Route::Ask {
             request_id: 77,
             endpoint: "holder".into(),

@@ -59,7 +59,7 @@ fn before_authenticating_a_peer_may_send_only_handshake_sized_frames() {
     // A stranger announces a 64 KiB challenge: far below rpc.message.maxSize, but far above
     // any handshake step. It is cut off from the header alone, not at authenticate.timeout,
     // and nothing of the frame is waited for.
-    let mut header = frame(
+    let mut header = frame_bytes(
         &Route::Reply { request_id: 0 },
         &Message::AuthChallenge { nonce: [1; 32] },
     );

@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, TimerId};
+pub(crate) use flint_testkit::frames::frame_bytes;
 use flint_testkit::wait::holds_within;
-use flint_wire::{ArchivedMessage, Encoder, Message, Route};
+use flint_wire::{ArchivedMessage, Message};
 
 /// What a [`Probe`] saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,15 +125,6 @@ pub(crate) fn tag_of(reply: &flint_rpc::Reply) -> u32 {
         ArchivedMessage::Custom { tag, .. } => tag.to_native(),
         other => panic!("unexpected reply {other:?}"),
     }
-}
-
-/// A frame of `message` as raw bytes.
-pub(crate) fn frame(route: &Route, message: &Message) -> BytesMut {
-    let mut out = BytesMut::new();
-    Encoder::new(usize::MAX)
-        .encode(route, message, &mut out)
-        .unwrap();
-    out
 }
 
 /// Waits (at most 10 s) for the server to close `raw`: an end of stream, or a reset

@@ -14,7 +14,7 @@ use crate::common::*;
 
 /// A one-way frame to the probe, as raw bytes.
 fn one_way(tag: u32) -> BytesMut {
-    frame(
+    frame_bytes(
         &Route::OneWay {
             endpoint: "probe".into(),
         },
@@ -118,7 +118,7 @@ fn a_peer_that_stops_in_the_middle_of_a_frame_is_cut_off_at_the_network_timeout(
     // the peer is still sending, so its time starts again. (A frame of 1 MiB, so that
     // the frame's own clock, network.timeout from its first bytes and a second for the
     // MiB in, is not what cuts it off.)
-    let bytes = frame(
+    let bytes = frame_bytes(
         &Route::OneWay {
             endpoint: "probe".into(),
         },
@@ -234,7 +234,7 @@ fn a_peer_that_stops_taking_a_reply_is_cut_off_at_the_idle_timeout_but_a_slow_re
     ]);
     // An ask whose echoed reply (32 MiB) is far more than the sockets' buffers hold.
     let ask = |request_id| {
-        frame(
+        frame_bytes(
             &Route::Ask {
                 request_id,
                 endpoint: "probe".into(),
@@ -336,7 +336,7 @@ fn a_peer_that_floods_the_loop_does_not_starve_the_others() {
     // than the loop can take in, so its socket never runs dry.
     let mut batch = BytesMut::new();
     for _ in 0..4096 {
-        batch.extend_from_slice(&frame(
+        batch.extend_from_slice(&frame_bytes(
             &Route::OneWay {
                 endpoint: "probe".into(),
             },
@@ -488,7 +488,7 @@ fn a_large_frame_arriving_steadily_is_kept_past_the_network_timeout() {
         "rpc.io.idleTimeout=0",
         "rpc.message.maxSize=8m",
     ]);
-    let bytes = frame(
+    let bytes = frame_bytes(
         &Route::OneWay {
             endpoint: "probe".into(),
         },

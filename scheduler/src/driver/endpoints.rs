@@ -504,13 +504,11 @@ impl Endpoint for MapOutputTrackerEndpoint {
 
 #[cfg(test)]
 mod tests {
-    use bytes::BytesMut;
-    use flint_wire::{Encoder, FrameDecoder, Route, StatusUpdate};
+    use flint_wire::{Route, StatusUpdate};
 
     use super::*;
 
     fn result_frame(value: Vec<u8>, accumulators: u64) -> Frame {
-        let mut out = BytesMut::new();
         let update = Message::StatusUpdate(StatusUpdate {
             executor_id: "1".into(),
             task_id: 1,
@@ -530,12 +528,7 @@ mod tests {
         let route = Route::OneWay {
             endpoint: "CoarseGrainedScheduler".into(),
         };
-        Encoder::new(1 << 30)
-            .encode(&route, &update, &mut out)
-            .unwrap();
-        let mut decoder = FrameDecoder::new(1 << 30);
-        decoder.feed(&out).unwrap();
-        decoder.next_frame().unwrap().unwrap()
+        flint_testkit::frames::frame_of(&route, &update)
     }
 
     fn value_in(frame: &Frame) -> &[u8] {
