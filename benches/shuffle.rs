@@ -6,8 +6,9 @@
 //!   result at the driver;
 //! - `jobs_latency/two_stage_tiny_job`: 2 `shuffle-write` map tasks of 4 records each,
 //!   2 `shuffle-count` reduce partitions, from submission to result;
-//! - then, from alternating samples of both, their p50s and the ratio (target: at most
-//!   5 x);
+//! - then, from alternating blocks of ten back-to-back jobs of each kind, their p50s
+//!   and the ratio (target: at most 5 x), and the tiny job's p50 right after a one-task
+//!   job;
 //! - a hash shuffle of 4 x 1,000,000 records of 100 B into 4 reduce partitions (counts
 //!   checked), median of runs, in records/s and shuffle bytes/s, beside raw TCP's
 //!   pipelined 4 KiB throughput between two processes (this bench binary re-executed as
