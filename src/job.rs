@@ -247,77 +247,91 @@ pub fn run_job(
     cluster_manager: Box<dyn ClusterManager>,
     mut hooks: JobHooks<'_>,
 ) -> Result<JobReport, JobError> {
-    let started = Instant::now();
-    let driver = start_driver(conf, cluster_manager, &mut hooks)?;
-    let result = (|| {
-        wait_until_ready(
-            &driver,
-            spec.executors,
-            started,
-            spec.startup_timeout,
-            &hooks,
-        )?;
-        let startup = started.elapsed();
-        let executors = driver.num_executors();
-        let cores = driver.total_cores();
-        let handle = driver.submit(TaskSet::new(0, 0, spec.tasks, spec.task.payload()))?;
-        let deadline = deadline_after(Instant::now(), spec.job_timeout);
-        let outcome = loop {
-            if is_interrupted(&hooks) {
-                return Err(JobError::Interrupted);
-            }
+    with_ready_driver(
+        conf,
+        cluster_manager,
+        &mut hooks,
+        spec.executors,
+        spec.startup_timeout,
+        |driver, startup, hooks| {
+            let executors = driver.num_executors();
+            let cores = driver.total_cores();
+            let handle = driver.submit(TaskSet::new(0, 0, spec.tasks, spec.task.payload()))?;
+            let deadline = deadline_after(Instant::now(), spec.job_timeout);
+            let outcome = loop {
+                if is_interrupted(hooks) {
+                    return Err(JobError::Interrupted);
+                }
+                if let Some(progress) = hooks.progress.as_mut() {
+                    let (done, total) = handle.progress();
+                    progress(done, total);
+                }
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match handle.wait(remaining.min(Duration::from_millis(100))) {
+                    Ok(outcome) => break outcome,
+                    Err(TaskSetError::Timeout { .. }) if !remaining.is_zero() => continue,
+                    Err(TaskSetError::Timeout {
+                        finished, total, ..
+                    }) => {
+                        return Err(JobError::TaskSet(TaskSetError::Timeout {
+                            task_set: handle.id(),
+                            timeout: spec.job_timeout,
+                            finished,
+                            total,
+                        }))
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            };
             if let Some(progress) = hooks.progress.as_mut() {
                 let (done, total) = handle.progress();
                 progress(done, total);
             }
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            match handle.wait(remaining.min(Duration::from_millis(100))) {
-                Ok(outcome) => break outcome,
-                Err(TaskSetError::Timeout { .. }) if !remaining.is_zero() => continue,
-                Err(TaskSetError::Timeout {
-                    finished, total, ..
-                }) => {
-                    return Err(JobError::TaskSet(TaskSetError::Timeout {
-                        task_set: handle.id(),
-                        timeout: spec.job_timeout,
-                        finished,
-                        total,
-                    }))
-                }
-                Err(e) => return Err(e.into()),
-            }
-        };
-        if let Some(progress) = hooks.progress.as_mut() {
-            let (done, total) = handle.progress();
-            progress(done, total);
-        }
-        let seconds = outcome.elapsed.as_secs_f64();
-        Ok(JobReport {
-            tasks: spec.tasks,
-            executors,
-            cores_per_executor: spec.cores,
-            total_cores: cores,
-            task: spec.task.to_string(),
-            startup_seconds: startup.as_secs_f64(),
-            seconds,
-            tasks_per_sec: if seconds > 0.0 {
-                f64::from(spec.tasks) / seconds
-            } else {
-                0.0
-            },
-            latency_us: outcome.latency.into(),
-            failed_attempts: outcome.failed_attempts,
-            duplicate_results: outcome.duplicate_results,
-            prefetch: driver.config().prefetch as usize,
-        })
-    })();
+            let seconds = outcome.elapsed.as_secs_f64();
+            Ok(JobReport {
+                tasks: spec.tasks,
+                executors,
+                cores_per_executor: spec.cores,
+                total_cores: cores,
+                task: spec.task.to_string(),
+                startup_seconds: startup.as_secs_f64(),
+                seconds,
+                tasks_per_sec: if seconds > 0.0 {
+                    f64::from(spec.tasks) / seconds
+                } else {
+                    0.0
+                },
+                latency_us: outcome.latency.into(),
+                failed_attempts: outcome.failed_attempts,
+                duplicate_results: outcome.duplicate_results,
+                prefetch: driver.config().prefetch as usize,
+            })
+        },
+    )
+}
+
+/// Starts a driver with `cluster_manager`, waits until it is ready for `executors`
+/// (see [`run_job`]), runs `run` with it and the start-up time, and stops it: a
+/// failure to stop after `run` succeeded is logged, the run's result standing.
+pub(crate) fn with_ready_driver<R>(
+    conf: &Conf,
+    cluster_manager: Box<dyn ClusterManager>,
+    hooks: &mut JobHooks<'_>,
+    executors: usize,
+    startup_timeout: Duration,
+    run: impl FnOnce(&Driver, Duration, &mut JobHooks<'_>) -> Result<R, JobError>,
+) -> Result<R, JobError> {
+    let started = Instant::now();
+    let driver = start_driver(conf, cluster_manager, hooks)?;
+    let result = wait_until_ready(&driver, executors, started, startup_timeout, hooks)
+        .and_then(|()| run(&driver, started.elapsed(), hooks));
     let stopped = driver.stop();
-    let report = result?;
+    let ran = result?;
     if let Err(e) = stopped {
         // The job ran to its end: its report stands.
         tracing::warn!("the job ended, but stopping the driver did not: {e}");
     }
-    Ok(report)
+    Ok(ran)
 }
 
 /// Starts a driver with `cluster_manager` (see [`run_job`] for the readiness it waits

@@ -7,10 +7,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flint_rpc::timer::deadline_after;
 use flint_rpc::Conf;
 use flint_scheduler::{ClusterManager, Driver, JobOutcome, SchedulerEvent, SchedulerListener};
 
-use crate::job::{is_interrupted, start_driver, wait_until_ready, JobError, JobHooks};
+use crate::job::{is_interrupted, with_ready_driver, JobError, JobHooks};
 
 /// Where a word count's words come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,47 +189,39 @@ pub fn run_stages(
     mut hooks: JobHooks<'_>,
     on_stage: &mut dyn FnMut(&str),
 ) -> Result<StagesReport, JobError> {
-    let started = Instant::now();
-    let driver = start_driver(conf, cluster_manager, &mut hooks)?;
-    let result = (|| {
-        wait_until_ready(
-            &driver,
-            spec.executors,
-            started,
-            spec.startup_timeout,
-            &hooks,
-        )?;
-        let startup = started.elapsed();
-        let (lines, stage_ended) = mpsc::channel();
-        driver.add_listener(StageLines(lines));
-        let job = build(&driver, spec)?;
-        let handle = driver.submit_job(job)?;
-        let deadline = Instant::now() + spec.job_timeout;
-        let outcome = loop {
-            if is_interrupted(&hooks) {
-                driver.cancel_job(handle.job_id(), Some("interrupted"));
-                return Err(JobError::Interrupted);
-            }
+    with_ready_driver(
+        conf,
+        cluster_manager,
+        &mut hooks,
+        spec.executors,
+        spec.startup_timeout,
+        |driver, startup, hooks| {
+            let (lines, stage_ended) = mpsc::channel();
+            driver.add_listener(StageLines(lines));
+            let job = build(driver, spec)?;
+            let handle = driver.submit_job(job)?;
+            let deadline = deadline_after(Instant::now(), spec.job_timeout);
+            let outcome = loop {
+                if is_interrupted(hooks) {
+                    driver.cancel_job(handle.job_id(), Some("interrupted"));
+                    return Err(JobError::Interrupted);
+                }
+                for line in stage_ended.try_iter() {
+                    on_stage(&line);
+                }
+                match handle.wait(Duration::from_millis(100)) {
+                    Ok(outcome) => break outcome,
+                    Err(flint_scheduler::JobError::Timeout { .. }) if Instant::now() < deadline => {
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            };
             for line in stage_ended.try_iter() {
                 on_stage(&line);
             }
-            match handle.wait(Duration::from_millis(100)) {
-                Ok(outcome) => break outcome,
-                Err(flint_scheduler::JobError::Timeout { .. }) if Instant::now() < deadline => {}
-                Err(e) => return Err(e.into()),
-            }
-        };
-        for line in stage_ended.try_iter() {
-            on_stage(&line);
-        }
-        report(&driver, spec, startup, &outcome)
-    })();
-    let stopped = driver.stop();
-    let report = result?;
-    if let Err(e) = stopped {
-        tracing::warn!("the job ended, but stopping the driver did not: {e}");
-    }
-    Ok(report)
+            report(driver, spec, startup, &outcome)
+        },
+    )
 }
 
 fn build(driver: &Driver, spec: &StagesSpec) -> Result<flint_scheduler::dag::JobSpec, JobError> {

@@ -34,6 +34,32 @@ fn conf(pairs: &[&str]) -> Conf {
     Conf::from_pairs(all).unwrap()
 }
 
+/// A job of two stages built with the driver's lower-level API (the bench and the CLI use
+/// the job builder): `maps` tasks of `map_fn` on `input` writing a new shuffle into
+/// `reduces` partitions, which `reduces` tasks of `reduce_fn` read.
+fn two_stage_job(
+    driver: &Driver,
+    name: &str,
+    (map_fn, input): (&str, &str),
+    maps: u32,
+    reduce_fn: &str,
+    reduces: u32,
+) -> JobSpec {
+    let shuffle = driver.new_shuffle_id();
+    let map = StageSpec::new(
+        format!("{map_fn} at tests/shuffle.rs"),
+        maps,
+        TaskPayload::encode(map_fn, input.as_bytes()).unwrap(),
+    );
+    let reduce = StageSpec::new(
+        format!("{reduce_fn} at tests/shuffle.rs"),
+        reduces,
+        TaskPayload::encode(reduce_fn, b"").unwrap(),
+    )
+    .reading([shuffle]);
+    JobSpec::new(name, reduce).with_shuffle(shuffle, reduces, map)
+}
+
 /// A word count job: `maps` map tasks generating `words` words each from a vocabulary
 /// of `vocabulary`, `reduces` reduce partitions.
 fn word_count(
@@ -44,20 +70,15 @@ fn word_count(
     vocabulary: u64,
     seed: u64,
 ) -> JobSpec {
-    let shuffle = driver.new_shuffle_id();
     let input = format!("gen:{words}:{vocabulary}:{seed}");
-    let map = StageSpec::new(
-        "wordcount-map at tests/shuffle.rs",
+    two_stage_job(
+        driver,
+        "word count",
+        ("wordcount-map", &input),
         maps,
-        TaskPayload::encode("wordcount-map", input.as_bytes()).unwrap(),
-    );
-    let reduce = StageSpec::new(
-        "wordcount-reduce at tests/shuffle.rs",
+        "wordcount-reduce",
         reduces,
-        TaskPayload::encode("wordcount-reduce", b"").unwrap(),
     )
-    .reading([shuffle]);
-    JobSpec::new("word count", reduce).with_shuffle(shuffle, reduces, map)
 }
 
 /// What the job must find, counted here.
@@ -101,20 +122,15 @@ fn shuffle_job(
     size: u64,
     seed: u64,
 ) -> JobSpec {
-    let shuffle = driver.new_shuffle_id();
     let input = format!("{records}:{size}:{seed}");
-    let map = StageSpec::new(
-        "shuffle-write at tests/shuffle.rs",
+    two_stage_job(
+        driver,
+        "shuffle",
+        ("shuffle-write", &input),
         maps,
-        TaskPayload::encode("shuffle-write", input.as_bytes()).unwrap(),
-    );
-    let reduce = StageSpec::new(
-        "shuffle-count at tests/shuffle.rs",
+        "shuffle-count",
         reduces,
-        TaskPayload::encode("shuffle-count", b"").unwrap(),
     )
-    .reading([shuffle]);
-    JobSpec::new("shuffle", reduce).with_shuffle(shuffle, reduces, map)
 }
 
 /// The (records, bytes) each `shuffle-count` task counted: 16 bytes, two u64 LE.

@@ -284,31 +284,48 @@ impl Driver {
     /// (`executor.maxNumFailures`), submissions fail with
     /// [`DriverError::ExecutorsFailed`].
     pub fn submit(&self, task_set: TaskSet) -> Result<TaskSetHandle, DriverError> {
+        let (id, job_id) = (task_set.id, task_set.job_id);
+        self.admit(
+            || DriverError::Stopping(id),
+            |state, now| {
+                let shared = TaskSetShared::new(task_set.tasks.len(), now);
+                state.core.submit(now, task_set)?;
+                state.track(id, shared.clone());
+                Ok(TaskSetHandle { id, job_id, shared })
+            },
+        )
+    }
+
+    /// What [`Driver::submit`] and [`Driver::submit_job`] share: waits until the driver
+    /// is ready, refuses once executors kept failing or the driver stops (`stopping`
+    /// gives that error), and hands `submit` the state with everything decided before
+    /// carried out (an end, for one, so that a new task set with the same id can take
+    /// the old one's place), then carries out what it decided and revives offers, which
+    /// also picks up the scheduler's new timers (starvation, speculation).
+    fn admit<T>(
+        &self,
+        stopping: impl FnOnce() -> DriverError,
+        submit: impl FnOnce(&mut DriverState, Instant) -> Result<T, DriverError>,
+    ) -> Result<T, DriverError> {
         self.wait_backend_ready()?;
-        let handle = {
+        let admitted = {
             let mut state = self.state();
             if let Some(failure) = state.core.failure() {
                 return Err(DriverError::ExecutorsFailed(failure.to_owned()));
             }
-            // Under the lock that stop takes to begin: a task set is either refused here
-            // or ended by the stop.
+            // Under the lock that stop takes to begin: a submission is either refused
+            // here or ended by the stop.
             if state.core.is_stopping() {
-                return Err(DriverError::Stopping(task_set.id));
+                return Err(stopping());
             }
             let now = Instant::now();
-            let (id, job_id) = (task_set.id, task_set.job_id);
-            let shared = TaskSetShared::new(task_set.tasks.len(), now);
-            // What earlier task sets left to do (an end, for one) is done before a new
-            // one with the same id can take their place.
             state.carry_out(now);
-            state.core.submit(now, task_set)?;
-            state.track(id, shared.clone());
+            let admitted = submit(&mut state, now)?;
             state.carry_out(now);
-            TaskSetHandle { id, job_id, shared }
+            admitted
         };
-        // The endpoint picks up the scheduler's new timers (starvation, speculation).
         self.revive_offers();
-        Ok(handle)
+        Ok(admitted)
     }
 
     /// A shuffle id no other shuffle of this driver has: shuffle ids name shuffles for
@@ -330,25 +347,16 @@ impl Driver {
     /// The first submission waits until the driver is ready, as [`Driver::submit`]
     /// does.
     pub fn submit_job(&self, job: JobSpec) -> Result<JobHandle, DriverError> {
-        self.wait_backend_ready()?;
-        let handle = {
-            let mut state = self.state();
-            if let Some(failure) = state.core.failure() {
-                return Err(DriverError::ExecutorsFailed(failure.to_owned()));
-            }
-            if state.core.is_stopping() {
-                return Err(DriverError::StoppingJob(job.name));
-            }
-            let now = Instant::now();
-            state.carry_out(now);
-            let job_id = state.core.submit_job(now, job)?;
-            let shared = JobShared::new(now);
-            state.track_job(job_id, shared.clone());
-            state.carry_out(now);
-            JobHandle { job_id, shared }
-        };
-        self.revive_offers();
-        Ok(handle)
+        let name = job.name.clone();
+        self.admit(
+            || DriverError::StoppingJob(name),
+            |state, now| {
+                let job_id = state.core.submit_job(now, job)?;
+                let shared = JobShared::new(now);
+                state.track_job(job_id, shared.clone());
+                Ok(JobHandle { job_id, shared })
+            },
+        )
     }
 
     /// Cancels a job of stages: it fails with "Job N cancelled" (and `reason`), and its
