@@ -10,14 +10,18 @@
 //! `read_from`, `seed-all-kinds-uninit` through `read_uninit_from`, `seed-all-kinds-feed`
 //! the same stream fed. For `validate` each seed is the
 //! kind byte and the payload; `outcome-<Variant>` seeds add status updates whose outcome
-//! is not the sample's, so that the fuzzer starts from every outcome's layout.
+//! is not the sample's, so that the fuzzer starts from every outcome's layout, and
+//! `stage-LaunchTask`, `mapstatus-StatusUpdate` and `keyed-ShuffleBlock` messages whose
+//! opaque bytes are a stage task with map statuses, a map status and keyed records.
 
 use std::path::PathBuf;
 
-use flint_wire::fuzzing::{sample_frames, sample_route, Chunk, StreamInput};
+use flint_wire::fuzzing::{sample_frames, sample_route, sample_task, Chunk, StreamInput};
+use flint_wire::records::put_keyed;
 use flint_wire::{
-    BlockManagerId, Encoder, FetchFailure, Message, MessageKind, StatusUpdate, TaskFailureKind,
-    TaskMetrics, TaskOutcome, TaskState, HEADER_LEN,
+    BlockManagerId, Encoder, FetchFailure, KnownStatuses, MapStatus, Message, ShuffleRead,
+    ShuffleStatuses, ShuffleWrite, StatusUpdate, TaskDescription, TaskFailureKind, TaskMetrics,
+    TaskOutcome, TaskPayload, TaskState, HEADER_LEN,
 };
 
 fn chunk(len: usize, keep: bool) -> Chunk {
@@ -126,26 +130,98 @@ fn main() -> std::io::Result<()> {
     };
     std::fs::write(stream_dir.join("small-decoder-all-kinds"), small.to_bytes())?;
     for (name, outcome) in other_outcomes() {
-        let mut frame = bytes::BytesMut::new();
         let update = Message::StatusUpdate(StatusUpdate {
             executor_id: "exec-7".into(),
             task_id: 17,
             state: TaskState::Failed,
             outcome,
         });
-        Encoder::new(usize::MAX)
-            .encode(
-                &sample_route(MessageKind::StatusUpdate),
-                &update,
-                &mut frame,
-            )
-            .expect("samples encode");
-        let payload_len = u32::from_le_bytes(frame[12..16].try_into().expect("4 bytes")) as usize;
-        let mut validate_seed = vec![MessageKind::StatusUpdate as u8];
-        validate_seed.extend_from_slice(&frame[HEADER_LEN..HEADER_LEN + payload_len]);
-        std::fs::write(validate_dir.join(format!("outcome-{name}")), validate_seed)?;
+        std::fs::write(
+            validate_dir.join(format!("outcome-{name}")),
+            validate_seed(&update),
+        )?;
+    }
+    for (name, message) in shuffle_payloads() {
+        std::fs::write(validate_dir.join(name), validate_seed(&message))?;
     }
     Ok(())
+}
+
+/// A `validate` seed: the message's kind byte and its frame's payload.
+fn validate_seed(message: &Message) -> Vec<u8> {
+    let kind = message.kind();
+    let mut frame = bytes::BytesMut::new();
+    Encoder::new(usize::MAX)
+        .encode(&sample_route(kind), message, &mut frame)
+        .expect("samples encode");
+    let payload_len = u32::from_le_bytes(frame[12..16].try_into().expect("4 bytes")) as usize;
+    let mut seed = vec![kind as u8];
+    seed.extend_from_slice(&frame[HEADER_LEN..HEADER_LEN + payload_len]);
+    seed
+}
+
+/// Messages whose opaque bytes hold the shuffle's own encodings, so that the fuzzer
+/// starts from them too: a stage task carrying map statuses (`stage-LaunchTask`), a map
+/// task's result value (`mapstatus-StatusUpdate`), a block of keyed records
+/// (`keyed-ShuffleBlock`).
+fn shuffle_payloads() -> Vec<(&'static str, Message)> {
+    let status = MapStatus {
+        location: BlockManagerId {
+            executor_id: "exec-3".into(),
+            host: "10.0.0.3".into(),
+            port: 7337,
+        },
+        sizes: vec![120, 0, 4096],
+    };
+    let known = KnownStatuses {
+        shuffles: vec![ShuffleStatuses {
+            shuffle_id: 3,
+            statuses: vec![Some(status.clone()), None],
+        }],
+    };
+    let serialized_task = TaskPayload::encode_stage(
+        "shuffle-count",
+        b"input",
+        5,
+        Some(ShuffleWrite {
+            shuffle_id: 4,
+            partitions: 3,
+        }),
+        &[ShuffleRead {
+            shuffle_id: 3,
+            maps: 2,
+        }],
+        &known.encode(),
+    )
+    .expect("a valid stage task");
+    let launch = Message::LaunchTask(TaskDescription {
+        serialized_task,
+        ..sample_task(0)
+    });
+    let map_output = Message::StatusUpdate(StatusUpdate {
+        executor_id: "exec-3".into(),
+        task_id: 18,
+        state: TaskState::Finished,
+        outcome: TaskOutcome::Direct {
+            value: status.encode(),
+            metrics: TaskMetrics::default(),
+            accumulators: vec![],
+        },
+    });
+    let mut block = bytes::BytesMut::new();
+    put_keyed(&mut block, b"flint", b"\x02\x00\x00\x00\x00\x00\x00\x00");
+    put_keyed(&mut block, b"", b"");
+    let total_size = block.len() as u64;
+    let keyed = Message::ShuffleBlock {
+        offset: 0,
+        total_size,
+        data: block.freeze(),
+    };
+    vec![
+        ("stage-LaunchTask", launch),
+        ("mapstatus-StatusUpdate", map_output),
+        ("keyed-ShuffleBlock", keyed),
+    ]
 }
 
 /// Status update outcomes other than the sample's `Direct`.

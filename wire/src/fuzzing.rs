@@ -445,6 +445,16 @@ pub fn validate(data: &[u8]) {
         crate::ArchivedMessage::LaunchTask(task) => {
             if let Ok(parsed) = crate::TaskPayload::parse(task.serialized_task.as_slice()) {
                 assert!(parsed.function.len() <= crate::MAX_FUNCTION_NAME);
+                if let Some(stage) = parsed.stage {
+                    std::hint::black_box(stage.reads().count());
+                    // The statuses a stage task carries, as its executor reads them.
+                    if !stage.statuses.is_empty() {
+                        if let Ok(known) = crate::KnownStatuses::decode(stage.statuses, 1 << 20) {
+                            let again = crate::KnownStatuses::decode(&known.encode(), 1 << 20);
+                            assert_eq!(again.as_ref(), Ok(&known));
+                        }
+                    }
+                }
             }
             task.added_files
                 .decoded_size()
@@ -453,9 +463,27 @@ pub fn validate(data: &[u8]) {
         }
         crate::ArchivedMessage::Heartbeat(heartbeat) => heartbeat.accum_updates.decoded_size(),
         crate::ArchivedMessage::StatusUpdate(update) => match &update.outcome {
-            crate::ArchivedTaskOutcome::Direct { accumulators, .. } => accumulators.decoded_size(),
+            crate::ArchivedTaskOutcome::Direct {
+                value,
+                accumulators,
+                ..
+            } => {
+                // A map task's result value, as the driver reads it.
+                if let Ok(status) = crate::MapStatus::decode(value.as_slice()) {
+                    assert_eq!(crate::MapStatus::decode(&status.encode()), Ok(status));
+                }
+                accumulators.decoded_size()
+            }
             _ => 0,
         },
+        crate::ArchivedMessage::MapOutputStatuses { statuses, .. } => statuses.decoded_size(),
+        crate::ArchivedMessage::ShuffleBlock { data, .. } => {
+            // A fetched block, as a reduce task reads it (plain or keyed records).
+            let data = data.as_slice();
+            let plain = crate::records::Records::new(data).take_while(Result::is_ok);
+            let keyed = crate::records::KeyedRecords::new(data).take_while(Result::is_ok);
+            plain.count().saturating_add(keyed.count())
+        }
         _ => 0,
     };
     std::hint::black_box(decoded_size);

@@ -123,7 +123,9 @@ pub use header::{
     PROTOCOL_VERSION,
 };
 pub use kind::MessageKind;
-pub use map_output::{KnownStatuses, MapStatusCache, ShuffleStatuses};
+pub use map_output::{
+    ArchivedKnownStatuses, ArchivedShuffleStatuses, KnownStatuses, MapStatusCache, ShuffleStatuses,
+};
 pub use message::*;
 pub use read_uninit::ReadUninit;
 pub use shared_str::{AsArchivedString, SharedStr};

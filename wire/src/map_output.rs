@@ -14,7 +14,8 @@
 //! // An executor caches a shuffle's statuses until a task brings a newer epoch.
 //! let mut cache = MapStatusCache::new();
 //! cache.update_epoch(4);
-//! cache.insert(7, vec![Some(status)]);
+//! assert!(cache.insert(4, 7, vec![Some(status.clone())]));
+//! assert!(!cache.insert(3, 7, vec![Some(status)])); // served before an output was lost
 //! assert!(!cache.update_epoch(4)); // same epoch: still good
 //! assert!(cache.update_epoch(5)); // outputs were lost since: forget them
 //! assert!(cache.get(7).is_none());
@@ -26,7 +27,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use rkyv::{rancor, Archive, Deserialize, Serialize};
 
-use crate::decoded_size::{check_decoded_size, DecodedSize};
+use crate::decoded_size::{check_decoded_size, DecodedSize, Owned};
 use crate::error::WireError;
 use crate::header::FRAME_ALIGN;
 use crate::message::{ArchivedMapStatus, MapStatus};
@@ -69,12 +70,21 @@ impl KnownStatuses {
         };
         let archived =
             rkyv::access::<ArchivedKnownStatuses, rancor::Error>(&aligned).map_err(invalid)?;
-        let size = archived.shuffles.iter().fold(0usize, |total, s| {
-            total.saturating_add(s.statuses.decoded_size())
-        });
+        // The aligned copy above is the frame's bytes again, which the frame limit bounds.
+        let size = archived.shuffles.decoded_size();
         check_decoded_size("the map statuses of a task", size, max_decoded)?;
         rkyv::deserialize::<KnownStatuses, rancor::Error>(archived).map_err(invalid)
     }
+}
+
+impl DecodedSize for ArchivedShuffleStatuses {
+    fn decoded_size(&self) -> usize {
+        self.statuses.decoded_size()
+    }
+}
+
+impl Owned for ArchivedShuffleStatuses {
+    const OWNED_SIZE: usize = std::mem::size_of::<ShuffleStatuses>();
 }
 
 impl MapStatus {
@@ -149,9 +159,15 @@ impl<V> MapStatusCache<V> {
         self.statuses.get(&shuffle_id)
     }
 
-    /// Caches a shuffle's statuses, as the driver served them.
-    pub fn insert(&mut self, shuffle_id: u32, statuses: V) {
+    /// Caches a shuffle's statuses as the driver served them at map-output `epoch`;
+    /// statuses of an epoch older than the cache's are not (a task submitted before
+    /// outputs were lost may carry locations that are gone). True if cached.
+    pub fn insert(&mut self, epoch: u64, shuffle_id: u32, statuses: V) -> bool {
+        if epoch < self.epoch {
+            return false;
+        }
         self.statuses.insert(shuffle_id, statuses);
+        true
     }
 
     /// Drops every cached status, keeping the epoch: after a fetch failure the cache
@@ -223,15 +239,19 @@ mod tests {
     #[test]
     fn the_cache_is_dropped_only_for_a_newer_epoch() {
         let mut cache = MapStatusCache::new();
-        cache.insert(1, "a");
+        assert!(cache.insert(0, 1, "a"));
         assert!(!cache.update_epoch(0));
         assert_eq!(cache.get(1), Some(&"a"));
         assert!(cache.update_epoch(3));
         assert_eq!((cache.get(1), cache.epoch()), (None, 3));
-        cache.insert(1, "b");
+        assert!(cache.insert(3, 1, "b"));
         assert!(
             !cache.update_epoch(2),
             "an older task keeps the newer cache"
+        );
+        assert!(
+            !cache.insert(2, 1, "stale"),
+            "nor are an older task's statuses cached"
         );
         assert_eq!(cache.get(1), Some(&"b"));
         cache.clear();

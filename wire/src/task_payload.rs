@@ -152,6 +152,12 @@ impl<'a> TaskPayload<'a> {
         let shuffle_id = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
         let partitions = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
         let reads = usize::from(u16::from_le_bytes([header[16], header[17]]));
+        // One encoding for a task that writes no shuffle: nothing else may read the same.
+        if shuffle_id == NO_SHUFFLE && partitions != 0 {
+            return Err(bad(format!(
+                "the stage task writes no shuffle but announces {partitions} partitions"
+            )));
+        }
         if rest.len() < reads * READ_LEN {
             return Err(bad(format!(
                 "the stage task announces {reads} shuffles read but only {} bytes follow",
@@ -299,6 +305,10 @@ mod tests {
                 b"\x00\x01a\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x09\x00\x00\x00abc",
                 "announces 9 bytes of map statuses but only 3 follow",
             ),
+            (
+                b"\x00\x01a\x00\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+                "writes no shuffle but announces 5 partitions",
+            ),
             (b"\x09abc", "announces 9 bytes but only 3 follow"),
             (b"\x02\xff\xfe", "not UTF-8"),
         ] {
@@ -343,6 +353,15 @@ mod tests {
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = TaskPayload::parse(&bytes);
+        }
+
+        #[test]
+        fn random_stage_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..96)) {
+            let mut stage = vec![STAGE_MARKER];
+            stage.extend_from_slice(&bytes);
+            if let Ok(task) = TaskPayload::parse(&stage) {
+                let _ = task.stage.map(|stage| stage.reads().count());
+            }
         }
     }
 }

@@ -8,9 +8,9 @@ use bytes::Bytes;
 use flint_testkit::alloc::{counted, CountingAllocator};
 use flint_wire::fuzzing::{sample_message, sample_route};
 use flint_wire::{
-    AccumulatorUpdate, ArchivedMessage, ArchivedTaskOutcome, BlockManagerId, DecodedSize,
-    Dependency, Frame, MapStatus, Message, MessageKind, Property, StatusUpdate, TaskAccumUpdates,
-    TaskMetrics, TaskOutcome, TaskState,
+    AccumulatorUpdate, ArchivedKnownStatuses, ArchivedMessage, ArchivedTaskOutcome, BlockManagerId,
+    DecodedSize, Dependency, Frame, KnownStatuses, MapStatus, Message, MessageKind, Property,
+    ShuffleStatuses, StatusUpdate, TaskAccumUpdates, TaskMetrics, TaskOutcome, TaskState,
 };
 use rkyv::rancor;
 
@@ -208,5 +208,44 @@ fn map_output_statuses_decode_within_their_estimate() {
             },
         );
         assert_eq!(decoded, statuses);
+    }
+}
+
+#[test]
+fn known_statuses_decode_within_their_estimate_however_many_shuffles() {
+    for shuffles in [0usize, 1, 3, 1_000] {
+        let known = KnownStatuses {
+            shuffles: (0..shuffles)
+                .map(|shuffle| ShuffleStatuses {
+                    shuffle_id: shuffle as u32,
+                    statuses: (0..shuffle % 3)
+                        .map(|i| {
+                            Some(MapStatus {
+                                location: BlockManagerId {
+                                    executor_id: name(i).unwrap_or_default().into(),
+                                    host: name(i + 2).unwrap_or_default(),
+                                    port: 1,
+                                },
+                                sizes: vec![7; i],
+                            })
+                        })
+                        .collect(),
+                })
+                .collect(),
+        };
+        let bytes = rkyv::to_bytes::<rancor::Error>(&known).unwrap();
+        let archived = rkyv::access::<ArchivedKnownStatuses, rancor::Error>(&bytes).unwrap();
+        let mut decoded = KnownStatuses::default();
+        check(
+            &format!("the statuses of {shuffles} shuffles"),
+            archived.shuffles.decoded_size(),
+            || decoded = rkyv::deserialize::<KnownStatuses, rancor::Error>(archived).unwrap(),
+        );
+        assert_eq!(decoded, known);
+        // Many empty shuffles are refused by the list's own size, not let through.
+        if shuffles == 1_000 {
+            let limit = archived.shuffles.decoded_size() - 1;
+            assert!(KnownStatuses::decode(&bytes, limit).is_err());
+        }
     }
 }

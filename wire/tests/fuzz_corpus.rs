@@ -6,7 +6,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use flint_wire::fuzzing::{decode_stream, validate, StreamInput};
-use flint_wire::{validate_envelope, MessageKind, FRAME_ALIGN};
+use flint_wire::records::KeyedRecords;
+use flint_wire::{
+    validate_envelope, ArchivedMessage, ArchivedTaskOutcome, KnownStatuses, MapStatus, MessageKind,
+    TaskPayload, FRAME_ALIGN,
+};
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -112,4 +116,84 @@ fn validate_corpus_replays_and_covers_every_kind() {
         valid_kinds, all,
         "the corpus lacks a valid payload of some kind"
     );
+}
+
+/// The `validate` seed `name`, aligned as the decoder places a payload.
+fn validate_seed(name: &str) -> (MessageKind, rkyv::util::AlignedVec<FRAME_ALIGN>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/validate")
+        .join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (&code, payload) = bytes.split_first().expect("a seed is not empty");
+    let mut aligned = rkyv::util::AlignedVec::<FRAME_ALIGN>::new();
+    aligned.extend_from_slice(payload);
+    (MessageKind::from_code(code).expect("a kind"), aligned)
+}
+
+/// The archived tag of an enum variant is its position: the `outcome-<Variant>` seeds,
+/// written with each outcome, must still read as that outcome (a variant moved or
+/// inserted before it would read as another, or not validate).
+#[test]
+fn outcome_seeds_read_as_the_outcome_they_name() {
+    let mut seen = 0;
+    for (path, _) in corpus("validate") {
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        let Some(variant) = name.strip_prefix("outcome-") else {
+            continue;
+        };
+        let variant = variant.split('-').next().unwrap();
+        let (kind, aligned) = validate_seed(&name);
+        let envelope = validate_envelope(kind, &aligned)
+            .unwrap_or_else(|e| panic!("{name} no longer validates: {e}"));
+        let ArchivedMessage::StatusUpdate(update) = &envelope.message else {
+            panic!("{name} is not a status update");
+        };
+        let read_as = match &update.outcome {
+            ArchivedTaskOutcome::None => "None",
+            ArchivedTaskOutcome::Direct { .. } => "Direct",
+            ArchivedTaskOutcome::Indirect { .. } => "Indirect",
+            ArchivedTaskOutcome::Failure { .. } => "Failure",
+            ArchivedTaskOutcome::FetchFailed { .. } => "FetchFailed",
+        };
+        assert_eq!(read_as, variant, "{name}");
+        seen += 1;
+    }
+    assert!(seen >= 3, "only {seen} outcome seeds");
+}
+
+/// The seeds whose opaque bytes hold the shuffle's encodings reach those decoders.
+#[test]
+fn shuffle_seeds_hold_what_their_decoders_read() {
+    let (kind, aligned) = validate_seed("stage-LaunchTask");
+    let envelope = validate_envelope(kind, &aligned).unwrap();
+    let ArchivedMessage::LaunchTask(task) = &envelope.message else {
+        panic!("not a launch");
+    };
+    let stage = TaskPayload::parse(task.serialized_task.as_slice())
+        .unwrap()
+        .stage
+        .expect("a stage task");
+    assert_eq!(stage.reads().count(), 1);
+    let known = KnownStatuses::decode(stage.statuses, 1 << 20).unwrap();
+    assert_eq!(known.shuffles.len(), 1);
+
+    let (kind, aligned) = validate_seed("mapstatus-StatusUpdate");
+    let envelope = validate_envelope(kind, &aligned).unwrap();
+    let ArchivedMessage::StatusUpdate(update) = &envelope.message else {
+        panic!("not a status update");
+    };
+    let ArchivedTaskOutcome::Direct { value, .. } = &update.outcome else {
+        panic!("not a direct result");
+    };
+    assert_eq!(MapStatus::decode(value.as_slice()).unwrap().sizes.len(), 3);
+
+    let (kind, aligned) = validate_seed("keyed-ShuffleBlock");
+    let envelope = validate_envelope(kind, &aligned).unwrap();
+    let ArchivedMessage::ShuffleBlock { data, .. } = &envelope.message else {
+        panic!("not a block");
+    };
+    let records: Vec<_> = KeyedRecords::new(data.as_slice())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(records.len(), 2);
 }

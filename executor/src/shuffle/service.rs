@@ -107,7 +107,7 @@ impl ShuffleService {
         let mut cache = self.lock_cache();
         cache.update_epoch(epoch);
         for shuffle in known.into_iter().flat_map(|known| known.shuffles) {
-            cache.insert(shuffle.shuffle_id, shuffle.statuses.into());
+            cache.insert(epoch, shuffle.shuffle_id, shuffle.statuses.into());
         }
     }
 
@@ -150,8 +150,8 @@ impl ShuffleService {
         .map_err(|e| failed(e.to_string()))?;
         let ArchivedMessage::MapOutputStatuses {
             shuffle_id: answered,
+            epoch,
             statuses,
-            ..
         } = reply.message()
         else {
             return Err(failed(format!(
@@ -173,7 +173,8 @@ impl ShuffleService {
         let statuses: Vec<Option<MapStatus>> =
             rkyv::deserialize::<_, rancor::Error>(statuses).map_err(|e| failed(e.to_string()))?;
         let statuses: MapStatuses = statuses.into();
-        self.lock_cache().insert(shuffle_id, statuses.clone());
+        self.lock_cache()
+            .insert(epoch.to_native(), shuffle_id, statuses.clone());
         Ok(statuses)
     }
 

@@ -448,9 +448,10 @@ mod served {
                 return;
             };
             self.asks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // The driver's epoch is at least that of every task it has submitted.
             let _ = message.reply(&flint_wire::Message::MapOutputStatuses {
                 shuffle_id: shuffle_id.to_native(),
-                epoch: 1,
+                epoch: 10,
                 statuses: self.statuses.clone(),
             });
         }
