@@ -692,7 +692,8 @@ impl Sim {
                         .statuses(shuffle_id)
                         .map(<[_]>::to_vec)
                         .unwrap_or_default();
-                    exec.statuses.insert(shuffle_id, served.clone());
+                    let epoch = self.dag.map_output_tracker().epoch();
+                    exec.statuses.insert(epoch, shuffle_id, served.clone());
                     served
                 }
             };

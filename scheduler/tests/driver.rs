@@ -1516,3 +1516,84 @@ fn an_unfetched_result_of_an_executor_the_driver_does_not_know_is_removed() {
     });
     driver.stop().unwrap();
 }
+
+/// The map output tracker answers an executor's ask with a shuffle's statuses; an
+/// unknown shuffle, or statuses too large for one message, get an error reply at once
+/// (the asking reduce task fails with the reason instead of waiting out its ask).
+#[test]
+fn the_map_output_tracker_answers_or_says_why_it_cannot() {
+    use flint_scheduler::dag::{JobSpec, StageSpec};
+    use flint_wire::{BlockManagerId, MapStatus, MAP_OUTPUT_TRACKER_ENDPOINT};
+
+    const REDUCES: usize = 80_000;
+    // Two map outputs of 640 KB of sizes each: each fits a 1 MiB message, both do not.
+    let (driver, _, _) = driver(&["rpc.message.maxSize=1"]);
+    let executor = FakeExecutor::start(driver.address(), "1");
+    executor.register("h", 2);
+    let shuffle = driver.new_shuffle_id();
+    let payload = |function: &str| TaskPayload::encode(function, b"").unwrap();
+    let job = JobSpec::new(
+        "large statuses",
+        StageSpec::new("reduce", REDUCES as u32, payload("r")).reading([shuffle]),
+    )
+    .with_shuffle(
+        shuffle,
+        REDUCES as u32,
+        StageSpec::new("map", 2, payload("m")),
+    );
+    let handle = driver.submit_job(job).unwrap();
+    let tracker = executor
+        .env
+        .handle()
+        .endpoint_ref(driver.address(), MAP_OUTPUT_TRACKER_ENDPOINT);
+    let ask = |shuffle_id: u32| {
+        let started = Instant::now();
+        let reply = tracker
+            .ask_timeout(&Message::GetMapOutputStatuses { shuffle_id }, WAIT)
+            .map(|reply| reply.to_message());
+        assert!(started.elapsed() < WAIT / 2, "answered, not timed out");
+        reply
+    };
+    let unknown = ask(shuffle + 1).unwrap_err().to_string();
+    assert!(unknown.contains("is not registered"), "{unknown}");
+
+    wait_until("both map tasks launch", || {
+        executor.inbox.launched().len() == 2
+    });
+    let status = MapStatus {
+        location: BlockManagerId {
+            executor_id: "1".into(),
+            host: "h".into(),
+            port: 7,
+        },
+        sizes: vec![1; REDUCES],
+    };
+    let value = status.encode();
+    assert!(value.len() < 1 << 20);
+    for task_id in executor.inbox.launched() {
+        let outcome = TaskOutcome::Direct {
+            value: value.clone(),
+            metrics: Default::default(),
+            accumulators: vec![],
+        };
+        executor
+            .driver
+            .send(&Message::StatusUpdate(StatusUpdate {
+                executor_id: "1".into(),
+                task_id,
+                state: TaskState::Finished,
+                outcome,
+            }))
+            .unwrap();
+    }
+    wait_until("a reduce task launches", || {
+        executor.inbox.launched().len() > 2
+    });
+    let too_large = ask(shuffle).unwrap_err().to_string();
+    assert!(
+        too_large.contains("Cannot send the map output locations"),
+        "{too_large}"
+    );
+    driver.cancel_job(handle.job_id(), None);
+    driver.stop().unwrap();
+}

@@ -10,12 +10,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use flint_rpc::conf::{Conf, ConfError, Key, KeyInfo, OptionalKey, TimeUnit, Unit};
-use tracing::info;
 
 use crate::core::error::SchedulerError;
 use crate::core::exclusion::ExclusionPolicy;
 use crate::core::pool::PoolConfig;
-use crate::core::rng::random_seed;
 
 const MILLIS: Unit = Unit::Duration(TimeUnit::Millis);
 
@@ -200,7 +198,7 @@ const SCHEDULER_ALLOCATION_FILE: OptionalKey = optional("scheduler.allocation.fi
 const SCHEDULER_MAX_REGISTERED_WAIT: Key = key("scheduler.maxRegisteredResourcesWaitingTime");
 const SCHEDULER_MIN_REGISTERED_RATIO: Key = key("scheduler.minRegisteredResourcesRatio");
 const SCHEDULER_MODE: Key = key("scheduler.mode");
-const SCHEDULER_OFFER_SHUFFLE_SEED: OptionalKey = optional("scheduler.offerShuffleSeed");
+pub(crate) const SCHEDULER_OFFER_SHUFFLE_SEED: OptionalKey = optional("scheduler.offerShuffleSeed");
 const SCHEDULER_REVIVE_INTERVAL: Key = key("scheduler.revive.interval");
 const SPECULATION: Key = key("speculation");
 const SPECULATION_INTERVAL: Key = key("speculation.interval");
@@ -366,28 +364,13 @@ impl Default for SchedulerConfig {
 }
 
 impl SchedulerConfig {
-    /// Reads the scheduler's keys from `conf`, as the driver starts with them; a bad value
-    /// is an error naming the key and the value (an unknown `scheduler.mode` gives
-    /// "Unrecognized scheduler.mode: X"). With `excludeOnFailure.enabled`, the thresholds
-    /// are checked as Spark checks them ([`ExclusionPolicy::validate`]).
-    ///
-    /// The offer shuffle's seed is `scheduler.offerShuffleSeed` if set; otherwise a random
-    /// one, logged at INFO so that a run's placement can be replayed. This is the one
-    /// place the scheduler takes anything from its environment: the state machine itself
-    /// stays deterministic given its configuration.
-    pub fn from_conf(conf: &Conf) -> Result<Self, SchedulerError> {
-        let mut config = SchedulerConfig::read(conf)?;
-        if conf.optional_u64(SCHEDULER_OFFER_SHUFFLE_SEED)?.is_none() {
-            let seed = random_seed();
-            info!("Shuffling resource offers with seed {seed} (set scheduler.offerShuffleSeed={seed} to replay this placement)");
-            config.seed = seed;
-        }
-        Ok(config)
-    }
-
-    /// Reads and checks the scheduler's keys as [`SchedulerConfig::from_conf`] does, but
-    /// with seed 0 when `scheduler.offerShuffleSeed` is not set: for checking a
-    /// configuration, and for tests.
+    /// Reads the scheduler's keys from `conf`; a bad value is an error naming the key and
+    /// the value (an unknown `scheduler.mode` gives "Unrecognized scheduler.mode: X").
+    /// With `excludeOnFailure.enabled`, the thresholds are checked as Spark checks them
+    /// ([`ExclusionPolicy::validate`]). The offer shuffle's seed is
+    /// `scheduler.offerShuffleSeed`, or 0 when it is not set: the driver's
+    /// [`SchedulerConfig::from_conf`] takes a random one then, so that drivers do not all
+    /// place alike; this is for checking a configuration, and for tests.
     pub fn read(conf: &Conf) -> Result<Self, SchedulerError> {
         let speculation = SpeculationConfig::from_conf(conf)?;
         let max_task_failures = saturate(conf.count(TASK_MAX_FAILURES, 1)?);

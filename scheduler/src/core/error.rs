@@ -47,6 +47,18 @@ pub enum SchedulerError {
         /// `task.maxFailures`.
         max_task_failures: u32,
     },
+    /// A task set the driver program submits used a stage or job id of the range jobs of
+    /// stages take ([`crate::FIRST_JOB_ID`] and above), whose events go to the DAG
+    /// scheduler.
+    #[error(
+        "task set {task_set} (job {job_id}) uses an id of 2^30 or more, which jobs of stages take"
+    )]
+    ReservedId {
+        /// The stage attempt, e.g. `1073741824.0`.
+        task_set: String,
+        /// Its job id.
+        job_id: u32,
+    },
     /// A bad configuration value.
     #[error(transparent)]
     Conf(#[from] ConfError),

@@ -5,21 +5,6 @@
 //! must replay the same schedule forever: a dependency upgrade that changed its stream
 //! would silently change which scenario a failing seed reproduces.
 
-/// A seed that differs from call to call and from process to process: std's
-/// OS-seeded hasher keys mixed with the time and the process id. For a production
-/// driver's offer shuffle, which should not place tasks as every other driver does;
-/// tests and simulations pass fixed seeds instead.
-pub fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    hasher.write_u128(since_epoch);
-    hasher.write_u32(std::process::id());
-    hasher.finish()
-}
-
 /// SplitMix64 (Steele, Lea and Flood): 64 bits of state, one add, two multiplies.
 #[derive(Debug, Clone)]
 pub struct SplitMix64 {

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use flint_rpc::conf::Conf;
 use flint_rpc::log_budget::{LogBudget, Spend};
 use flint_wire::{
     ExecutorLossReason, SharedStr, TaskDescription, TaskFailureKind, TaskOutcome, TaskState,
@@ -50,8 +49,9 @@ pub struct TaskScheduler {
     /// executor id for it.
     running: RunningTasks,
     pools: Pools,
-    /// Jobs seen and whether they ended.
-    jobs: FxHashMap<u32, bool>,
+    /// Jobs with a task set submitted and no end reported: one entry per running job,
+    /// none left behind by the ones that ended.
+    running_jobs: FxHashSet<u32>,
     next_task_id: u64,
     next_key: u32,
     actions: VecDeque<Action>,
@@ -86,7 +86,7 @@ impl TaskScheduler {
             task_sets_by_stage: BTreeMap::new(),
             running: RunningTasks::default(),
             pools,
-            jobs: FxHashMap::default(),
+            running_jobs: FxHashSet::default(),
             next_task_id: 0,
             next_key: 0,
             actions: VecDeque::new(),
@@ -103,11 +103,6 @@ impl TaskScheduler {
             excluded_hosts: FxHashSet::default(),
             task_start_events: true,
         }
-    }
-
-    /// A scheduler configured from `conf` (see [`SchedulerConfig::from_conf`]).
-    pub fn from_conf(conf: &Conf) -> Result<Self, SchedulerError> {
-        Ok(TaskScheduler::new(SchedulerConfig::from_conf(conf)?))
     }
 
     /// The configuration.
@@ -360,8 +355,7 @@ impl TaskScheduler {
             .or_default()
             .insert(id.stage_attempt_id, key);
 
-        let job_running = self.jobs.insert(job_id, false) == Some(false);
-        if !job_running {
+        if self.running_jobs.insert(job_id) {
             self.actions
                 .push_back(Action::Event(SchedulerEvent::JobStart { job_id }));
         }
@@ -404,7 +398,7 @@ impl TaskScheduler {
                     job_id,
                     failure: failure.clone(),
                 }));
-            if ends_job && self.jobs.insert(job_id, true) == Some(false) {
+            if ends_job && self.running_jobs.remove(&job_id) {
                 let result = match failure {
                     Some(message) => JobResult::Failed(message),
                     None => JobResult::Succeeded,

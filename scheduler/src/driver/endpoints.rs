@@ -497,7 +497,11 @@ impl Endpoint for MapOutputTrackerEndpoint {
             None => message.reply_error(format!("Shuffle {shuffle_id} is not registered")),
         };
         if let Err(e) = replied {
-            warn!("Cannot send the map output locations of shuffle {shuffle_id}: {e}");
+            let why = format!("Cannot send the map output locations of shuffle {shuffle_id}: {e}");
+            warn!("{why}");
+            // Too large for a message, say: the asking executor would otherwise wait
+            // out its ask and report a timeout instead of the reason.
+            let _ = message.reply_error(why);
         }
     }
 }

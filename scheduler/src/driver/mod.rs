@@ -17,6 +17,7 @@
 mod carry_out;
 pub mod cluster_manager;
 mod endpoints;
+mod from_conf;
 pub mod job;
 pub(crate) mod job_builder;
 mod supply;

@@ -11,6 +11,8 @@ use tracing::debug;
 struct ShuffleOutputs {
     outputs: Vec<Option<MapStatus>>,
     available: u32,
+    /// Reduce partitions: every status has a size for each.
+    reduces: u32,
 }
 
 impl ShuffleOutputs {
@@ -57,9 +59,10 @@ impl MapOutputTracker {
         debug!("Increasing epoch to {}", self.epoch);
     }
 
-    /// Registers a shuffle of `num_maps` map partitions, none of them computed yet
-    /// (the seeds' `registerShuffle`); false if it is registered already.
-    pub fn register_shuffle(&mut self, shuffle_id: u32, num_maps: u32) -> bool {
+    /// Registers a shuffle of `num_maps` map partitions into `num_reduces` reduce
+    /// partitions, none of them computed yet (the seeds' `registerShuffle`); false if
+    /// it is registered already.
+    pub fn register_shuffle(&mut self, shuffle_id: u32, num_maps: u32, num_reduces: u32) -> bool {
         if self.shuffles.contains_key(&shuffle_id) {
             return false;
         }
@@ -68,6 +71,7 @@ impl MapOutputTracker {
             ShuffleOutputs {
                 outputs: vec![None; num_maps as usize],
                 available: 0,
+                reduces: num_reduces,
             },
         );
         true
@@ -91,8 +95,14 @@ impl MapOutputTracker {
             .map(|s| s.outputs.len() as u32)
     }
 
+    /// The shuffle's number of reduce partitions, if it is registered.
+    pub fn num_reduces(&self, shuffle_id: u32) -> Option<u32> {
+        self.shuffles.get(&shuffle_id).map(|s| s.reduces)
+    }
+
     /// Records where map partition `map_index` of the shuffle wrote its output,
-    /// replacing any earlier record; false for a shuffle or partition not registered.
+    /// replacing any earlier record; false for a shuffle or partition not registered, or
+    /// a status without one size per reduce partition (reducers would read past it).
     pub fn register_map_output(
         &mut self,
         shuffle_id: u32,
@@ -102,6 +112,9 @@ impl MapOutputTracker {
         let Some(shuffle) = self.shuffles.get_mut(&shuffle_id) else {
             return false;
         };
+        if status.sizes.len() != shuffle.reduces as usize {
+            return false;
+        }
         let Some(slot) = shuffle.outputs.get_mut(map_index as usize) else {
             return false;
         };
@@ -163,6 +176,16 @@ impl MapOutputTracker {
             .sum();
         self.increment_epoch();
         removed
+    }
+
+    /// Whether any shuffle has an output recorded on the executor.
+    pub fn has_outputs_on(&self, executor_id: &str) -> bool {
+        self.shuffles.values().any(|s| {
+            s.outputs
+                .iter()
+                .flatten()
+                .any(|status| &*status.location.executor_id == executor_id)
+        })
     }
 
     /// Forgets every output held on the host (the whole host is gone), moving the
@@ -239,10 +262,15 @@ mod tests {
     #[test]
     fn outputs_register_and_a_shuffle_is_available_once_every_map_has_one() {
         let mut t = MapOutputTracker::new();
-        assert!(t.register_shuffle(3, 2));
-        assert!(!t.register_shuffle(3, 5), "registered twice");
+        assert!(t.register_shuffle(3, 2, 2));
+        assert!(!t.register_shuffle(3, 5, 2), "registered twice");
+        assert_eq!(t.num_reduces(3), Some(2));
         assert_eq!((t.num_maps(3), t.is_available(3)), (Some(2), false));
         assert!(t.register_map_output(3, 1, status("1", "a", &[10, 20])));
+        assert!(
+            !t.register_map_output(3, 0, status("1", "a", &[10, 20, 30])),
+            "a size for a reduce partition the shuffle does not have"
+        );
         assert!(
             !t.register_map_output(3, 2, status("1", "a", &[])),
             "no map 2"
@@ -263,7 +291,7 @@ mod tests {
         assert_eq!(t.epoch(), 0, "registering loses nothing");
 
         // An empty shuffle is available at once; an unknown one misses everything.
-        assert!(t.register_shuffle(9, 0));
+        assert!(t.register_shuffle(9, 0, 4));
         assert!(t.is_available(9));
         assert!(!t.is_available(10));
         assert!(!t.register_map_outputs(10, vec![]), "no shuffle 10");
@@ -272,8 +300,8 @@ mod tests {
     #[test]
     fn every_loss_moves_the_epoch_on() {
         let mut t = MapOutputTracker::new();
-        t.register_shuffle(0, 3);
-        t.register_shuffle(1, 2);
+        t.register_shuffle(0, 3, 1);
+        t.register_shuffle(1, 2, 1);
         assert!(t.register_map_outputs(
             0,
             vec![

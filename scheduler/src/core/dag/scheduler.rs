@@ -198,6 +198,11 @@ impl DagScheduler {
         self.stages.get(&stage_id).map(|s| s.kind)
     }
 
+    /// The shuffle a live stage writes, and into how many partitions.
+    pub fn stage_writes(&self, stage_id: u32) -> Option<ShuffleWrite> {
+        self.stages.get(&stage_id)?.writes
+    }
+
     /// Where a live stage is in its life.
     pub fn stage_state(&self, stage_id: u32) -> Option<StageState> {
         self.stages.get(&stage_id)?;
@@ -390,7 +395,10 @@ impl DagScheduler {
                 });
             }
             let given = shuffle.reduce_partitions;
-            let known = live.and_then(|live| live.writes).map(|w| w.partitions);
+            let known = match live {
+                Some(live) => live.writes.map(|w| w.partitions),
+                None => self.tracker.num_reduces(shuffle_id),
+            };
             if let Some(known) = known.filter(|&known| known != given) {
                 return Err(DagError::ReducePartitionsMismatch {
                     shuffle_id,
@@ -462,10 +470,11 @@ impl DagScheduler {
         let id = self.new_stage(&shuffle.map_stage, Some(writes), job_id);
         let kind = self.stages[&id].kind;
         self.shuffle_to_map_stage.insert(shuffle.shuffle_id, id);
-        if self
-            .tracker
-            .register_shuffle(shuffle.shuffle_id, shuffle.map_stage.num_partitions)
-        {
+        if self.tracker.register_shuffle(
+            shuffle.shuffle_id,
+            shuffle.map_stage.num_partitions,
+            shuffle.reduce_partitions,
+        ) {
             info!(
                 "Registering {} ({}) as input to shuffle {}",
                 stage_label(kind, id),
@@ -1134,6 +1143,13 @@ impl DagScheduler {
     /// they next run; the epoch moves on.
     pub fn executor_lost(&mut self, executor_id: &str, host: Option<&str>) {
         self.remove_executor_and_unregister_outputs(executor_id, host, None);
+    }
+
+    /// Whether the executor holds map outputs, or was lost: what a fetch failure may
+    /// blame.
+    pub fn knows_executor(&self, executor_id: &str) -> bool {
+        self.executor_failure_epoch.contains_key(executor_id)
+            || self.tracker.has_outputs_on(executor_id)
     }
 
     /// An executor (re)joined: outputs it reports from now on are trusted again.

@@ -34,10 +34,12 @@ fn location(executor: &str) -> BlockManagerId {
     }
 }
 
-fn status(executor: &str) -> MapStatus {
+/// A map output of a task of `set` on `executor`: a size for each reduce partition.
+fn status(set: &StageTaskSet, executor: &str) -> MapStatus {
+    let reduces = set.writes.expect("a map stage's task set").partitions;
     MapStatus {
         location: location(executor),
-        sizes: vec![100; 4],
+        sizes: vec![100; reduces as usize],
     }
 }
 
@@ -115,7 +117,7 @@ impl Harness {
     fn maps_succeed(&mut self, set: &StageTaskSet, executor: &str) {
         assert!(matches!(set.kind, StageKind::ShuffleMap { .. }));
         for index in 0..set.partitions.len() as u32 {
-            self.end(set, index, TaskCompletion::MapOutput(status(executor)));
+            self.end(set, index, TaskCompletion::MapOutput(status(set, executor)));
         }
     }
 
@@ -193,9 +195,9 @@ fn a_two_stage_job_runs_its_map_stage_then_its_result_stage_and_logs_as_spark() 
         }
 
         let maps = maps.clone();
-        h.end(&maps, 0, TaskCompletion::MapOutput(status("1")));
+        h.end(&maps, 0, TaskCompletion::MapOutput(status(&maps, "1")));
         assert!(h.task_sets().is_empty(), "not before every map output");
-        h.end(&maps, 1, TaskCompletion::MapOutput(status("2")));
+        h.end(&maps, 1, TaskCompletion::MapOutput(status(&maps, "2")));
         let reduces = h.one_task_set();
         assert_eq!(reduces.kind, StageKind::Result);
         assert_eq!((reduces.id.stage_id, read_ids(&reduces)), (1, vec![0]));
@@ -316,8 +318,8 @@ fn a_fetch_failure_resubmits_the_lost_map_outputs_then_the_reader_for_what_it_mi
         let mut h = Harness::new();
         let job = h.submit(two_stage_job());
         let maps = h.one_task_set();
-        h.end(&maps, 0, TaskCompletion::MapOutput(status("1")));
-        h.end(&maps, 1, TaskCompletion::MapOutput(status("2")));
+        h.end(&maps, 0, TaskCompletion::MapOutput(status(&maps, "1")));
+        h.end(&maps, 1, TaskCompletion::MapOutput(status(&maps, "2")));
         let reduces = h.one_task_set();
         let epoch = h.dag.epoch();
         h.end(&reduces, 0, TaskCompletion::Result(result_of(0)));
@@ -356,7 +358,7 @@ fn a_fetch_failure_resubmits_the_lost_map_outputs_then_the_reader_for_what_it_mi
         assert_eq!(again.id, TaskSetId { stage_id: 0, stage_attempt_id: 1 });
         assert_eq!(again.partitions, [1], "the missing map output only");
         assert_eq!(again.epoch, h.dag.epoch());
-        h.end(&again, 0, TaskCompletion::MapOutput(status("3")));
+        h.end(&again, 0, TaskCompletion::MapOutput(status(&again, "3")));
         let reduces_again = h.one_task_set();
         assert_eq!(reduces_again.id, TaskSetId { stage_id: 1, stage_attempt_id: 1 });
         assert_eq!(reduces_again.partitions, [1, 2], "partition 0's result is in");
@@ -460,9 +462,21 @@ fn outputs_lost_with_an_executor_after_their_stage_finished_are_recomputed_when_
         .with_shuffle(1, 2, stage("right", 1, &[]));
     let job = h.submit(job);
     let maps = h.task_sets();
-    h.end(&maps[0], 0, TaskCompletion::MapOutput(status("1")));
-    h.end(&maps[0], 1, TaskCompletion::MapOutput(status("2")));
-    h.end(&maps[0], 2, TaskCompletion::MapOutput(status("1")));
+    h.end(
+        &maps[0],
+        0,
+        TaskCompletion::MapOutput(status(&maps[0], "1")),
+    );
+    h.end(
+        &maps[0],
+        1,
+        TaskCompletion::MapOutput(status(&maps[0], "2")),
+    );
+    h.end(
+        &maps[0],
+        2,
+        TaskCompletion::MapOutput(status(&maps[0], "1")),
+    );
     assert!(h.task_sets().is_empty());
     let epoch = h.dag.epoch();
     h.dag.executor_lost("1", None);
@@ -497,12 +511,12 @@ fn a_map_output_from_before_its_executor_was_lost_is_not_trusted() {
         let mut h = Harness::new();
         let job = h.submit(two_stage_job());
         let maps = h.one_task_set();
-        h.end(&maps, 0, TaskCompletion::MapOutput(status("1")));
+        h.end(&maps, 0, TaskCompletion::MapOutput(status(&maps, "1")));
         h.dag.executor_lost("2", Some("host-2"));
         assert!(logs.contains(Level::INFO, "Executor lost: 2 (epoch 0)"));
         assert!(logs.contains(Level::INFO, "Shuffle files lost for host: host-2 (epoch 0)"));
         // A report from executor 2 of a task started before the loss arrives late.
-        h.end(&maps, 1, TaskCompletion::MapOutput(status("2")));
+        h.end(&maps, 1, TaskCompletion::MapOutput(status(&maps, "2")));
         assert!(logs.contains(
             Level::INFO,
             "Ignoring possibly bogus ShuffleMapTask(0, 1) completion from executor 2"
@@ -518,7 +532,7 @@ fn a_map_output_from_before_its_executor_was_lost_is_not_trusted() {
         );
         // The executor comes back under its id: its new outputs count.
         h.dag.executor_added("2", "host-2");
-        h.end(&again, 0, TaskCompletion::MapOutput(status("2")));
+        h.end(&again, 0, TaskCompletion::MapOutput(status(&again, "2")));
         let reduces = h.one_task_set();
         h.results_succeed(&reduces);
         assert_eq!(
@@ -559,6 +573,13 @@ fn a_map_stage_two_jobs_share_runs_once() {
     assert!(Harness::job_ended(&h.take()).unwrap().1.is_ok());
     assert_eq!(h.dag.map_stage_of(0), None);
 
+    // With no live stage, the tracker still knows the shuffle's reduce partitions.
+    let now = h.now();
+    let mismatch = JobSpec::new("j", stage("r", 5, &[0])).with_shuffle(0, 5, stage("map", 2, &[]));
+    assert_eq!(
+        h.dag.submit_job(now, mismatch).unwrap_err().to_string(),
+        "shuffle 0 has 3 reduce partitions, but the job gives it 5"
+    );
     // A third job, after both ended, finds the outputs in the tracker: no map task runs.
     let third = h.submit(JobSpec::new("again", stage("again", 3, &[0])).with_shuffle(
         0,

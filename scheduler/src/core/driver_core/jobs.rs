@@ -11,7 +11,10 @@
 //! of task sets the driver program submits itself.
 
 use bytes::Bytes;
-use flint_wire::{KnownStatuses, MapStatus, ShuffleStatuses, TaskPayload};
+use flint_wire::{
+    FetchFailure, KnownStatuses, MapStatus, ShuffleStatuses, TaskFailureKind, TaskMetrics,
+    TaskOutcome, TaskPayload, TaskState,
+};
 use std::time::Instant;
 use tracing::{error, info, warn};
 
@@ -32,6 +35,10 @@ pub const FIRST_JOB_ID: u32 = 1 << 30;
 /// stage reads) sent along with each of its tasks; with more, its executors ask the map
 /// output tracker, once per epoch. Every launch carries them: a few KiB at most.
 const SENT_SIZES: usize = 1024;
+
+/// The longest block manager host a map status may name: a DNS name has at most 253
+/// bytes. Every reduce task of the shuffle may carry it.
+const MAX_STATUS_HOST: usize = 255;
 
 /// The DAG scheduler and what the core keeps of its jobs.
 #[derive(Debug)]
@@ -128,6 +135,102 @@ fn encode_stage(set: &StageTaskSet, statuses: &[u8]) -> Bytes {
 }
 
 impl DriverCore {
+    /// Why the value a finished task sent cannot be its map output, if the task belongs
+    /// to a job's map stage: it must be a [`MapStatus`] of the executor that ran it,
+    /// with a size for every reduce partition. Checked before the task scheduler counts
+    /// the attempt a success: a bad status then fails the attempt, which runs again,
+    /// instead of leaving its partition done with no output.
+    pub(super) fn map_output_problem(
+        &self,
+        task_id: u64,
+        executor_id: &str,
+        value: &[u8],
+    ) -> Option<String> {
+        // With no job of stages the check costs one comparison a task.
+        if self.jobs.dag.num_stages() == 0 {
+            return None;
+        }
+        let set = self.scheduler.task_set_of(task_id)?;
+        if set.stage_id < FIRST_JOB_ID {
+            return None;
+        }
+        let writes = self.jobs.dag.stage_writes(set.stage_id)?;
+        let status = match MapStatus::decode(value) {
+            Ok(status) => status,
+            Err(e) => return Some(format!("its result is no map status: {e}")),
+        };
+        let location = &status.location;
+        if *location.executor_id != *executor_id {
+            return Some(format!(
+                "its map status places the output on executor {:.64}",
+                &*location.executor_id
+            ));
+        }
+        if location.host.len() > MAX_STATUS_HOST {
+            return Some(format!(
+                "its map status names a host of {} bytes",
+                location.host.len()
+            ));
+        }
+        if status.sizes.len() != writes.partitions as usize {
+            return Some(format!(
+                "its map status has {} sizes for the {} reduce partitions of shuffle {}",
+                status.sizes.len(),
+                writes.partitions,
+                writes.shuffle_id
+            ));
+        }
+        None
+    }
+
+    /// A fetch failure may blame only an executor this driver knows (registered, lost,
+    /// or holding map outputs): for any other name the failure blames no executor, and
+    /// the reader's stage is retried as for a failure to find the statuses. Otherwise a
+    /// peer could have the DAG scheduler keep a record for every name it makes up.
+    pub(super) fn vet_fetch_failure(
+        &mut self,
+        now: Instant,
+        reporter: &str,
+        failure: &mut FetchFailure,
+    ) {
+        let Some(address) = &failure.address else {
+            return;
+        };
+        let blamed = &*address.executor_id;
+        if self.executors.contains_key(blamed) || self.jobs.dag.knows_executor(blamed) {
+            return;
+        }
+        flint_rpc::peer_warn!(
+            self.peer_warnings,
+            now,
+            "Executor {reporter} reported a fetch failure from executor {blamed:.64}, which this driver does not know: no executor is blamed"
+        );
+        failure.address = None;
+    }
+
+    /// A map task's attempt whose value is no usable map output fails, counted: it runs
+    /// again, and a stage that keeps getting them aborts after `task.maxFailures`.
+    pub(super) fn invalid_map_output(
+        &mut self,
+        now: Instant,
+        task_id: u64,
+        executor_id: &str,
+        problem: String,
+    ) {
+        let message = format!(
+            "Task {task_id} on executor {executor_id} ended without a map output: {problem}"
+        );
+        flint_rpc::peer_warn!(self.peer_warnings, now, "{message}");
+        let outcome = TaskOutcome::Failure {
+            kind: TaskFailureKind::Exception,
+            message,
+            counts_towards_failures: true,
+            metrics: TaskMetrics::default(),
+        };
+        self.scheduler
+            .status_update(now, task_id, TaskState::Failed, outcome);
+    }
+
     /// Submits a job of stages (the seeds' `handleJobSubmitted`): its stages' task sets
     /// follow as outputs. Every stage's payload must be a serialized task
     /// ([`TaskPayload::encode`]).
@@ -222,8 +325,12 @@ impl DriverCore {
                                 match MapStatus::decode(value) {
                                     Ok(status) => {
                                         if let Some(stats) = stats {
-                                            stats.shuffle_bytes_written +=
-                                                status.sizes.iter().sum::<u64>();
+                                            let written = status
+                                                .sizes
+                                                .iter()
+                                                .fold(0u64, |sum, &size| sum.saturating_add(size));
+                                            stats.shuffle_bytes_written =
+                                                stats.shuffle_bytes_written.saturating_add(written);
                                         }
                                         Some(TaskCompletion::MapOutput(status))
                                     }
@@ -235,7 +342,9 @@ impl DriverCore {
                             }
                             _ => {
                                 if let Some(stats) = stats {
-                                    stats.shuffle_bytes_read += metrics.input_bytes;
+                                    stats.shuffle_bytes_read = stats
+                                        .shuffle_bytes_read
+                                        .saturating_add(metrics.input_bytes);
                                 }
                                 Some(TaskCompletion::Result(value.clone()))
                             }
@@ -293,7 +402,7 @@ impl DriverCore {
                     let statuses = known_statuses(&self.jobs.dag, &set);
                     let task_set = set.to_task_set(|set| encode_stage(set, &statuses));
                     self.jobs.task_set_jobs.insert(set.id, set.job_id);
-                    if let Err(e) = self.submit(now, task_set) {
+                    if let Err(e) = self.submit_task_set(now, task_set) {
                         error!(
                             "Cannot submit the tasks of stage {} ({}): {e}",
                             set.id, set.name

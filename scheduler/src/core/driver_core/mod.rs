@@ -307,7 +307,26 @@ impl DriverCore {
     /// follow are outputs. The glue takes every output before (what earlier task sets
     /// left to do, an end for one, comes before a new one with the same id takes their
     /// place) and after, once it has a handle for the new task set.
+    ///
+    /// Its stage and job ids must be below [`FIRST_JOB_ID`]: the DAG scheduler's events
+    /// are told apart from the driver program's by them.
     pub fn submit(&mut self, now: Instant, task_set: TaskSet) -> Result<(), SchedulerError> {
+        let id = task_set.id;
+        if id.stage_id >= FIRST_JOB_ID || task_set.job_id >= FIRST_JOB_ID {
+            return Err(SchedulerError::ReservedId {
+                task_set: id.to_string(),
+                job_id: task_set.job_id,
+            });
+        }
+        self.submit_task_set(now, task_set)
+    }
+
+    /// [`DriverCore::submit`] for any ids: the DAG scheduler's task sets come this way.
+    pub(super) fn submit_task_set(
+        &mut self,
+        now: Instant,
+        task_set: TaskSet,
+    ) -> Result<(), SchedulerError> {
         let id = task_set.id;
         self.scheduler.submit_tasks(now, task_set)?;
         // A new task set starts its driver.maxResultSize tally afresh, even under the id
@@ -511,6 +530,9 @@ impl DriverCore {
             }
         }
         let mut outcome = outcome;
+        if let TaskOutcome::FetchFailed { failure, .. } = &mut outcome {
+            self.vet_fetch_failure(now, executor_id, failure);
+        }
         let mut unfetched = None;
         // Only an attempt running on this executor has a result to count and fetch: for
         // any other task id the scheduler ignores the update, and a fetch would hold
@@ -539,7 +561,14 @@ impl DriverCore {
             {
                 self.start_fetch(now, executor_id, task_id, block_id, size, metrics);
             } else {
-                self.scheduler.status_update(now, task_id, state, outcome);
+                let value = match &outcome {
+                    TaskOutcome::Direct { value, .. } => &value[..],
+                    _ => &[],
+                };
+                match self.map_output_problem(task_id, executor_id, value) {
+                    Some(problem) => self.invalid_map_output(now, task_id, executor_id, problem),
+                    None => self.scheduler.status_update(now, task_id, state, outcome),
+                }
             }
         } else {
             if state == TaskState::Finished {

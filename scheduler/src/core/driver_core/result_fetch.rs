@@ -189,6 +189,10 @@ impl DriverCore {
             fetch.size, fetch.executor_id
         );
         self.end_fetch(fetch.peer, fetch.block_id);
+        if let Some(problem) = self.map_output_problem(task_id, &fetch.executor_id, &fetch.received)
+        {
+            return self.invalid_map_output(now, task_id, &fetch.executor_id, problem);
+        }
         let outcome = TaskOutcome::Direct {
             value: fetch.received.freeze(),
             metrics: fetch.metrics,

@@ -631,9 +631,11 @@ fn a_job_counts_every_fetch_failure_also_after_its_stage_attempt_failed() {
     let reduces = launches(&outputs);
     assert_eq!(reduces.len(), 2, "one reduce task on each executor");
     for (reduce_id, (peer, task_id)) in reduces.into_iter().enumerate() {
+        // The second names an executor nobody knows: it is blamed on no executor.
+        let blamed = if reduce_id == 0 { "1" } else { "made-up" };
         let failure = FetchFailure {
             address: Some(BlockManagerId {
-                executor_id: "1".into(),
+                executor_id: blamed.into(),
                 host: "h".into(),
                 port: 7,
             }),
@@ -649,6 +651,8 @@ fn a_job_counts_every_fetch_failure_also_after_its_stage_attempt_failed() {
         core.status_update(t0, None, id_of(peer), task_id, TaskState::Failed, outcome);
         drain(&mut core, t0);
     }
+    assert!(core.jobs.dag.knows_executor("1"));
+    assert!(!core.jobs.dag.knows_executor("made-up"));
     assert!(core.cancel_job(t0, job_id, None));
     let stats = drain(&mut core, t0)
         .into_iter()
@@ -660,4 +664,118 @@ fn a_job_counts_every_fetch_failure_also_after_its_stage_attempt_failed() {
     assert_eq!(stats.fetch_failures, 2, "{stats:?}");
     assert_eq!(stats.stage_attempts, 2, "{stats:?}");
     assert_eq!(stats.shuffle_bytes_written, 40, "{stats:?}");
+}
+
+/// A map task whose value is no usable map output (garbage, another executor's
+/// location, the wrong number of sizes, a huge host) fails, counted, and runs again; a
+/// good status then completes the stage. None leaves its partition counted done with
+/// no output, which would hang the job.
+#[test]
+fn a_map_task_without_a_usable_map_status_fails_and_runs_again() {
+    use crate::core::dag::{JobSpec, StageSpec};
+    use flint_wire::{BlockManagerId, MapStatus, TaskPayload};
+
+    let t0 = Instant::now();
+    let mut config = config(0.0, Duration::from_secs(30));
+    config.max_task_failures = 8;
+    let mut core = core_with(config, t0);
+    core.register_executor(t0, registration("1")).unwrap();
+    core.offer_after_registration(t0);
+    drain(&mut core, t0);
+    let payload = |function: &str| TaskPayload::encode(function, b"").unwrap();
+    let job = JobSpec::new(
+        "job",
+        StageSpec::new("reduce", 2, payload("r")).reading([0]),
+    )
+    .with_shuffle(0, 2, StageSpec::new("map", 1, payload("m")));
+    core.submit_job(t0, job).unwrap();
+    let status = |executor: &str, host: String, sizes: Vec<u64>| {
+        MapStatus {
+            location: BlockManagerId {
+                executor_id: executor.into(),
+                host,
+                port: 7,
+            },
+            sizes,
+        }
+        .encode()
+    };
+    let bad = [
+        Bytes::from_static(b"not a map status"),
+        Bytes::new(),
+        status("2", "h".into(), vec![1, 1]),
+        status("1", "h".into(), vec![1, 1, 1]),
+        status("1", "h".repeat(300), vec![1, 1]),
+    ];
+    // Launches happen in whichever turn frees the core: keep every output.
+    let mut outputs = Vec::new();
+    let next_launch = |core: &mut DriverCore, outputs: &mut Vec<Output>| {
+        outputs.extend(drain(core, t0));
+        core.flush_offers(t0);
+        outputs.extend(drain(core, t0));
+        let found = launches(outputs);
+        outputs.clear();
+        found
+    };
+    let mut failures = Vec::new();
+    for value in bad {
+        let [(_, task_id)] = next_launch(&mut core, &mut outputs)[..] else {
+            panic!("one map task runs");
+        };
+        let outcome = TaskOutcome::Direct {
+            value,
+            metrics: Default::default(),
+            accumulators: Vec::new(),
+        };
+        core.status_update(t0, None, "1", task_id, TaskState::Finished, outcome);
+        let ended = drain(&mut core, t0);
+        failures.extend(events(&ended).filter_map(|event| match event {
+            SchedulerEvent::TaskEnd {
+                reason: TaskEndReason::Failed { message, .. },
+                ..
+            } => Some(message.clone()),
+            _ => None,
+        }));
+        outputs.extend(ended);
+    }
+    assert_eq!(failures.len(), 5, "{failures:#?}");
+    for (failure, why) in failures.iter().zip([
+        "no map status",
+        "no map status",
+        "on executor 2",
+        "3 sizes for the 2 reduce partitions",
+        "a host of 300 bytes",
+    ]) {
+        assert!(failure.contains(why), "{failure}");
+    }
+    // A good status: the map stage completes and the reduce stage's tasks launch.
+    let [(_, task_id)] = next_launch(&mut core, &mut outputs)[..] else {
+        panic!("the map task runs once more");
+    };
+    let outcome = TaskOutcome::Direct {
+        value: status("1", "h".into(), vec![1, 1]),
+        metrics: Default::default(),
+        accumulators: Vec::new(),
+    };
+    core.status_update(t0, None, "1", task_id, TaskState::Finished, outcome);
+    let launched = next_launch(&mut core, &mut outputs);
+    assert_eq!(launched.len(), 1, "a reduce task on the one core");
+}
+
+/// Task sets the driver program submits may not take the ids of jobs of stages, whose
+/// events the DAG scheduler takes.
+#[test]
+fn a_task_set_in_the_id_range_of_jobs_of_stages_is_refused() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    for (stage, job) in [(crate::FIRST_JOB_ID, 1), (1, crate::FIRST_JOB_ID)] {
+        let error = core
+            .submit(t0, TaskSet::new(stage, job, 1, noop()))
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("which jobs of stages take"),
+            "{error}"
+        );
+    }
+    assert!(core.submit(t0, TaskSet::new(7, 7, 1, noop())).is_ok());
 }
