@@ -145,24 +145,29 @@ enum Format {
 fn read_back(store: &ShuffleStore, shuffle: u32, map: u32, read: Read, format: Format) -> Sum {
     let mut sum = Sum::default();
     let mut pieces = Vec::with_capacity(64);
-    let mut reassembly = RecordPieces::new();
     for reduce in 0..PARTITIONS {
         pieces.clear();
         match read {
             Read::Local => pieces.extend(store.read_block(shuffle, map, reduce).unwrap()),
             Read::Fetched => {
                 let mut offset = 0;
+                // The block's size comes with its first chunk, as a map status announces
+                // it to a fetching reducer.
+                let mut reassembly: Option<RecordPieces> = None;
                 loop {
                     let (chunk, total) = store
                         .read_range(shuffle, map, reduce, offset, CHUNK)
                         .unwrap();
                     offset += chunk.len() as u64;
-                    reassembly.push(chunk, &mut pieces);
+                    reassembly
+                        .get_or_insert_with(|| RecordPieces::new(total))
+                        .push(chunk, &mut pieces)
+                        .unwrap();
                     if offset >= total {
                         break;
                     }
                 }
-                reassembly.finish().unwrap();
+                reassembly.expect("a chunk was read").finish().unwrap();
             }
         }
         for piece in &pieces {
