@@ -91,7 +91,7 @@ impl Sum {
 /// Writes `records` records of [`RECORD_SIZE`] bytes, as `shuffle-write` does (each to
 /// the partition of the hash of its first 8 bytes), as map output `map` of `shuffle`.
 fn write_plain(store: &Arc<ShuffleStore>, shuffle: u32, map: u32, records: u64) -> Sum {
-    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS);
+    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS).unwrap();
     let mut record = [0u8; RECORD_SIZE];
     let mut state = u64::from(map);
     let mut sum = Sum::default();
@@ -111,7 +111,7 @@ fn write_plain(store: &Arc<ShuffleStore>, shuffle: u32, map: u32, records: u64) 
 /// Writes `records` keyed records (an 8-byte word, an 8-byte count), as
 /// `wordcount-map` does.
 fn write_keyed(store: &Arc<ShuffleStore>, shuffle: u32, map: u32, records: u64) -> Sum {
-    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS);
+    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS).unwrap();
     let mut state = u64::from(map);
     let mut sum = Sum::default();
     for i in 0..records {

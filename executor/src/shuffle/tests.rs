@@ -60,7 +60,7 @@ fn record(map: u32, partition: u32, i: u32) -> Vec<u8> {
 
 /// Writes `count` records to each of `partitions` partitions of map output `map`.
 fn write_map(store: &Arc<ShuffleStore>, map: u32, partitions: u32, count: u32) -> Vec<u64> {
-    let mut writer = ShuffleWriter::new(store.clone(), 1, map, partitions);
+    let mut writer = ShuffleWriter::new(store.clone(), 1, map, partitions).unwrap();
     for i in 0..count {
         for partition in 0..partitions {
             writer.write(partition, &record(map, partition, i)).unwrap();
@@ -99,7 +99,7 @@ fn what_is_written_is_read_back_by_partition() {
 fn keyed_records_go_to_their_keys_partition() {
     let dir = TempDir::new("keyed");
     let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
-    let mut writer = ShuffleWriter::new(store.clone(), 4, 0, 5);
+    let mut writer = ShuffleWriter::new(store.clone(), 4, 0, 5).unwrap();
     let words = ["apple", "pear", "fig", "kiwi", "plum", "lime", "date"];
     for word in words {
         writer.write_keyed(word.as_bytes(), b"1").unwrap();
@@ -118,7 +118,7 @@ fn keyed_records_go_to_their_keys_partition() {
         }
     }
     assert_eq!(seen, 7);
-    let mut writer = ShuffleWriter::new(store, 4, 1, 5);
+    let mut writer = ShuffleWriter::new(store, 4, 1, 5).unwrap();
     assert!(matches!(
         writer.write(5, b"x"),
         Err(ShuffleError::NoSuchPartition {
@@ -133,7 +133,7 @@ fn a_writer_over_the_memory_bound_spills_and_loses_nothing() {
     let dir = TempDir::new("spill");
     let limit = 64 << 10;
     let store = Arc::new(ShuffleStore::new(&dir.0, "1", limit));
-    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 4);
+    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 4).unwrap();
     let mut peak = 0;
     for i in 0..20_000 {
         writer.write(i % 4, &record(0, i % 4, i)).unwrap();
@@ -158,6 +158,87 @@ fn a_writer_over_the_memory_bound_spills_and_loses_nothing() {
             .collect();
         assert_eq!(got, want);
     }
+}
+
+#[test]
+fn many_partitions_stay_within_the_memory_bound() {
+    let dir = TempDir::new("partitions");
+    let limit = 64 << 10;
+    // As many as the bound has room to keep track of.
+    let partitions = 600;
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", limit));
+
+    // One 1-byte record a partition: each bucket's first growth is the memory's share
+    // of one partition, not a fixed size that hundreds of buckets would take past it.
+    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, partitions).unwrap();
+    for partition in 0..partitions {
+        writer.write(partition, b"x").unwrap();
+        assert!(
+            store.memory().used() <= limit,
+            "held {} bytes after partition {partition}, over the bound of {limit}",
+            store.memory().used()
+        );
+    }
+    writer.commit();
+    for partition in [0, 299, partitions - 1] {
+        assert_eq!(
+            records_of(&store.read_block(1, 0, partition).unwrap()),
+            [b"x".to_vec()]
+        );
+    }
+    store.remove_shuffle(1);
+    assert_eq!(store.memory().used(), 0);
+
+    // Records larger than a bucket's share, many rounds of them: the writer spills and
+    // gives back what its empty buckets held, overdrawing by one record at most.
+    let record = [7u8; 200];
+    let overhead = (4 + record.len()) as u64;
+    let mut writer = ShuffleWriter::new(store.clone(), 2, 0, partitions).unwrap();
+    let mut peak = 0;
+    for round in 0..3 {
+        for partition in 0..partitions {
+            writer.write(partition, &record).unwrap();
+            peak = peak.max(store.memory().used());
+        }
+        assert!(writer.records_written() == u64::from(partitions) * (round + 1));
+    }
+    writer.commit();
+    assert!(
+        peak <= limit + overhead,
+        "held {peak} bytes, over the bound of {limit} plus one record ({overhead})"
+    );
+    assert!(dir.files() >= 1, "spilled to a file");
+    for partition in [0, 300, partitions - 1] {
+        let got = records_of(&store.read_block(2, 0, partition).unwrap());
+        assert_eq!(got, vec![record.to_vec(); 3], "partition {partition}");
+    }
+}
+
+#[test]
+fn partitions_whose_bookkeeping_exceeds_the_memory_are_refused() {
+    let dir = TempDir::new("too-many");
+    let limit = 64 << 10;
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", limit));
+    let most = (limit / writer::PARTITION_BOOKKEEPING) as u32;
+    assert!(ShuffleWriter::new(store.clone(), 1, 0, most).is_ok());
+    for partitions in [most + 1, u32::MAX] {
+        let error = ShuffleWriter::new(store.clone(), 1, 0, partitions).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ShuffleError::TooManyPartitions { partitions: p, key: "shuffle.maxMemory", limit: l, .. }
+                    if p == partitions && l == limit
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("{partitions} reduce partitions"))
+                && text.contains("shuffle.maxMemory"),
+            "{text}"
+        );
+    }
+    assert_eq!(store.memory().used(), 0);
 }
 
 #[test]
@@ -232,7 +313,7 @@ fn removing_a_shuffle_frees_its_memory_and_files_and_dropping_the_store_its_dire
 fn a_writer_dropped_without_commit_gives_its_memory_back() {
     let dir = TempDir::new("abort");
     let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
-    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 2);
+    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 2).unwrap();
     for i in 0..500 {
         writer.write(i % 2, b"some bytes of a record").unwrap();
     }
@@ -399,6 +480,56 @@ mod served {
         // A local block that went missing.
         let failure = failed(fetcher.fetch(1, 0, &[b.status(vec![10, 10])], &never));
         assert_eq!(failure.address, Some(b.location()));
+    }
+
+    #[test]
+    fn map_tasks_of_more_partitions_than_a_status_can_carry_are_refused() {
+        let dir = TempDir::new("status-size");
+        let side = Side::new(&dir, "a-rather-long-executor-id", 1 << 20);
+        let max_message = 1 << 20;
+        let tracker = side
+            .env
+            .handle()
+            .endpoint_ref(side.env.address(), flint_wire::MAP_OUTPUT_TRACKER_ENDPOINT);
+        let service = ShuffleService::new(
+            side.store.clone(),
+            side.fetcher(48 << 20, 1 << 20),
+            tracker,
+            side.location(),
+            Duration::from_secs(5),
+            max_message,
+        );
+        // The estimate is never below what a status takes archived.
+        for partitions in [0, 1, 1_000, 100_000] {
+            let status = side.status(vec![u64::MAX; partitions as usize]).unwrap();
+            let len = status.encode().len() as u64;
+            assert!(
+                len <= service.map_status_len(partitions),
+                "{partitions} partitions: {len} bytes"
+            );
+            drop(service.writer(1, 0, partitions).unwrap());
+        }
+        for partitions in [max_message as u32 / 8, u32::MAX] {
+            let error = service.writer(1, 0, partitions).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    ShuffleError::TooManyPartitions {
+                        key: "rpc.message.maxSize",
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            let text = error.to_string();
+            assert!(
+                text.contains(&format!("{partitions} reduce partitions"))
+                    && text.contains("the map status")
+                    && text.contains(&format!("({max_message} bytes)")),
+                "{text}"
+            );
+        }
+        assert_eq!(side.store.memory().used(), 0);
     }
 
     /// Takes asks and never answers them.
