@@ -58,9 +58,22 @@ fn record(map: u32, partition: u32, i: u32) -> Vec<u8> {
     format!("{map}:{partition}:{i}:{}", "x".repeat((i % 50) as usize)).into_bytes()
 }
 
-/// Writes `count` records to each of `partitions` partitions of map output `map`.
+/// Writes `count` records to each of `partitions` partitions of map output `map` of
+/// shuffle 1.
 fn write_map(store: &Arc<ShuffleStore>, map: u32, partitions: u32, count: u32) -> Vec<u64> {
-    let mut writer = ShuffleWriter::new(store.clone(), 1, map, partitions).unwrap();
+    write_output(store, 1, map, partitions, count)
+}
+
+/// Writes `count` records to each of `partitions` partitions of map output `map` of
+/// `shuffle`.
+fn write_output(
+    store: &Arc<ShuffleStore>,
+    shuffle: u32,
+    map: u32,
+    partitions: u32,
+    count: u32,
+) -> Vec<u64> {
+    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, partitions).unwrap();
     for i in 0..count {
         for partition in 0..partitions {
             writer.write(partition, &record(map, partition, i)).unwrap();
@@ -303,7 +316,8 @@ fn removing_a_shuffle_frees_its_memory_and_files_and_dropping_the_store_its_dire
     assert_eq!(store.memory().used(), 0);
     assert_eq!(store.outputs(), 0);
     assert_eq!(dir.files(), 0, "spill files removed with their outputs");
-    write_map(&store, 0, 2, 2_000);
+    write_output(&store, 2, 0, 2, 2_000);
+    assert!(dir.files() > 0);
     let spill_dir = store.dir().to_owned();
     drop(store);
     assert!(!spill_dir.exists(), "the store's directory goes with it");
@@ -329,16 +343,82 @@ fn a_second_attempt_replaces_the_first() {
     let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
     write_map(&store, 0, 1, 10);
     let first = store.memory().used();
-    write_map(&store, 0, 1, 10);
+    let mut second = ShuffleWriter::new(store.clone(), 1, 0, 1).unwrap();
+    for i in 0..5 {
+        second
+            .write(0, format!("second attempt {i}").as_bytes())
+            .unwrap();
+    }
+    let second_holds = store.memory().used() - first;
+    second.commit();
     assert_eq!(
         store.memory().used(),
-        first,
+        second_holds,
         "the first attempt's memory is freed"
     );
+    let want: Vec<Vec<u8>> = (0..5)
+        .map(|i| format!("second attempt {i}").into_bytes())
+        .collect();
+    assert_eq!(records_of(&store.read_block(1, 0, 0).unwrap()), want);
+    assert_eq!(store.outputs(), 1);
+}
+
+#[test]
+fn an_output_committed_after_its_shuffle_was_removed_is_dropped() {
+    let dir = TempDir::new("zombie");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", 32 << 10));
+    // A straggling attempt, still writing (and spilling) when the shuffle goes.
+    let mut zombie = ShuffleWriter::new(store.clone(), 1, 0, 2).unwrap();
+    for i in 0..2_000 {
+        zombie.write(i % 2, &record(0, i % 2, i)).unwrap();
+    }
+    assert!(dir.files() > 0, "the straggler spilled");
+    write_map(&store, 1, 2, 10);
+    store.remove_shuffle(1);
+    assert_eq!(store.outputs(), 0);
+    zombie.commit();
+    assert_eq!(store.outputs(), 0, "the late output is not kept");
+    assert_eq!(store.memory().used(), 0, "nor its memory");
+    assert_eq!(dir.files(), 0, "nor its spill file");
+    assert!(matches!(
+        store.read_block(1, 0, 0),
+        Err(ShuffleError::BlockNotFound { .. })
+    ));
+    // A late attempt of a map output committed before the removal is dropped alike.
+    write_map(&store, 1, 2, 10);
+    assert_eq!(store.outputs(), 0);
+    // Other shuffles are kept.
+    write_output(&store, 2, 0, 2, 10);
+    assert_eq!(store.outputs(), 1);
+}
+
+#[test]
+fn a_failed_eviction_keeps_the_output_for_the_next_one() {
+    let dir = TempDir::new("evict-fails");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
+    write_map(&store, 0, 2, 100);
+    let held = store.memory().used();
+    assert!(held > 0);
+    assert_eq!(store.output_memory(1, 0), Some(held));
+    // A file where the spill directory goes: no spill file can be made (permissions
+    // would not stop a test running as root).
+    std::fs::write(store.dir(), b"in the way").unwrap();
+    assert_eq!(store.evict(u64::MAX), 0);
+    assert_eq!(store.memory().used(), held);
+    assert_eq!(store.output_memory(1, 0), Some(held));
+    std::fs::remove_file(store.dir()).unwrap();
     assert_eq!(
-        records_of(&store.read_block(1, 0, 0).unwrap()),
-        expected(0, 0, 10)
+        store.evict(u64::MAX),
+        held,
+        "the output is evicted after all"
     );
+    assert_eq!(store.memory().used(), 0);
+    assert_eq!(store.output_memory(1, 0), Some(0));
+    assert!(dir.files() >= 1);
+    for partition in 0..2 {
+        let got = records_of(&store.read_block(1, 0, partition).unwrap());
+        assert_eq!(got, expected(0, partition, 100));
+    }
 }
 
 mod served {
