@@ -445,7 +445,7 @@ mod served {
             env.handle()
                 .register(
                     BLOCK_MANAGER_ENDPOINT,
-                    BlockServer::new(store.clone(), max_chunk, Duration::from_secs(5)),
+                    BlockServer::new(store.clone(), max_chunk, Duration::from_secs(5), 48 << 20),
                 )
                 .unwrap();
             Side { env, store, id }
