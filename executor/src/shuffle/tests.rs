@@ -267,6 +267,16 @@ fn older_outputs_are_spilled_first_to_make_room() {
         assert!(store.memory().used() <= limit, "{}", store.memory().used());
     }
     assert!(dir.files() >= 1, "the oldest outputs went to disk");
+    // Spilled are the oldest: a run of the first outputs, and only those.
+    let in_memory: Vec<bool> = (0..6)
+        .map(|map| store.output_memory(1, map).unwrap() > 0)
+        .collect();
+    let spilled = in_memory.iter().take_while(|&&held| !held).count();
+    assert!(
+        spilled >= 1 && in_memory[spilled..].iter().all(|&held| held),
+        "outputs in memory, oldest first: {in_memory:?}"
+    );
+    assert!(in_memory[5], "the newest stays in memory");
     for map in 0..6 {
         for partition in 0..2 {
             let got = records_of(&store.read_block(1, map, partition).unwrap());
@@ -610,6 +620,101 @@ mod served {
             );
         }
         assert_eq!(side.store.memory().used(), 0);
+    }
+
+    /// How a fake block server lies.
+    #[derive(Debug, Clone, Copy)]
+    enum Lie {
+        WrongOffset,
+        Oversized,
+        Empty,
+        BogusRecordLength,
+    }
+
+    /// Answers every FetchShuffleBlock with a chunk of a block of [`LIAR_BLOCK`] bytes,
+    /// wrong in one way.
+    struct Liar(Lie);
+
+    const LIAR_BLOCK: u64 = 100;
+
+    impl Endpoint for Liar {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, incoming: Incoming<'_>) {
+            let flint_wire::ArchivedMessage::FetchShuffleBlock {
+                offset, max_len, ..
+            } = incoming.message()
+            else {
+                return;
+            };
+            let (offset, asked) = (offset.to_native(), max_len.to_native() as usize);
+            let mut data = vec![b'r'; asked];
+            let offset = match self.0 {
+                Lie::WrongOffset => offset + 5,
+                Lie::Oversized => {
+                    data.extend_from_slice(&[0; 50]);
+                    offset
+                }
+                Lie::Empty => {
+                    data.clear();
+                    offset
+                }
+                Lie::BogusRecordLength => {
+                    data[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+                    offset
+                }
+            };
+            let _ = incoming.reply(&flint_wire::Message::ShuffleBlock {
+                offset,
+                total_size: LIAR_BLOCK,
+                data: Bytes::from(data),
+            });
+        }
+    }
+
+    #[test]
+    fn a_block_server_that_lies_is_a_fetch_failure_saying_how() {
+        let dir = TempDir::new("liar");
+        let b = Side::new(&dir, "b", 1 << 20);
+        let fetcher = b.fetcher(48 << 20, 1 << 20);
+        for (lie, says) in [
+            (
+                Lie::WrongOffset,
+                "the block server sent a chunk at offset 5 where 0 was asked",
+            ),
+            (
+                Lie::Oversized,
+                "the block server sent a chunk of 150 bytes past what was asked",
+            ),
+            (
+                Lie::Empty,
+                "the block server sent an empty chunk before the end of the block",
+            ),
+            (
+                Lie::BogusRecordLength,
+                "malformed records: a record at byte 0 runs past the block's end (100 bytes)",
+            ),
+        ] {
+            let liar = RpcEnv::new(&Conf::new()).unwrap();
+            liar.handle()
+                .register(BLOCK_MANAGER_ENDPOINT, Liar(lie))
+                .unwrap();
+            let location = BlockManagerId {
+                executor_id: "liar".into(),
+                host: "127.0.0.1".into(),
+                port: liar.address().port(),
+            };
+            let status = Some(MapStatus {
+                location: location.clone(),
+                sizes: vec![LIAR_BLOCK],
+            });
+            let failure = failed(fetcher.fetch(1, 0, &[status], &never));
+            assert_eq!(failure.address, Some(location), "{lie:?}");
+            assert_eq!(
+                (failure.shuffle_id, failure.map_index, failure.reduce_id),
+                (1, Some(0), 0),
+                "{lie:?}"
+            );
+            assert_eq!(failure.message, says, "{lie:?}");
+        }
     }
 
     /// Takes asks and never answers them.
