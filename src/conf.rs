@@ -320,5 +320,10 @@ mod tests {
             line.contains("3s") && line.contains("duration (ms)"),
             "{line}"
         );
+        // Spark's sizes in MiB when bare say so.
+        for key in ["reducer.maxSizeInFlight ", "rpc.message.maxSize "] {
+            let line = text.lines().find(|l| l.starts_with(key)).unwrap();
+            assert!(line.contains("size (MiB)"), "{line}");
+        }
     }
 }

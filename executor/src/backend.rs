@@ -623,7 +623,12 @@ fn start(
         .handle()
         .register(
             BLOCK_MANAGER_ENDPOINT,
-            BlockServer::new(store, max_chunk, ask_timeout),
+            BlockServer::new(
+                store,
+                max_chunk,
+                ask_timeout,
+                max_in_flight.max(max_chunk as u64),
+            ),
         )
         .map_err(|e| {
             ExecutorExit::Error(format!("Cannot start the executor's block server: {e}"))
@@ -656,7 +661,9 @@ fn start(
             ExecutorEndpoint {
                 backend: backend.clone(),
                 heartbeat_timer: None,
-                refused_chunks: RetriedReplies::new("FetchBlockChunk", ask_timeout),
+                // Only the driver reaches this endpoint, over the connection it opened,
+                // and it asks for the results it waits for: no bound of its own.
+                refused_chunks: RetriedReplies::new("FetchBlockChunk", ask_timeout, u64::MAX),
                 staged: Staged::with_capacity(STAGED_CAPACITY),
                 stranger_warnings: LogBudget::default(),
             },

@@ -46,7 +46,7 @@ pub const KEYS: &[KeyInfo] = &[
     KeyInfo::new(
         "reducer.maxSizeInFlight",
         Some("48m"),
-        Unit::Bytes,
+        Unit::Mebibytes,
         "Bytes of shuffle blocks a reduce task has requested and not yet received.",
     ),
     KeyInfo::new(
@@ -101,7 +101,8 @@ pub struct ExecutorConfig {
     /// `local.dir`: under it, the executor's own directory of shuffle spill files.
     pub local_dir: PathBuf,
     /// `reducer.maxSizeInFlight`: bytes of shuffle blocks one reduce task may have
-    /// requested and not yet received.
+    /// requested and not yet received. A bare number in the configuration is MiB, as in
+    /// Spark.
     pub max_size_in_flight: u64,
     /// `shuffle.maxMemory`: shuffle bytes held in memory (map tasks' buffers and their
     /// outputs) before the executor spills them to `local_dir`.
@@ -243,5 +244,27 @@ mod tests {
         assert_refused("blockManager.port", "65536");
         assert_refused("shuffle.maxMemory", "lots");
         assert_refused("reducer.maxSizeInFlight", "-1m");
+    }
+
+    #[test]
+    fn a_bare_max_size_in_flight_is_mebibytes_as_in_spark() {
+        for (value, bytes) in [
+            ("48", 48 << 20),
+            ("1", 1 << 20),
+            ("512k", 512 << 10),
+            ("2g", 2 << 30),
+        ] {
+            let c = read(&[("spark.reducer.maxSizeInFlight", value)]).unwrap();
+            assert_eq!(c.max_size_in_flight, bytes, "{value}");
+        }
+        let info = KEYS
+            .iter()
+            .find(|k| k.key == "reducer.maxSizeInFlight")
+            .unwrap();
+        assert_eq!(
+            info.unit.to_string(),
+            "size (MiB)",
+            "flint conf's unit column"
+        );
     }
 }

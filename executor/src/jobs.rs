@@ -9,7 +9,9 @@
 //! | `shuffle-count` | ignored | counts the records and bytes of its partition of every shuffle it reads; returns both as 8-byte little-endian numbers |
 //!
 //! Generated words and records are a function of the seed and the partition only
-//! ([`generated_text`]), so a driver program can compute what a job must find.
+//! ([`generated_text`]), so a driver program can compute what a job must find. A map
+//! task generates at most [`MAX_GENERATED_WORDS`] words from a vocabulary of at most
+//! [`MAX_VOCABULARY`]; larger numbers fail the task, saying so.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -22,6 +24,18 @@ use crate::task::{TaskContext, TaskError};
 
 /// Looks at the kill flag once per this many words or records.
 const KILL_CHECK: usize = 1 << 16;
+
+/// The most words one `wordcount-map` task generates: its text (a few bytes a word) is
+/// held in memory whole.
+pub const MAX_GENERATED_WORDS: u64 = 1 << 28;
+
+/// The largest vocabulary `wordcount-map` generates words from: every word of it is
+/// held in memory.
+pub const MAX_VOCABULARY: u64 = 1 << 20;
+
+/// The most bytes of generated text reserved before the first word is written: more is
+/// grown into as the words come.
+const INITIAL_TEXT: usize = 16 << 20;
 
 /// A step of a 64-bit LCG (Knuth's MMIX constants): cheap, deterministic, and good
 /// enough to pick words.
@@ -55,11 +69,15 @@ pub fn vocabulary_word(i: u64) -> String {
 }
 
 /// The text `wordcount-map` generates for `partition` from `gen:WORDS:VOCABULARY:SEED`:
-/// `words` words of a vocabulary of `vocabulary`, separated by spaces.
+/// `words` words of a vocabulary of `vocabulary`, separated by spaces. (The task refuses
+/// numbers above [`MAX_GENERATED_WORDS`] and [`MAX_VOCABULARY`]; this function takes
+/// any, and holds the text and the vocabulary in memory.)
 pub fn generated_text(partition: u32, words: u64, vocabulary: u64, seed: u64) -> Vec<u8> {
     let vocabulary: Vec<String> = (0..vocabulary.max(1)).map(vocabulary_word).collect();
     let mut state = seed ^ (u64::from(partition) << 32) ^ 0x9E37_79B9_7F4A_7C15;
-    let mut text = Vec::with_capacity(words as usize * 8);
+    let mut text = Vec::with_capacity(
+        usize::try_from(words.saturating_mul(8)).map_or(INITIAL_TEXT, |n| n.min(INITIAL_TEXT)),
+    );
     for _ in 0..words {
         let word = &vocabulary[(next(&mut state) % vocabulary.len() as u64) as usize];
         text.extend_from_slice(word.as_bytes());
@@ -79,10 +97,13 @@ pub fn count_words<'t, S: BuildHasher>(text: &'t [u8], counts: &mut HashMap<&'t 
 }
 
 /// The part of `text` split `partition` of `maps` reads: whole words from the first word
-/// that starts in its share of the bytes, through the last word that does.
+/// that starts in its share of the bytes, through the last word that does. A partition
+/// past the last (`partition >= maps`) reads nothing.
 pub fn split_of(text: &[u8], partition: u32, maps: u32) -> &[u8] {
-    let len = text.len() as u64;
-    let at = |p: u64| (len * p / u64::from(maps.max(1))) as usize;
+    let len = text.len() as u128;
+    let maps = u128::from(maps.max(1));
+    // In u128: a large file's length times a partition can pass u64.
+    let at = |p: u64| (len * u128::from(p).min(maps) / maps) as usize;
     let word_start = |mut i: usize| {
         // A split that starts inside a word leaves it to the split before.
         if i > 0 && i < text.len() && !text[i - 1].is_ascii_whitespace() {
@@ -122,6 +143,17 @@ pub fn wordcount_map(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskErro
     let split: &[u8] = if let Some(spec) = text.strip_prefix("gen:") {
         let [words, vocabulary, seed] =
             numbers(spec).ok_or_else(|| bad_input("wordcount-map", EXPECTED, input))?;
+        if words > MAX_GENERATED_WORDS {
+            return Err(TaskError::failed(format!(
+                "wordcount-map generates at most {MAX_GENERATED_WORDS} words a task, not {words}"
+            )));
+        }
+        if vocabulary > MAX_VOCABULARY {
+            return Err(TaskError::failed(format!(
+                "wordcount-map draws words from a vocabulary of at most {MAX_VOCABULARY}, \
+                 not {vocabulary}"
+            )));
+        }
         owned = generated_text(ctx.partition_id(), words, vocabulary, seed);
         &owned
     } else if let Some(spec) = text.strip_prefix("file:") {
@@ -129,6 +161,14 @@ pub fn wordcount_map(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskErro
             .split_once(':')
             .and_then(|(maps, path)| Some((maps.parse::<u32>().ok()?, path)))
             .ok_or_else(|| bad_input("wordcount-map", EXPECTED, input))?;
+        if ctx.partition_id() >= maps {
+            return Err(TaskError::failed(format!(
+                "wordcount-map of partition {} cannot read {path} split in {maps}: its \
+                 partitions are 0 to {}",
+                ctx.partition_id(),
+                i64::from(maps) - 1
+            )));
+        }
         owned = std::fs::read(path)
             .map_err(|e| TaskError::failed(format!("wordcount-map cannot read {path}: {e}")))?;
         split_of(&owned, ctx.partition_id(), maps)
@@ -253,6 +293,55 @@ mod tests {
             count_words(text, &mut whole);
             assert_eq!(all, whole, "{maps} splits");
         }
+    }
+
+    #[test]
+    fn splits_past_the_last_are_empty() {
+        let text = b"alpha beta gamma";
+        for (partition, maps) in [(3, 3), (7, 3), (u32::MAX, 1), (1, 0)] {
+            assert_eq!(
+                split_of(text, partition, maps),
+                b"",
+                "{partition} of {maps}"
+            );
+        }
+        assert_eq!(split_of(text, 0, 0), text);
+    }
+
+    #[test]
+    fn numbers_a_task_cannot_honour_fail_it_saying_why() {
+        let ctx = TaskContext::new(0, 0);
+        let run = |ctx: &TaskContext, input: &'static [u8]| {
+            wordcount_map(ctx, &Bytes::from_static(input))
+                .unwrap_err()
+                .to_string()
+        };
+        // 160 GB of text, were it generated.
+        let error = run(&ctx, b"gen:20000000000:10:1");
+        assert!(
+            error.contains(&format!("at most {MAX_GENERATED_WORDS} words"))
+                && error.contains("20000000000"),
+            "{error}"
+        );
+        let error = run(&ctx, b"gen:10:99999999999:1");
+        assert!(
+            error.contains(&format!("vocabulary of at most {MAX_VOCABULARY}")),
+            "{error}"
+        );
+        // A partition the file is not split into, checked before the file is read.
+        let mut ctx = TaskContext::new(0, 0);
+        ctx.partition_id = 5;
+        let error = run(&ctx, b"file:3:/nonexistent/words.txt");
+        assert!(
+            error.contains("partition 5") && error.contains("0 to 2"),
+            "{error}"
+        );
+        ctx.partition_id = 0;
+        let error = run(&ctx, b"file:0:/nonexistent/words.txt");
+        assert!(error.contains("split in 0"), "{error}");
+        // Within the bounds, the map runs on (and fails later, outside a stage).
+        let error = run(&ctx, b"gen:1000:1000:1");
+        assert!(error.contains("not a shuffle map task"), "{error}");
     }
 
     #[test]

@@ -261,9 +261,12 @@ impl Inner {
             ));
         };
         service.start_task(stage.epoch, stage.statuses);
-        let writer = stage.writes.map(|writes| {
-            Mutex::new(service.writer(writes.shuffle_id, launch.partition_id, writes.partitions))
-        });
+        let writer = stage
+            .writes
+            .map(|writes| service.writer(writes.shuffle_id, launch.partition_id, writes.partitions))
+            .transpose()
+            .map_err(|e| e.to_string())?
+            .map(Mutex::new);
         Ok(StageContext {
             writer,
             reads: stage.reads().collect(),
@@ -609,6 +612,90 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(i, &b)| b == (i % 251) as u8));
+    }
+
+    #[test]
+    fn a_map_task_of_more_partitions_than_can_be_honoured_fails_saying_why() {
+        use crate::shuffle::{ShuffleFetcher, ShuffleService, ShuffleStore};
+        use flint_wire::{BlockManagerId, ShuffleWrite, TaskPayload};
+
+        let max_message = 1 << 20;
+        let (executor, rx) = executor(1, max_message, TaskRegistry::with_builtins());
+        let env = flint_rpc::RpcEnv::new(&flint_rpc::Conf::new()).unwrap();
+        let dir = std::env::temp_dir().join(format!("flint-runner-test-{}", std::process::id()));
+        let store = Arc::new(ShuffleStore::new(&dir, "7", 64 << 10));
+        let fetcher = ShuffleFetcher::new(
+            env.handle(),
+            store.clone(),
+            "7",
+            48 << 20,
+            1 << 20,
+            Duration::from_secs(5),
+            Duration::ZERO,
+        );
+        let tracker = env
+            .handle()
+            .endpoint_ref(env.address(), flint_wire::MAP_OUTPUT_TRACKER_ENDPOINT);
+        let location = BlockManagerId {
+            executor_id: "7".into(),
+            host: "127.0.0.1".into(),
+            port: env.address().port(),
+        };
+        executor.set_shuffle_service(Arc::new(ShuffleService::new(
+            store.clone(),
+            fetcher,
+            tracker,
+            location,
+            Duration::from_secs(5),
+            max_message,
+        )));
+        let map_task = |task_id, partitions| {
+            let writes = ShuffleWrite {
+                shuffle_id: 1,
+                partitions,
+            };
+            TaskDescription {
+                serialized_task: TaskPayload::encode_stage(
+                    "shuffle-write",
+                    b"10:8:1",
+                    0,
+                    Some(writes),
+                    &[],
+                    &[],
+                )
+                .unwrap(),
+                ..task(task_id, "shuffle-write", b"")
+            }
+        };
+        // Too many for the map status to fit a message; for the memory to keep track of;
+        // and a count that is honoured.
+        let cases: [(u32, Option<&str>); 3] = [
+            (u32::MAX, Some("rpc.message.maxSize")),
+            (10_000, Some("shuffle.maxMemory")),
+            (4, None),
+        ];
+        for (task_id, (partitions, refused_by)) in (1..).zip(cases) {
+            executor.launch_task(map_task(task_id, partitions)).unwrap();
+            let update = rx.recv_timeout(WAIT).unwrap();
+            match refused_by {
+                Some(key) => {
+                    let TaskOutcome::Failure { message, .. } = &update.outcome else {
+                        panic!("{update:?}")
+                    };
+                    assert_eq!(update.state, TaskState::Failed);
+                    assert!(
+                        message.contains(&format!("{partitions} reduce partitions"))
+                            && message.contains(key),
+                        "{message}"
+                    );
+                }
+                None => assert_eq!(update.state, TaskState::Finished, "{update:?}"),
+            }
+        }
+        assert_eq!(store.outputs(), 1, "only the honoured task's output");
+        assert!(executor.stop());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

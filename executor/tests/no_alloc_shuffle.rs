@@ -91,7 +91,7 @@ impl Sum {
 /// Writes `records` records of [`RECORD_SIZE`] bytes, as `shuffle-write` does (each to
 /// the partition of the hash of its first 8 bytes), as map output `map` of `shuffle`.
 fn write_plain(store: &Arc<ShuffleStore>, shuffle: u32, map: u32, records: u64) -> Sum {
-    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS);
+    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS).unwrap();
     let mut record = [0u8; RECORD_SIZE];
     let mut state = u64::from(map);
     let mut sum = Sum::default();
@@ -111,7 +111,7 @@ fn write_plain(store: &Arc<ShuffleStore>, shuffle: u32, map: u32, records: u64) 
 /// Writes `records` keyed records (an 8-byte word, an 8-byte count), as
 /// `wordcount-map` does.
 fn write_keyed(store: &Arc<ShuffleStore>, shuffle: u32, map: u32, records: u64) -> Sum {
-    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS);
+    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, PARTITIONS).unwrap();
     let mut state = u64::from(map);
     let mut sum = Sum::default();
     for i in 0..records {
@@ -145,24 +145,29 @@ enum Format {
 fn read_back(store: &ShuffleStore, shuffle: u32, map: u32, read: Read, format: Format) -> Sum {
     let mut sum = Sum::default();
     let mut pieces = Vec::with_capacity(64);
-    let mut reassembly = RecordPieces::new();
     for reduce in 0..PARTITIONS {
         pieces.clear();
         match read {
             Read::Local => pieces.extend(store.read_block(shuffle, map, reduce).unwrap()),
             Read::Fetched => {
                 let mut offset = 0;
+                // The block's size comes with its first chunk, as a map status announces
+                // it to a fetching reducer.
+                let mut reassembly: Option<RecordPieces> = None;
                 loop {
                     let (chunk, total) = store
                         .read_range(shuffle, map, reduce, offset, CHUNK)
                         .unwrap();
                     offset += chunk.len() as u64;
-                    reassembly.push(chunk, &mut pieces);
+                    reassembly
+                        .get_or_insert_with(|| RecordPieces::new(total))
+                        .push(chunk, &mut pieces)
+                        .unwrap();
                     if offset >= total {
                         break;
                     }
                 }
-                reassembly.finish().unwrap();
+                reassembly.expect("a chunk was read").finish().unwrap();
             }
         }
         for piece in &pieces {

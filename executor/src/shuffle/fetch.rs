@@ -197,7 +197,7 @@ impl ShuffleFetcher {
                 address,
                 size,
                 received: 0,
-                pieces: RecordPieces::new(),
+                pieces: RecordPieces::new(size),
             });
         }
         self.fetch_remote(read, &mut remote, &mut pieces, interrupted)?;
@@ -302,7 +302,9 @@ impl ShuffleFetcher {
                 return Err(blame(format!("the block server sent {bad}")));
             }
             block.received += data.len() as u64;
-            block.pieces.push(reply.frame().bytes_of(data), pieces);
+            if let Err(e) = block.pieces.push(reply.frame().bytes_of(data), pieces) {
+                return Err(blame(e.to_string()));
+            }
             if block.received < block.size {
                 waiting.push_front(arrived.block);
             } else if let Err(e) = block.pieces.finish() {

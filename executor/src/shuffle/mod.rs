@@ -67,6 +67,25 @@ pub enum ShuffleError {
         /// The shuffle's partitions.
         partitions: u32,
     },
+    /// A map task writes more reduce partitions than this executor can honour: their
+    /// bookkeeping would not fit `shuffle.maxMemory`, or the map status would not fit a
+    /// message.
+    #[error(
+        "a map output of {partitions} reduce partitions cannot be written here: {what} would \
+         take {need} bytes, more than {key} allows ({limit} bytes)"
+    )]
+    TooManyPartitions {
+        /// The partitions asked for.
+        partitions: u32,
+        /// What would not fit.
+        what: &'static str,
+        /// The bytes it would take.
+        need: u64,
+        /// The key that sets the limit.
+        key: &'static str,
+        /// The limit.
+        limit: u64,
+    },
     /// A record, or a block, too large for this machine or the record format.
     #[error("{0} bytes is too large")]
     TooLarge(u64),

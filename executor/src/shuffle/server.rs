@@ -16,6 +16,11 @@ use crate::reply_retry::{Answer, RetriedReplies};
 /// `max_chunk` bytes each (what a message can carry). A chunk within one memory segment
 /// is a view of it; one read from a spill file is read on this endpoint's loop, which
 /// serves blocks and nothing else.
+///
+/// A chunk its connection's outbox refuses is kept and sent again, within a bound on
+/// the bytes kept for every connection together: beyond it, the ask fails (or, when
+/// not even the error fits, goes unanswered), so that a peer that asks and never reads
+/// cannot make the server hold its replies without end.
 pub struct BlockServer {
     store: Arc<ShuffleStore>,
     max_chunk: u64,
@@ -25,12 +30,18 @@ pub struct BlockServer {
 
 impl BlockServer {
     /// A server of `store`'s blocks in chunks of at most `max_chunk` bytes, whose askers
-    /// wait `ask_timeout`.
-    pub fn new(store: Arc<ShuffleStore>, max_chunk: usize, ask_timeout: Duration) -> Self {
+    /// wait `ask_timeout`, keeping at most `max_kept` bytes of refused chunks (the
+    /// executor keeps `reducer.maxSizeInFlight`, what one reducer may ask for at once).
+    pub fn new(
+        store: Arc<ShuffleStore>,
+        max_chunk: usize,
+        ask_timeout: Duration,
+        max_kept: u64,
+    ) -> Self {
         BlockServer {
             store,
             max_chunk: max_chunk as u64,
-            refused: RetriedReplies::new("FetchShuffleBlock", ask_timeout),
+            refused: RetriedReplies::new("FetchShuffleBlock", ask_timeout, max_kept),
             peer_warnings: LogBudget::default(),
         }
     }

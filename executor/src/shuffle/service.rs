@@ -15,7 +15,10 @@ use rkyv::rancor;
 use tracing::debug;
 
 use super::wait::next_arrival;
-use super::{FetchError, ShuffleFetcher, ShuffleStore, ShuffleWriter};
+use super::{FetchError, ShuffleError, ShuffleFetcher, ShuffleStore, ShuffleWriter};
+
+/// Bytes of an archived map status besides its sizes and its location's text.
+const MAP_STATUS_OVERHEAD: u64 = 64;
 
 /// A shuffle's statuses, by map partition, as the driver served them.
 pub type MapStatuses = Arc<[Option<MapStatus>]>;
@@ -78,8 +81,36 @@ impl ShuffleService {
     }
 
     /// A writer of map output `map` of `shuffle_id`, with `partitions` buckets.
-    pub fn writer(&self, shuffle_id: u32, map: u32, partitions: u32) -> ShuffleWriter {
+    ///
+    /// Refused when the output's map status (8 bytes a partition) would not fit in a
+    /// message of `rpc.message.maxSize` (the `max_decoded` this service was made with),
+    /// since the driver could then never serve it, or when the partitions' bookkeeping
+    /// would not fit the shuffle memory ([`ShuffleWriter::new`]).
+    pub fn writer(
+        &self,
+        shuffle_id: u32,
+        map: u32,
+        partitions: u32,
+    ) -> Result<ShuffleWriter, ShuffleError> {
+        let status = self.map_status_len(partitions);
+        let limit = self.max_decoded as u64;
+        if status > limit {
+            return Err(ShuffleError::TooManyPartitions {
+                partitions,
+                what: "the map status",
+                need: status,
+                key: "rpc.message.maxSize",
+                limit,
+            });
+        }
         ShuffleWriter::new(self.store.clone(), shuffle_id, map, partitions)
+    }
+
+    /// At least the bytes of the archived map status of an output of `partitions`
+    /// reduce partitions written here.
+    pub(crate) fn map_status_len(&self, partitions: u32) -> u64 {
+        let location = self.location.executor_id.len() + self.location.host.len();
+        u64::from(partitions) * 8 + location as u64 + MAP_STATUS_OVERHEAD
     }
 
     /// The status of a committed map output of `sizes` bytes per reduce partition.

@@ -8,7 +8,7 @@
 //! needs room ([`ShuffleStore::evict`]). Spill files are removed with the last segment
 //! that refers to them, and the executor's spill directory when the store is dropped.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -130,11 +130,17 @@ struct MapOutput {
     generation: u64,
 }
 
+/// Removed shuffles remembered, to refuse their late outputs: shuffle ids only grow, so
+/// the oldest removals, forgotten first, are the least likely to see a late commit.
+const REMOVED_REMEMBERED: usize = 1024;
+
 #[derive(Debug, Default)]
 struct Outputs {
     maps: HashMap<(u32, u32), MapOutput>,
     /// Outputs that hold memory, oldest commit first (some may have gone since).
     in_memory: VecDeque<(u32, u32, u64)>,
+    /// The latest shuffles removed, at most [`REMOVED_REMEMBERED`] of them.
+    removed: BTreeSet<u32>,
 }
 
 /// The map outputs of one executor, shared by its task runners (which write and read
@@ -192,6 +198,10 @@ impl ShuffleStore {
     /// Records map output `map` of `shuffle`, whose memory segments hold `memory` bytes of
     /// the shuffle memory (reserved by its writer), in place of any output of an earlier
     /// attempt. Returns the size of each block.
+    ///
+    /// The output of a shuffle already removed (a straggling or speculative attempt that
+    /// ended after the driver let the shuffle go) is dropped at once, memory and files:
+    /// nobody would ever remove it again.
     pub(crate) fn commit(
         &self,
         shuffle: u32,
@@ -202,6 +212,13 @@ impl ShuffleStore {
         let sizes = blocks.iter().map(Block::len).collect();
         let generation = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut outputs = self.lock();
+        if outputs.removed.contains(&shuffle) {
+            drop(outputs);
+            debug!("Map output {map} of shuffle {shuffle} dropped: the shuffle was removed");
+            drop(blocks);
+            self.memory.release(memory);
+            return sizes;
+        }
         if memory > 0 {
             outputs.in_memory.push_back((shuffle, map, generation));
         }
@@ -308,9 +325,14 @@ impl ShuffleStore {
         Ok((data, total))
     }
 
-    /// Forgets every map output of `shuffle` (the driver no longer needs it).
+    /// Forgets every map output of `shuffle` (the driver no longer needs it), and refuses
+    /// those committed later.
     pub fn remove_shuffle(&self, shuffle: u32) {
         let mut outputs = self.lock();
+        outputs.removed.insert(shuffle);
+        if outputs.removed.len() > REMOVED_REMEMBERED {
+            outputs.removed.pop_first();
+        }
         let mut freed = 0;
         outputs.maps.retain(|&(s, _), output| {
             if s == shuffle {
@@ -374,6 +396,8 @@ impl ShuffleStore {
                         "Cannot spill map output {} of shuffle {}: {e}",
                         key.1, key.0
                     );
+                    // Still in memory: the next eviction tries it again, first.
+                    self.lock().in_memory.push_front((key.0, key.1, generation));
                     break;
                 }
             }
@@ -402,6 +426,15 @@ impl ShuffleStore {
     pub fn outputs(&self) -> usize {
         self.lock().maps.len()
     }
+
+    /// Shuffle memory map output `map` of `shuffle` holds (0 once spilled), if it is
+    /// held; for tests and metrics.
+    pub fn output_memory(&self, shuffle: u32, map: u32) -> Option<u64> {
+        self.lock()
+            .maps
+            .get(&(shuffle, map))
+            .map(|output| output.memory)
+    }
 }
 
 impl Drop for ShuffleStore {
@@ -425,4 +458,25 @@ impl Drop for ShuffleStore {
 
 fn to_usize(n: u64) -> Result<usize, ShuffleError> {
     usize::try_from(n).map_err(|_| ShuffleError::TooLarge(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_removed_shuffles_remembered_are_the_latest_and_bounded() {
+        let store = ShuffleStore::new(&std::env::temp_dir(), "1", 1 << 20);
+        let last = REMOVED_REMEMBERED as u32 + 100;
+        for shuffle in 0..=last {
+            store.remove_shuffle(shuffle);
+        }
+        let outputs = store.lock();
+        assert_eq!(outputs.removed.len(), REMOVED_REMEMBERED);
+        assert_eq!(
+            outputs.removed.first(),
+            Some(&(last + 1 - REMOVED_REMEMBERED as u32))
+        );
+        assert_eq!(outputs.removed.last(), Some(&last));
+    }
 }

@@ -58,9 +58,22 @@ fn record(map: u32, partition: u32, i: u32) -> Vec<u8> {
     format!("{map}:{partition}:{i}:{}", "x".repeat((i % 50) as usize)).into_bytes()
 }
 
-/// Writes `count` records to each of `partitions` partitions of map output `map`.
+/// Writes `count` records to each of `partitions` partitions of map output `map` of
+/// shuffle 1.
 fn write_map(store: &Arc<ShuffleStore>, map: u32, partitions: u32, count: u32) -> Vec<u64> {
-    let mut writer = ShuffleWriter::new(store.clone(), 1, map, partitions);
+    write_output(store, 1, map, partitions, count)
+}
+
+/// Writes `count` records to each of `partitions` partitions of map output `map` of
+/// `shuffle`.
+fn write_output(
+    store: &Arc<ShuffleStore>,
+    shuffle: u32,
+    map: u32,
+    partitions: u32,
+    count: u32,
+) -> Vec<u64> {
+    let mut writer = ShuffleWriter::new(store.clone(), shuffle, map, partitions).unwrap();
     for i in 0..count {
         for partition in 0..partitions {
             writer.write(partition, &record(map, partition, i)).unwrap();
@@ -99,7 +112,7 @@ fn what_is_written_is_read_back_by_partition() {
 fn keyed_records_go_to_their_keys_partition() {
     let dir = TempDir::new("keyed");
     let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
-    let mut writer = ShuffleWriter::new(store.clone(), 4, 0, 5);
+    let mut writer = ShuffleWriter::new(store.clone(), 4, 0, 5).unwrap();
     let words = ["apple", "pear", "fig", "kiwi", "plum", "lime", "date"];
     for word in words {
         writer.write_keyed(word.as_bytes(), b"1").unwrap();
@@ -118,7 +131,7 @@ fn keyed_records_go_to_their_keys_partition() {
         }
     }
     assert_eq!(seen, 7);
-    let mut writer = ShuffleWriter::new(store, 4, 1, 5);
+    let mut writer = ShuffleWriter::new(store, 4, 1, 5).unwrap();
     assert!(matches!(
         writer.write(5, b"x"),
         Err(ShuffleError::NoSuchPartition {
@@ -133,7 +146,7 @@ fn a_writer_over_the_memory_bound_spills_and_loses_nothing() {
     let dir = TempDir::new("spill");
     let limit = 64 << 10;
     let store = Arc::new(ShuffleStore::new(&dir.0, "1", limit));
-    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 4);
+    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 4).unwrap();
     let mut peak = 0;
     for i in 0..20_000 {
         writer.write(i % 4, &record(0, i % 4, i)).unwrap();
@@ -161,6 +174,87 @@ fn a_writer_over_the_memory_bound_spills_and_loses_nothing() {
 }
 
 #[test]
+fn many_partitions_stay_within_the_memory_bound() {
+    let dir = TempDir::new("partitions");
+    let limit = 64 << 10;
+    // As many as the bound has room to keep track of.
+    let partitions = 600;
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", limit));
+
+    // One 1-byte record a partition: each bucket's first growth is the memory's share
+    // of one partition, not a fixed size that hundreds of buckets would take past it.
+    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, partitions).unwrap();
+    for partition in 0..partitions {
+        writer.write(partition, b"x").unwrap();
+        assert!(
+            store.memory().used() <= limit,
+            "held {} bytes after partition {partition}, over the bound of {limit}",
+            store.memory().used()
+        );
+    }
+    writer.commit();
+    for partition in [0, 299, partitions - 1] {
+        assert_eq!(
+            records_of(&store.read_block(1, 0, partition).unwrap()),
+            [b"x".to_vec()]
+        );
+    }
+    store.remove_shuffle(1);
+    assert_eq!(store.memory().used(), 0);
+
+    // Records larger than a bucket's share, many rounds of them: the writer spills and
+    // gives back what its empty buckets held, overdrawing by one record at most.
+    let record = [7u8; 200];
+    let overhead = (4 + record.len()) as u64;
+    let mut writer = ShuffleWriter::new(store.clone(), 2, 0, partitions).unwrap();
+    let mut peak = 0;
+    for round in 0..3 {
+        for partition in 0..partitions {
+            writer.write(partition, &record).unwrap();
+            peak = peak.max(store.memory().used());
+        }
+        assert!(writer.records_written() == u64::from(partitions) * (round + 1));
+    }
+    writer.commit();
+    assert!(
+        peak <= limit + overhead,
+        "held {peak} bytes, over the bound of {limit} plus one record ({overhead})"
+    );
+    assert!(dir.files() >= 1, "spilled to a file");
+    for partition in [0, 300, partitions - 1] {
+        let got = records_of(&store.read_block(2, 0, partition).unwrap());
+        assert_eq!(got, vec![record.to_vec(); 3], "partition {partition}");
+    }
+}
+
+#[test]
+fn partitions_whose_bookkeeping_exceeds_the_memory_are_refused() {
+    let dir = TempDir::new("too-many");
+    let limit = 64 << 10;
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", limit));
+    let most = (limit / writer::PARTITION_BOOKKEEPING) as u32;
+    assert!(ShuffleWriter::new(store.clone(), 1, 0, most).is_ok());
+    for partitions in [most + 1, u32::MAX] {
+        let error = ShuffleWriter::new(store.clone(), 1, 0, partitions).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ShuffleError::TooManyPartitions { partitions: p, key: "shuffle.maxMemory", limit: l, .. }
+                    if p == partitions && l == limit
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("{partitions} reduce partitions"))
+                && text.contains("shuffle.maxMemory"),
+            "{text}"
+        );
+    }
+    assert_eq!(store.memory().used(), 0);
+}
+
+#[test]
 fn older_outputs_are_spilled_first_to_make_room() {
     let dir = TempDir::new("evict");
     let limit = 256 << 10;
@@ -173,6 +267,16 @@ fn older_outputs_are_spilled_first_to_make_room() {
         assert!(store.memory().used() <= limit, "{}", store.memory().used());
     }
     assert!(dir.files() >= 1, "the oldest outputs went to disk");
+    // Spilled are the oldest: a run of the first outputs, and only those.
+    let in_memory: Vec<bool> = (0..6)
+        .map(|map| store.output_memory(1, map).unwrap() > 0)
+        .collect();
+    let spilled = in_memory.iter().take_while(|&&held| !held).count();
+    assert!(
+        spilled >= 1 && in_memory[spilled..].iter().all(|&held| held),
+        "outputs in memory, oldest first: {in_memory:?}"
+    );
+    assert!(in_memory[5], "the newest stays in memory");
     for map in 0..6 {
         for partition in 0..2 {
             let got = records_of(&store.read_block(1, map, partition).unwrap());
@@ -222,7 +326,8 @@ fn removing_a_shuffle_frees_its_memory_and_files_and_dropping_the_store_its_dire
     assert_eq!(store.memory().used(), 0);
     assert_eq!(store.outputs(), 0);
     assert_eq!(dir.files(), 0, "spill files removed with their outputs");
-    write_map(&store, 0, 2, 2_000);
+    write_output(&store, 2, 0, 2, 2_000);
+    assert!(dir.files() > 0);
     let spill_dir = store.dir().to_owned();
     drop(store);
     assert!(!spill_dir.exists(), "the store's directory goes with it");
@@ -232,7 +337,7 @@ fn removing_a_shuffle_frees_its_memory_and_files_and_dropping_the_store_its_dire
 fn a_writer_dropped_without_commit_gives_its_memory_back() {
     let dir = TempDir::new("abort");
     let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
-    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 2);
+    let mut writer = ShuffleWriter::new(store.clone(), 1, 0, 2).unwrap();
     for i in 0..500 {
         writer.write(i % 2, b"some bytes of a record").unwrap();
     }
@@ -248,16 +353,82 @@ fn a_second_attempt_replaces_the_first() {
     let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
     write_map(&store, 0, 1, 10);
     let first = store.memory().used();
-    write_map(&store, 0, 1, 10);
+    let mut second = ShuffleWriter::new(store.clone(), 1, 0, 1).unwrap();
+    for i in 0..5 {
+        second
+            .write(0, format!("second attempt {i}").as_bytes())
+            .unwrap();
+    }
+    let second_holds = store.memory().used() - first;
+    second.commit();
     assert_eq!(
         store.memory().used(),
-        first,
+        second_holds,
         "the first attempt's memory is freed"
     );
+    let want: Vec<Vec<u8>> = (0..5)
+        .map(|i| format!("second attempt {i}").into_bytes())
+        .collect();
+    assert_eq!(records_of(&store.read_block(1, 0, 0).unwrap()), want);
+    assert_eq!(store.outputs(), 1);
+}
+
+#[test]
+fn an_output_committed_after_its_shuffle_was_removed_is_dropped() {
+    let dir = TempDir::new("zombie");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", 32 << 10));
+    // A straggling attempt, still writing (and spilling) when the shuffle goes.
+    let mut zombie = ShuffleWriter::new(store.clone(), 1, 0, 2).unwrap();
+    for i in 0..2_000 {
+        zombie.write(i % 2, &record(0, i % 2, i)).unwrap();
+    }
+    assert!(dir.files() > 0, "the straggler spilled");
+    write_map(&store, 1, 2, 10);
+    store.remove_shuffle(1);
+    assert_eq!(store.outputs(), 0);
+    zombie.commit();
+    assert_eq!(store.outputs(), 0, "the late output is not kept");
+    assert_eq!(store.memory().used(), 0, "nor its memory");
+    assert_eq!(dir.files(), 0, "nor its spill file");
+    assert!(matches!(
+        store.read_block(1, 0, 0),
+        Err(ShuffleError::BlockNotFound { .. })
+    ));
+    // A late attempt of a map output committed before the removal is dropped alike.
+    write_map(&store, 1, 2, 10);
+    assert_eq!(store.outputs(), 0);
+    // Other shuffles are kept.
+    write_output(&store, 2, 0, 2, 10);
+    assert_eq!(store.outputs(), 1);
+}
+
+#[test]
+fn a_failed_eviction_keeps_the_output_for_the_next_one() {
+    let dir = TempDir::new("evict-fails");
+    let store = Arc::new(ShuffleStore::new(&dir.0, "1", 1 << 20));
+    write_map(&store, 0, 2, 100);
+    let held = store.memory().used();
+    assert!(held > 0);
+    assert_eq!(store.output_memory(1, 0), Some(held));
+    // A file where the spill directory goes: no spill file can be made (permissions
+    // would not stop a test running as root).
+    std::fs::write(store.dir(), b"in the way").unwrap();
+    assert_eq!(store.evict(u64::MAX), 0);
+    assert_eq!(store.memory().used(), held);
+    assert_eq!(store.output_memory(1, 0), Some(held));
+    std::fs::remove_file(store.dir()).unwrap();
     assert_eq!(
-        records_of(&store.read_block(1, 0, 0).unwrap()),
-        expected(0, 0, 10)
+        store.evict(u64::MAX),
+        held,
+        "the output is evicted after all"
     );
+    assert_eq!(store.memory().used(), 0);
+    assert_eq!(store.output_memory(1, 0), Some(0));
+    assert!(dir.files() >= 1);
+    for partition in 0..2 {
+        let got = records_of(&store.read_block(1, 0, partition).unwrap());
+        assert_eq!(got, expected(0, partition, 100));
+    }
 }
 
 mod served {
@@ -284,7 +455,7 @@ mod served {
             env.handle()
                 .register(
                     BLOCK_MANAGER_ENDPOINT,
-                    BlockServer::new(store.clone(), max_chunk, Duration::from_secs(5)),
+                    BlockServer::new(store.clone(), max_chunk, Duration::from_secs(5), 48 << 20),
                 )
                 .unwrap();
             Side { env, store, id }
@@ -399,6 +570,151 @@ mod served {
         // A local block that went missing.
         let failure = failed(fetcher.fetch(1, 0, &[b.status(vec![10, 10])], &never));
         assert_eq!(failure.address, Some(b.location()));
+    }
+
+    #[test]
+    fn map_tasks_of_more_partitions_than_a_status_can_carry_are_refused() {
+        let dir = TempDir::new("status-size");
+        let side = Side::new(&dir, "a-rather-long-executor-id", 1 << 20);
+        let max_message = 1 << 20;
+        let tracker = side
+            .env
+            .handle()
+            .endpoint_ref(side.env.address(), flint_wire::MAP_OUTPUT_TRACKER_ENDPOINT);
+        let service = ShuffleService::new(
+            side.store.clone(),
+            side.fetcher(48 << 20, 1 << 20),
+            tracker,
+            side.location(),
+            Duration::from_secs(5),
+            max_message,
+        );
+        // The estimate is never below what a status takes archived.
+        for partitions in [0, 1, 1_000, 100_000] {
+            let status = side.status(vec![u64::MAX; partitions as usize]).unwrap();
+            let len = status.encode().len() as u64;
+            assert!(
+                len <= service.map_status_len(partitions),
+                "{partitions} partitions: {len} bytes"
+            );
+            drop(service.writer(1, 0, partitions).unwrap());
+        }
+        for partitions in [max_message as u32 / 8, u32::MAX] {
+            let error = service.writer(1, 0, partitions).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    ShuffleError::TooManyPartitions {
+                        key: "rpc.message.maxSize",
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            let text = error.to_string();
+            assert!(
+                text.contains(&format!("{partitions} reduce partitions"))
+                    && text.contains("the map status")
+                    && text.contains(&format!("({max_message} bytes)")),
+                "{text}"
+            );
+        }
+        assert_eq!(side.store.memory().used(), 0);
+    }
+
+    /// How a fake block server lies.
+    #[derive(Debug, Clone, Copy)]
+    enum Lie {
+        WrongOffset,
+        Oversized,
+        Empty,
+        BogusRecordLength,
+    }
+
+    /// Answers every FetchShuffleBlock with a chunk of a block of [`LIAR_BLOCK`] bytes,
+    /// wrong in one way.
+    struct Liar(Lie);
+
+    const LIAR_BLOCK: u64 = 100;
+
+    impl Endpoint for Liar {
+        fn receive(&mut self, _ctx: &mut EndpointContext<'_>, incoming: Incoming<'_>) {
+            let flint_wire::ArchivedMessage::FetchShuffleBlock {
+                offset, max_len, ..
+            } = incoming.message()
+            else {
+                return;
+            };
+            let (offset, asked) = (offset.to_native(), max_len.to_native() as usize);
+            let mut data = vec![b'r'; asked];
+            let offset = match self.0 {
+                Lie::WrongOffset => offset + 5,
+                Lie::Oversized => {
+                    data.extend_from_slice(&[0; 50]);
+                    offset
+                }
+                Lie::Empty => {
+                    data.clear();
+                    offset
+                }
+                Lie::BogusRecordLength => {
+                    data[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+                    offset
+                }
+            };
+            let _ = incoming.reply(&flint_wire::Message::ShuffleBlock {
+                offset,
+                total_size: LIAR_BLOCK,
+                data: Bytes::from(data),
+            });
+        }
+    }
+
+    #[test]
+    fn a_block_server_that_lies_is_a_fetch_failure_saying_how() {
+        let dir = TempDir::new("liar");
+        let b = Side::new(&dir, "b", 1 << 20);
+        let fetcher = b.fetcher(48 << 20, 1 << 20);
+        for (lie, says) in [
+            (
+                Lie::WrongOffset,
+                "the block server sent a chunk at offset 5 where 0 was asked",
+            ),
+            (
+                Lie::Oversized,
+                "the block server sent a chunk of 150 bytes past what was asked",
+            ),
+            (
+                Lie::Empty,
+                "the block server sent an empty chunk before the end of the block",
+            ),
+            (
+                Lie::BogusRecordLength,
+                "malformed records: a record at byte 0 runs past the block's end (100 bytes)",
+            ),
+        ] {
+            let liar = RpcEnv::new(&Conf::new()).unwrap();
+            liar.handle()
+                .register(BLOCK_MANAGER_ENDPOINT, Liar(lie))
+                .unwrap();
+            let location = BlockManagerId {
+                executor_id: "liar".into(),
+                host: "127.0.0.1".into(),
+                port: liar.address().port(),
+            };
+            let status = Some(MapStatus {
+                location: location.clone(),
+                sizes: vec![LIAR_BLOCK],
+            });
+            let failure = failed(fetcher.fetch(1, 0, &[status], &never));
+            assert_eq!(failure.address, Some(location), "{lie:?}");
+            assert_eq!(
+                (failure.shuffle_id, failure.map_index, failure.reduce_id),
+                (1, Some(0), 0),
+                "{lie:?}"
+            );
+            assert_eq!(failure.message, says, "{lie:?}");
+        }
     }
 
     /// Takes asks and never answers them.

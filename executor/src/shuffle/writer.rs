@@ -12,8 +12,15 @@ use super::store::{Block, Segment, ShuffleStore, SpillFile};
 use super::ShuffleError;
 
 /// The smallest a bucket grows to at once: small buckets would reserve memory a few bytes
-/// at a time.
+/// at a time. With many partitions it is less (see [`ShuffleWriter::new`]).
 const MIN_BUCKET: usize = 4 << 10;
+
+/// What a writer and its output keep per reduce partition besides the records: its
+/// bucket, its spilled ranges, its block, its size in the map status.
+pub(crate) const PARTITION_BOOKKEEPING: u64 = (std::mem::size_of::<BytesMut>()
+    + std::mem::size_of::<Vec<(u64, u64)>>()
+    + std::mem::size_of::<Block>()
+    + std::mem::size_of::<u64>()) as u64;
 
 /// The reduce partition of `key` among `partitions`: a hash of its bytes that every
 /// executor computes alike (no random seed), so that one key's records meet in one
@@ -32,6 +39,11 @@ pub fn partition_of(key: &[u8], partitions: u32) -> u32 {
 /// the executor's `shuffle.maxMemory`; when none is left, the store spills older map
 /// outputs first, then this writer appends its buckets to a spill file of its own and
 /// starts them again. Writing a record allocates nothing but when a bucket grows.
+///
+/// The shuffle memory is a bound whatever the number of partitions: a bucket's first
+/// growth is at most the memory's share of one partition, and a record that finds no
+/// room even after the writer spilled takes back the room of its other (empty) buckets.
+/// Only a record the pool cannot hold at all overdraws it, by that record's length.
 #[derive(Debug)]
 pub struct ShuffleWriter {
     store: Arc<ShuffleStore>,
@@ -43,24 +55,56 @@ pub struct ShuffleWriter {
     spill: Option<SpillFile>,
     /// Shuffle memory this writer holds: its buckets' capacity.
     reserved: u64,
+    /// The least a bucket grows to.
+    min_bucket: usize,
     records: u64,
     bytes: u64,
 }
 
 impl ShuffleWriter {
     /// A writer of map output `map_index` of `shuffle_id`, with `partitions` buckets.
-    pub fn new(store: Arc<ShuffleStore>, shuffle_id: u32, map_index: u32, partitions: u32) -> Self {
-        ShuffleWriter {
+    ///
+    /// Refused when the partitions' bookkeeping ([`PARTITION_BOOKKEEPING`] bytes each)
+    /// would not fit the store's shuffle memory: the partition count comes from the
+    /// task, and nothing is allocated for it before it is checked.
+    pub fn new(
+        store: Arc<ShuffleStore>,
+        shuffle_id: u32,
+        map_index: u32,
+        partitions: u32,
+    ) -> Result<Self, ShuffleError> {
+        let limit = store.memory().limit();
+        let bookkeeping = u64::from(partitions) * PARTITION_BOOKKEEPING;
+        if bookkeeping > limit {
+            return Err(ShuffleError::TooManyPartitions {
+                partitions,
+                what: "their bookkeeping",
+                need: bookkeeping,
+                key: "shuffle.maxMemory",
+                limit,
+            });
+        }
+        let mut buckets = Vec::new();
+        buckets
+            .try_reserve_exact(partitions as usize)
+            .map_err(|_| ShuffleError::TooLarge(bookkeeping))?;
+        buckets.extend((0..partitions).map(|_| BytesMut::new()));
+        // Every bucket at its least still fits in the shuffle memory: with many
+        // partitions, a fixed least would take more than the bound in first growths.
+        let share = limit / u64::from(partitions.max(1));
+        let min_bucket = usize::try_from(share).map_or(MIN_BUCKET, |s| s.clamp(1, MIN_BUCKET));
+        Ok(ShuffleWriter {
             store,
             shuffle_id,
             map_index,
-            buckets: (0..partitions).map(|_| BytesMut::new()).collect(),
+            buckets,
             spilled: Vec::new(),
             spill: None,
             reserved: 0,
+            min_bucket,
             records: 0,
             bytes: 0,
-        }
+        })
     }
 
     /// The reduce partitions: buckets written to.
@@ -141,12 +185,16 @@ impl ShuffleWriter {
 
     /// Makes room for `need` more bytes in bucket `index`: from the shuffle memory if it
     /// has some, else by spilling older outputs, else by spilling this writer's buckets
-    /// (whose capacity it keeps), and only then beyond the limit.
+    /// (whose capacity it keeps), else with the room of its other buckets, and only then
+    /// beyond the limit, by the record's length.
     #[cold]
     fn grow(&mut self, index: usize, need: usize) -> Result<(), ShuffleError> {
-        let (len, capacity) = (self.buckets[index].len(), self.buckets[index].capacity());
-        let target = (len + need).max(capacity.saturating_mul(2)).max(MIN_BUCKET);
-        let delta = (target - capacity) as u64;
+        let bucket = &self.buckets[index];
+        let (len, capacity) = (bucket.len(), bucket.capacity());
+        let mut target = (len + need)
+            .max(capacity.saturating_mul(2))
+            .max(self.min_bucket);
+        let mut delta = (target - capacity) as u64;
         let store = self.store.clone();
         let memory = store.memory();
         if !memory.try_reserve(delta) {
@@ -157,13 +205,21 @@ impl ShuffleWriter {
                 if bucket.capacity() - bucket.len() >= need {
                     return Ok(());
                 }
-                // Nothing left to spill: a record larger than this bucket has room for
-                // overdraws the limit by what it needs.
-                memory.force_reserve(delta);
+                // Every bucket is empty now. Room kept for the others is of no use to
+                // this record: given back, it lets the record in within the bound.
+                self.release_buckets();
+                target = need;
+                delta = need as u64;
+                if !memory.try_reserve(delta) {
+                    // The pool holds less than one record (others hold the rest):
+                    // overdrawn by that record alone.
+                    memory.force_reserve(delta);
+                }
             }
         }
         let bucket = &mut self.buckets[index];
-        bucket.reserve(target - len);
+        let capacity = bucket.capacity();
+        bucket.reserve(target - bucket.len());
         let grown = (bucket.capacity() - capacity) as u64;
         // Vec's growth may differ from the target by a little either way.
         if grown > delta {
@@ -173,6 +229,18 @@ impl ShuffleWriter {
         }
         self.reserved += grown;
         Ok(())
+    }
+
+    /// Frees every bucket's memory (they are all empty) and gives it back to the pool.
+    fn release_buckets(&mut self) {
+        let mut freed = 0;
+        for bucket in &mut self.buckets {
+            debug_assert!(bucket.is_empty());
+            freed += bucket.capacity() as u64;
+            *bucket = BytesMut::new();
+        }
+        self.reserved -= freed;
+        self.store.memory().release(freed);
     }
 
     /// Appends every bucket's records to this writer's spill file and empties the
