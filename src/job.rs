@@ -218,8 +218,13 @@ pub fn executor_conf(conf: &Conf) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A local cluster manager starting `program executor ...` with `cores` cores each and
-/// the executors' share of `conf`.
+/// The (hidden) option of `flint executor` that [`local_cluster`] passes: the executor
+/// was started by a driver, whose command already warned about the configuration it
+/// hands on, so the executor does not warn again.
+pub const STARTED_BY_DRIVER: &str = "started-by-driver";
+
+/// A local cluster manager starting `program executor --started-by-driver ...` (see
+/// [`STARTED_BY_DRIVER`]) with `cores` cores each and the executors' share of `conf`.
 pub fn local_cluster(
     program: impl Into<std::path::PathBuf>,
     cores: u32,
@@ -227,6 +232,7 @@ pub fn local_cluster(
 ) -> LocalClusterManager {
     let pairs = executor_conf(conf);
     LocalClusterManager::new(program, cores)
+        .with_args(["executor".to_owned(), format!("--{STARTED_BY_DRIVER}")])
         .with_conf(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use flint::bench::{run_bench, BenchOptions};
 use flint::executor::{run_executor, ExecutorConfig, TaskRegistry};
-use flint::job::{local_cluster, run_job, JobError, JobHooks, JobSpec, TaskSpec};
+use flint::job::{
+    local_cluster, run_job, JobError, JobHooks, JobSpec, TaskSpec, STARTED_BY_DRIVER,
+};
 use flint::rpc::Conf;
 use flint::scheduler::cluster_manager::SECRET_ENV;
 use flint::scheduler::{ClusterManager, SchedulerConfig, StandaloneExecutors};
@@ -161,6 +163,10 @@ struct ExecutorArgs {
     /// Configuration, KEY=VALUE.
     #[arg(long = "conf", value_name = "KEY=VALUE")]
     conf: Vec<String>,
+    /// Started by a driver's local cluster manager, with the driver's configuration,
+    /// about which the command the user typed has already warned.
+    #[arg(long = STARTED_BY_DRIVER, hide = true)]
+    started_by_driver: bool,
 }
 
 fn main() -> ExitCode {
@@ -198,13 +204,17 @@ fn init_logging() {
 
 /// The configuration of `--conf` arguments, checked as a whole. A key no crate reads is
 /// not an error (other tools' `spark.` keys pass through), but it is named in a warning
-/// with the closest known key, as it is most likely misspelt.
-fn parse_conf(pairs: &[String]) -> Result<Conf, String> {
+/// with the closest known key, as it is most likely misspelt, when `warn_unknown`: the
+/// executors a driver starts get its configuration, about which it warned already.
+fn parse_conf(pairs: &[String], warn_unknown: bool) -> Result<Conf, String> {
     let mut conf = Conf::from_pairs(pairs.iter().map(String::as_str)).map_err(|e| e.to_string())?;
     if let Ok(secret) = std::env::var(SECRET_ENV) {
         conf.set("authenticate.secret", secret);
     }
-    for unknown in flint::conf::unknown_keys(&conf) {
+    for unknown in flint::conf::unknown_keys(&conf)
+        .into_iter()
+        .filter(|_| warn_unknown)
+    {
         let hint = match unknown.suggestion {
             Some(known) => format!(" (did you mean {known}?)"),
             None => String::new(),
@@ -225,7 +235,7 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 }
 
 fn run(args: RunArgs) -> ExitCode {
-    let conf = match parse_conf(&args.job.conf) {
+    let conf = match parse_conf(&args.job.conf, true) {
         Ok(conf) => conf,
         Err(e) => return fail(e),
     };
@@ -259,7 +269,7 @@ fn run(args: RunArgs) -> ExitCode {
 }
 
 fn driver(args: DriverArgs) -> ExitCode {
-    let conf = match parse_conf(&args.job.conf) {
+    let conf = match parse_conf(&args.job.conf, true) {
         Ok(conf) => conf,
         Err(e) => return fail(e),
     };
@@ -444,7 +454,7 @@ fn bench(args: BenchArgs) -> ExitCode {
         }
     };
     // Checked as a whole first, before minutes of measuring.
-    let checked = match parse_conf(&args.conf) {
+    let checked = match parse_conf(&args.conf, true) {
         Ok(conf) => conf,
         Err(e) => return fail(e),
     };
@@ -513,7 +523,7 @@ fn resolve(address: &str) -> Result<SocketAddr, String> {
 }
 
 fn executor(args: ExecutorArgs) -> ExitCode {
-    let conf = match parse_conf(&args.conf) {
+    let conf = match parse_conf(&args.conf, !args.started_by_driver) {
         Ok(conf) => conf,
         Err(e) => return fail(e),
     };
