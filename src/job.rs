@@ -188,6 +188,33 @@ pub enum JobError {
     /// A stage's function name or input cannot be serialized.
     #[error(transparent)]
     Wire(#[from] WireError),
+    /// A job of stages failed: why, with its stages numbered as the user sees them.
+    #[error("{0}")]
+    Stages(String),
+    /// A job of stages did not end within its job timeout.
+    #[error("the {job} job did not finish within its job timeout of {timeout:?} (--job-timeout)")]
+    JobTimeout {
+        /// `wordcount` or `shuffle`.
+        job: &'static str,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// A word count's input cannot be read.
+    #[error("cannot read the input {}: {source}", path.display())]
+    Input {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A word count's output cannot be written.
+    #[error("cannot write the output {}: {source}", path.display())]
+    Output {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A job's results are not what its tasks must have produced.
     #[error("the job's results do not add up: {0}")]
     Check(String),

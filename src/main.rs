@@ -99,7 +99,8 @@ struct JobArgs {
     /// How long the job may take once they did, in seconds.
     #[arg(long, default_value_t = 3600)]
     job_timeout: u64,
-    /// Word count: words to generate, in all (split between the map tasks).
+    /// Word count: words to generate, in all (split between the map tasks, each making
+    /// as many: rounded up to a multiple of --maps).
     #[arg(long, default_value_t = 1_000_000, conflicts_with = "input")]
     words: u64,
     /// Word count: distinct words the generated words are drawn from.
@@ -111,16 +112,18 @@ struct JobArgs {
     /// Word count: where to write the counts, one `word<TAB>count` line per word.
     #[arg(long)]
     output: Option<std::path::PathBuf>,
-    /// Shuffle: records to shuffle, in all.
+    /// Shuffle: records to shuffle, in all (split between the map tasks, each making as
+    /// many: rounded up to a multiple of --maps).
     #[arg(long, default_value_t = 1_000_000)]
     records: u64,
     /// Shuffle: bytes of each record.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(8..=1_048_576))]
     record_size: u32,
-    /// Jobs of stages: map tasks (default: twice the executors' cores).
+    /// Jobs of stages: map tasks (default: twice the registered executors' cores).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     maps: Option<u32>,
-    /// Jobs of stages: reduce partitions (default: the executors' cores).
+    /// Jobs of stages: reduce partitions (default: default.parallelism if set, else the
+    /// registered executors' cores, at least 2).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     reduces: Option<u32>,
 }
@@ -289,6 +292,18 @@ fn run_and_report(
     job: &JobArgs,
     cluster: Box<dyn ClusterManager>,
 ) -> ExitCode {
+    let stages = match job.job {
+        JobKind::Tasks => None,
+        JobKind::Wordcount | JobKind::Shuffle => {
+            let stages = stages_spec(executors, cores, job);
+            // Before anything starts: a job of minutes would otherwise fail at its end,
+            // or after every attempt of its map tasks.
+            if let Err(e) = stages.check_files() {
+                return fail(e);
+            }
+            Some(stages)
+        }
+    };
     let spec = JobSpec {
         executors,
         cores,
@@ -351,23 +366,22 @@ fn run_and_report(
         progress: Some(&mut on_progress),
         interrupted: Some(&interrupted),
     };
-    let result = match job.job {
-        JobKind::Tasks => run_job(conf, &spec, cluster, hooks).map(|report| {
+    let result = match &stages {
+        None => run_job(conf, &spec, cluster, hooks).map(|report| {
             if job.json {
                 report.to_json()
             } else {
                 report.to_text()
             }
         }),
-        JobKind::Wordcount | JobKind::Shuffle => {
-            let stages = stages_spec(&spec, job);
+        Some(stages) => {
             let quiet = job.json;
             let mut on_stage = |line: &str| {
                 if !quiet {
                     let _ = writeln!(std::io::stderr(), "flint: {line}");
                 }
             };
-            run_stages(conf, &stages, cluster, hooks, &mut on_stage).map(|report| {
+            run_stages(conf, stages, cluster, hooks, &mut on_stage).map(|report| {
                 if job.json {
                     report.to_json()
                 } else {
@@ -404,10 +418,9 @@ fn run_and_report(
     }
 }
 
-/// The job of stages `--job` names, with its sizes.
-fn stages_spec(spec: &JobSpec, job: &JobArgs) -> StagesSpec {
-    // Standalone executors' cores are not known before they register: one each.
-    let cores = spec.executors.max(1) as u32 * spec.cores.max(1);
+/// The job of stages `--job` names, with its sizes; map tasks and reduce partitions not
+/// given are left to the executors that register.
+fn stages_spec(executors: usize, cores: u32, job: &JobArgs) -> StagesSpec {
     let workload = match job.job {
         JobKind::Wordcount => Workload::WordCount {
             source: match &job.input {
@@ -429,13 +442,13 @@ fn stages_spec(spec: &JobSpec, job: &JobArgs) -> StagesSpec {
         },
     };
     StagesSpec {
-        executors: spec.executors,
-        cores: spec.cores,
-        maps: job.maps.unwrap_or(2 * cores),
-        reduces: job.reduces.unwrap_or(cores),
+        executors,
+        cores,
+        maps: job.maps,
+        reduces: job.reduces,
         workload,
-        startup_timeout: spec.startup_timeout,
-        job_timeout: spec.job_timeout,
+        startup_timeout: Duration::from_secs(job.startup_timeout),
+        job_timeout: Duration::from_secs(job.job_timeout),
     }
 }
 
