@@ -686,13 +686,14 @@ impl Sim {
             let statuses = match exec.statuses.get(shuffle_id) {
                 Some(cached) => cached.clone(),
                 None => {
-                    let served = self
-                        .dag
-                        .map_output_tracker()
+                    let tracker = self.dag.map_output_tracker();
+                    let served = tracker
                         .statuses(shuffle_id)
                         .map(<[_]>::to_vec)
                         .unwrap_or_default();
-                    exec.statuses.insert(shuffle_id, served.clone());
+                    // Served with the driver's epoch, as MapOutputStatuses carries it.
+                    exec.statuses
+                        .insert(tracker.epoch(), shuffle_id, served.clone());
                     served
                 }
             };
