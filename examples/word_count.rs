@@ -18,7 +18,9 @@
 //! task functions plus `wc-split-count` and `wc-sum`.
 //!
 //! `cargo test` runs it too (it is a test target without a harness): a wrong count, a
-//! failed job or an executor that does not register in time exits non-zero.
+//! failed job or an executor that does not register in time exits non-zero. Run that
+//! way, its arguments are the test harness's (filters, flags) and it counts the text it
+//! makes; run by `cargo run`, a FILE that cannot be read is an error.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -81,16 +83,42 @@ fn sum(ctx: &TaskContext, _input: &Bytes) -> Result<Bytes, TaskError> {
     Ok(Bytes::from(lines))
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // Shown as a sentence, where returning it from main would show its Debug form.
+            eprintln!("word_count: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("executor") => executor_main(&args[1..]),
-        // A file to count; anything else is what `cargo test` passes a test target.
-        Some(path) if std::path::Path::new(path).is_file() => {
-            driver_main(std::fs::read_to_string(path)?)
+        Some(path) if !run_as_a_test() => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+            driver_main(text)
         }
         _ => driver_main(made_up_text()),
     }
+}
+
+/// Whether `cargo test` started this program, passing a test target's arguments (test
+/// name filters, harness flags) that are no file to count. Cargo runs a test target from
+/// its hashed file name, `word_count-HASH`, where `cargo run` runs `word_count`.
+fn run_as_a_test() -> bool {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.file_stem()?.to_str()?.to_owned()))
+        .and_then(|stem| {
+            let hash = stem.strip_prefix("word_count-")?.to_owned();
+            Some(hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+        .unwrap_or(false)
 }
 
 /// A text of a few thousand words with a skewed vocabulary.

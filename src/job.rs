@@ -188,6 +188,33 @@ pub enum JobError {
     /// A stage's function name or input cannot be serialized.
     #[error(transparent)]
     Wire(#[from] WireError),
+    /// A job of stages failed: why, with its stages numbered as the user sees them.
+    #[error("{0}")]
+    Stages(String),
+    /// A job of stages did not end within its job timeout.
+    #[error("the {job} job did not finish within its job timeout of {timeout:?} (--job-timeout)")]
+    JobTimeout {
+        /// `wordcount` or `shuffle`.
+        job: &'static str,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// A word count's input cannot be read.
+    #[error("cannot read the input {}: {source}", path.display())]
+    Input {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A word count's output cannot be written.
+    #[error("cannot write the output {}: {source}", path.display())]
+    Output {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A job's results are not what its tasks must have produced.
     #[error("the job's results do not add up: {0}")]
     Check(String),
@@ -218,8 +245,13 @@ pub fn executor_conf(conf: &Conf) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A local cluster manager starting `program executor ...` with `cores` cores each and
-/// the executors' share of `conf`.
+/// The (hidden) option of `flint executor` that [`local_cluster`] passes: the executor
+/// was started by a driver, whose command already warned about the configuration it
+/// hands on, so the executor does not warn again.
+pub const STARTED_BY_DRIVER: &str = "started-by-driver";
+
+/// A local cluster manager starting `program executor --started-by-driver ...` (see
+/// [`STARTED_BY_DRIVER`]) with `cores` cores each and the executors' share of `conf`.
 pub fn local_cluster(
     program: impl Into<std::path::PathBuf>,
     cores: u32,
@@ -227,6 +259,7 @@ pub fn local_cluster(
 ) -> LocalClusterManager {
     let pairs = executor_conf(conf);
     LocalClusterManager::new(program, cores)
+        .with_args(["executor".to_owned(), format!("--{STARTED_BY_DRIVER}")])
         .with_conf(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use flint::bench::{run_bench, BenchOptions};
 use flint::executor::{run_executor, ExecutorConfig, TaskRegistry};
-use flint::job::{local_cluster, run_job, JobError, JobHooks, JobSpec, TaskSpec};
+use flint::job::{
+    local_cluster, run_job, JobError, JobHooks, JobSpec, TaskSpec, STARTED_BY_DRIVER,
+};
 use flint::rpc::Conf;
 use flint::scheduler::cluster_manager::SECRET_ENV;
 use flint::scheduler::{ClusterManager, SchedulerConfig, StandaloneExecutors};
@@ -40,19 +42,31 @@ enum Command {
     Conf,
 }
 
+// Counts take allow_negative_numbers: without it, clap reads `--executors -5` as an
+// unknown option `-5`, where it is a value to refuse as invalid.
 #[derive(Debug, Args)]
 struct BenchArgs {
     /// Round trips measured for the floor, and one-task jobs for latency.
-    #[arg(long, default_value_t = 5_000, value_parser = at_least_one())]
+    #[arg(
+        long,
+        default_value_t = 5_000,
+        value_parser = at_least_one(),
+        allow_negative_numbers = true
+    )]
     samples: usize,
     /// Tasks of each throughput job.
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(
+        long,
+        default_value_t = 100_000,
+        value_parser = clap::value_parser!(u32).range(1..),
+        allow_negative_numbers = true
+    )]
     tasks: u32,
     /// Executors (of 1 core) of the throughput jobs.
-    #[arg(long, default_value_t = 2, value_parser = at_least_one())]
+    #[arg(long, default_value_t = 2, value_parser = at_least_one(), allow_negative_numbers = true)]
     executors: usize,
     /// executor.taskPrefetch of the pipelined job.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, allow_negative_numbers = true)]
     prefetch: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -79,7 +93,7 @@ struct JobArgs {
     #[arg(long, value_enum, default_value_t = JobKind::Tasks)]
     job: JobKind,
     /// Tasks in the job.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, allow_negative_numbers = true)]
     tasks: u32,
     /// What each task runs: noop, sleep:MS, echo:TEXT, fail-n-attempts:N,
     /// large-result:SIZE, spin:MS, exit-process:CODE (ends the executor process).
@@ -92,16 +106,27 @@ struct JobArgs {
     #[arg(long = "conf", value_name = "KEY=VALUE")]
     conf: Vec<String>,
     /// How long executors may take to register, in seconds.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, allow_negative_numbers = true)]
     startup_timeout: u64,
     /// How long the job may take once they did, in seconds.
-    #[arg(long, default_value_t = 3600)]
+    #[arg(long, default_value_t = 3600, allow_negative_numbers = true)]
     job_timeout: u64,
-    /// Word count: words to generate, in all (split between the map tasks).
-    #[arg(long, default_value_t = 1_000_000, conflicts_with = "input")]
+    /// Word count: words to generate, in all (split between the map tasks, each making
+    /// as many: rounded up to a multiple of --maps).
+    #[arg(
+        long,
+        default_value_t = 1_000_000,
+        conflicts_with = "input",
+        allow_negative_numbers = true
+    )]
     words: u64,
     /// Word count: distinct words the generated words are drawn from.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(
+        long,
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(1..),
+        allow_negative_numbers = true
+    )]
     vocabulary: u64,
     /// Word count: a text file to count (every executor must be able to read it).
     #[arg(long)]
@@ -109,27 +134,34 @@ struct JobArgs {
     /// Word count: where to write the counts, one `word<TAB>count` line per word.
     #[arg(long)]
     output: Option<std::path::PathBuf>,
-    /// Shuffle: records to shuffle, in all.
-    #[arg(long, default_value_t = 1_000_000)]
+    /// Shuffle: records to shuffle, in all (split between the map tasks, each making as
+    /// many: rounded up to a multiple of --maps).
+    #[arg(long, default_value_t = 1_000_000, allow_negative_numbers = true)]
     records: u64,
     /// Shuffle: bytes of each record.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(8..=1_048_576))]
+    #[arg(
+        long,
+        default_value_t = 100,
+        value_parser = clap::value_parser!(u32).range(8..=1_048_576),
+        allow_negative_numbers = true
+    )]
     record_size: u32,
-    /// Jobs of stages: map tasks (default: twice the executors' cores).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Jobs of stages: map tasks (default: twice the registered executors' cores).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     maps: Option<u32>,
-    /// Jobs of stages: reduce partitions (default: the executors' cores).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Jobs of stages: reduce partitions (default: default.parallelism if set, else the
+    /// registered executors' cores, at least 2).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     reduces: Option<u32>,
 }
 
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Executor processes to start.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
     executors: usize,
     /// Cores of each executor.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     cores: u32,
     #[command(flatten)]
     job: JobArgs,
@@ -138,7 +170,7 @@ struct RunArgs {
 #[derive(Debug, Args)]
 struct DriverArgs {
     /// Executors to wait for before the job starts.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     executors: usize,
     #[command(flatten)]
     job: JobArgs,
@@ -150,7 +182,7 @@ struct ExecutorArgs {
     #[arg(long)]
     driver: String,
     /// Cores to offer (tasks run at once).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     cores: u32,
     /// This executor's id (default: the process id).
     #[arg(long)]
@@ -161,10 +193,17 @@ struct ExecutorArgs {
     /// Configuration, KEY=VALUE.
     #[arg(long = "conf", value_name = "KEY=VALUE")]
     conf: Vec<String>,
+    /// Started by a driver's local cluster manager, with the driver's configuration,
+    /// about which the command the user typed has already warned.
+    #[arg(long = STARTED_BY_DRIVER, hide = true)]
+    started_by_driver: bool,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return command_line_error(e),
+    };
     init_logging();
     // A driver holds a connection, and a descriptor, per executor and more.
     if let Err(e) = flint_rpc::raise_descriptor_limit() {
@@ -180,6 +219,30 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// A command line clap refuses. `flint run` and `flint driver` under `--json` say so in
+/// one JSON object too, as they do every other failure; help and the version are not
+/// failures.
+fn command_line_error(error: clap::Error) -> ExitCode {
+    let _ = error.print();
+    if !error.use_stderr() {
+        return ExitCode::SUCCESS;
+    }
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let job_command = matches!(
+        args.first().and_then(|a| a.to_str()),
+        Some("run" | "driver")
+    );
+    if job_command && args.iter().any(|a| a == "--json") {
+        let text = error.render().to_string();
+        let first = text.lines().next().unwrap_or_default();
+        println!(
+            "{}",
+            flint::job::error_json(&first.strip_prefix("error: ").unwrap_or(first))
+        );
+    }
+    ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
 }
 
 /// Logs go to stderr; `FLINT_LOG` (or `RUST_LOG`) sets the filter, WARN by default so
@@ -198,13 +261,17 @@ fn init_logging() {
 
 /// The configuration of `--conf` arguments, checked as a whole. A key no crate reads is
 /// not an error (other tools' `spark.` keys pass through), but it is named in a warning
-/// with the closest known key, as it is most likely misspelt.
-fn parse_conf(pairs: &[String]) -> Result<Conf, String> {
+/// with the closest known key, as it is most likely misspelt, when `warn_unknown`: the
+/// executors a driver starts get its configuration, about which it warned already.
+fn parse_conf(pairs: &[String], warn_unknown: bool) -> Result<Conf, String> {
     let mut conf = Conf::from_pairs(pairs.iter().map(String::as_str)).map_err(|e| e.to_string())?;
     if let Ok(secret) = std::env::var(SECRET_ENV) {
         conf.set("authenticate.secret", secret);
     }
-    for unknown in flint::conf::unknown_keys(&conf) {
+    for unknown in flint::conf::unknown_keys(&conf)
+        .into_iter()
+        .filter(|_| warn_unknown)
+    {
         let hint = match unknown.suggestion {
             Some(known) => format!(" (did you mean {known}?)"),
             None => String::new(),
@@ -224,30 +291,60 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Why `flint run` or `flint driver` did not produce a report, and the code to exit with.
+struct Failure {
+    message: String,
+    code: ExitCode,
+}
+
+impl<T: std::fmt::Display> From<T> for Failure {
+    fn from(message: T) -> Self {
+        Failure {
+            message: message.to_string(),
+            code: ExitCode::FAILURE,
+        }
+    }
+}
+
+/// Prints the report, or the failure: for a person on stderr and, under `--json`, as
+/// one JSON object on stdout, where the report would have been.
+fn finish(json: bool, result: Result<String, Failure>) -> ExitCode {
+    match result {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(failure) => {
+            let _ = writeln!(std::io::stderr(), "flint: {}", failure.message);
+            if json {
+                println!("{}", flint::job::error_json(&failure.message));
+            }
+            failure.code
+        }
+    }
+}
+
 fn run(args: RunArgs) -> ExitCode {
-    let conf = match parse_conf(&args.job.conf) {
-        Ok(conf) => conf,
-        Err(e) => return fail(e),
-    };
+    let json = args.job.json;
+    finish(json, run_job_here(args))
+}
+
+fn run_job_here(args: RunArgs) -> Result<String, Failure> {
+    let conf = parse_conf(&args.job.conf, true)?;
     // Both would leave the job waiting for its timeout with nothing to run it on.
     if args.executors == 0 {
-        return fail("flint run needs at least 1 executor (--executors)");
+        return Err("flint run needs at least 1 executor (--executors)".into());
     }
     let task_cpus = SchedulerConfig::read(&conf).map_or(1, |c| c.task_cpus);
     if task_cpus > args.cores {
-        return fail(format!(
+        return Err(format!(
             "each task needs task.cpus={task_cpus} cores, but each executor has --cores {}",
             args.cores
-        ));
+        )
+        .into());
     }
-    let program = match std::env::current_exe() {
-        Ok(program) => program,
-        Err(e) => {
-            return fail(format!(
-                "cannot find the flint executable to start executors: {e}"
-            ))
-        }
-    };
+    let program = std::env::current_exe()
+        .map_err(|e| format!("cannot find the flint executable to start executors: {e}"))?;
     let cluster = local_cluster(program, args.cores, &conf);
     run_and_report(
         &conf,
@@ -259,10 +356,16 @@ fn run(args: RunArgs) -> ExitCode {
 }
 
 fn driver(args: DriverArgs) -> ExitCode {
-    let conf = match parse_conf(&args.job.conf) {
-        Ok(conf) => conf,
-        Err(e) => return fail(e),
-    };
+    let json = args.job.json;
+    finish(json, run_driver_here(args))
+}
+
+fn run_driver_here(args: DriverArgs) -> Result<String, Failure> {
+    let conf = parse_conf(&args.job.conf, true)?;
+    // The driver would wait for its job timeout with nothing to run the job on.
+    if args.executors == 0 {
+        return Err("flint driver needs at least 1 executor (--executors)".into());
+    }
     run_and_report(
         &conf,
         args.executors,
@@ -278,7 +381,17 @@ fn run_and_report(
     cores: u32,
     job: &JobArgs,
     cluster: Box<dyn ClusterManager>,
-) -> ExitCode {
+) -> Result<String, Failure> {
+    let stages = match job.job {
+        JobKind::Tasks => None,
+        JobKind::Wordcount | JobKind::Shuffle => {
+            let stages = stages_spec(executors, cores, job);
+            // Before anything starts: a job of minutes would otherwise fail at its end,
+            // or after every attempt of its map tasks.
+            stages.check_files()?;
+            Some(stages)
+        }
+    };
     let spec = JobSpec {
         executors,
         cores,
@@ -341,23 +454,22 @@ fn run_and_report(
         progress: Some(&mut on_progress),
         interrupted: Some(&interrupted),
     };
-    let result = match job.job {
-        JobKind::Tasks => run_job(conf, &spec, cluster, hooks).map(|report| {
+    let result = match &stages {
+        None => run_job(conf, &spec, cluster, hooks).map(|report| {
             if job.json {
                 report.to_json()
             } else {
                 report.to_text()
             }
         }),
-        JobKind::Wordcount | JobKind::Shuffle => {
-            let stages = stages_spec(&spec, job);
+        Some(stages) => {
             let quiet = job.json;
             let mut on_stage = |line: &str| {
                 if !quiet {
                     let _ = writeln!(std::io::stderr(), "flint: {line}");
                 }
             };
-            run_stages(conf, &stages, cluster, hooks, &mut on_stage).map(|report| {
+            run_stages(conf, stages, cluster, hooks, &mut on_stage).map(|report| {
                 if job.json {
                     report.to_json()
                 } else {
@@ -370,34 +482,27 @@ fn run_and_report(
         bar.finish_and_clear();
     }
     match result {
-        Ok(report) => {
-            println!("{report}");
-            ExitCode::SUCCESS
-        }
-        Err(JobError::Interrupted) => {
-            eprintln!("flint: interrupted; the driver and its executors were stopped");
+        Ok(report) => Ok(report),
+        Err(JobError::Interrupted) => Err(Failure {
+            message: "interrupted; the driver and its executors were stopped".to_owned(),
             // 128 + the signal's number, as a shell reports a job a signal ended.
-            if terminated.load(std::sync::atomic::Ordering::Relaxed) {
+            code: if terminated.load(std::sync::atomic::Ordering::Relaxed) {
                 ExitCode::from(143)
             } else {
                 ExitCode::from(130)
-            }
-        }
-        Err(e) if job.json => {
-            println!(
-                "{}",
-                flint::job::error_json(&format!("the job failed: {e}"))
-            );
-            ExitCode::FAILURE
-        }
-        Err(e) => fail(format!("the job failed: {e}")),
+            },
+        }),
+        // The job never started: the driver could not.
+        Err(JobError::Driver(flint::scheduler::DriverError::Rpc(
+            e @ flint::rpc::RpcError::Listen { .. },
+        ))) => Err(e.into()),
+        Err(e) => Err(format!("the job failed: {e}").into()),
     }
 }
 
-/// The job of stages `--job` names, with its sizes.
-fn stages_spec(spec: &JobSpec, job: &JobArgs) -> StagesSpec {
-    // Standalone executors' cores are not known before they register: one each.
-    let cores = spec.executors.max(1) as u32 * spec.cores.max(1);
+/// The job of stages `--job` names, with its sizes; map tasks and reduce partitions not
+/// given are left to the executors that register.
+fn stages_spec(executors: usize, cores: u32, job: &JobArgs) -> StagesSpec {
     let workload = match job.job {
         JobKind::Wordcount => Workload::WordCount {
             source: match &job.input {
@@ -419,13 +524,13 @@ fn stages_spec(spec: &JobSpec, job: &JobArgs) -> StagesSpec {
         },
     };
     StagesSpec {
-        executors: spec.executors,
-        cores: spec.cores,
-        maps: job.maps.unwrap_or(2 * cores),
-        reduces: job.reduces.unwrap_or(cores),
+        executors,
+        cores,
+        maps: job.maps,
+        reduces: job.reduces,
         workload,
-        startup_timeout: spec.startup_timeout,
-        job_timeout: spec.job_timeout,
+        startup_timeout: Duration::from_secs(job.startup_timeout),
+        job_timeout: Duration::from_secs(job.job_timeout),
     }
 }
 
@@ -444,7 +549,7 @@ fn bench(args: BenchArgs) -> ExitCode {
         }
     };
     // Checked as a whole first, before minutes of measuring.
-    let checked = match parse_conf(&args.conf) {
+    let checked = match parse_conf(&args.conf, true) {
         Ok(conf) => conf,
         Err(e) => return fail(e),
     };
@@ -513,7 +618,7 @@ fn resolve(address: &str) -> Result<SocketAddr, String> {
 }
 
 fn executor(args: ExecutorArgs) -> ExitCode {
-    let conf = match parse_conf(&args.conf) {
+    let conf = match parse_conf(&args.conf, !args.started_by_driver) {
         Ok(conf) => conf,
         Err(e) => return fail(e),
     };

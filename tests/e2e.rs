@@ -1001,16 +1001,22 @@ impl Drop for RunGuard {
 #[test]
 fn ctrl_c_stops_flint_run_and_every_executor_it_started() {
     // The terminal's Ctrl-C: a SIGINT to the whole foreground process group.
-    a_signal_stops_flint_run_and_every_executor_it_started("-INT", true, 130);
+    a_signal_stops_flint_run_and_every_executor_it_started("-INT", true, 130, false);
 }
 
 #[test]
 fn sigterm_stops_flint_run_and_every_executor_it_started() {
-    // `kill PID`, `timeout` or a service manager: a SIGTERM to flint run alone.
-    a_signal_stops_flint_run_and_every_executor_it_started("-TERM", false, 143);
+    // `kill PID`, `timeout` or a service manager: a SIGTERM to flint run alone. Under
+    // --json, the interruption is a failure like any other: one JSON object.
+    a_signal_stops_flint_run_and_every_executor_it_started("-TERM", false, 143, true);
 }
 
-fn a_signal_stops_flint_run_and_every_executor_it_started(signal: &str, to_group: bool, code: i32) {
+fn a_signal_stops_flint_run_and_every_executor_it_started(
+    signal: &str,
+    to_group: bool,
+    code: i32,
+    json: bool,
+) {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
 
@@ -1026,9 +1032,10 @@ fn a_signal_stops_flint_run_and_every_executor_it_started(signal: &str, to_group
             "--task",
             "sleep:5",
         ])
+        .args(json.then_some("--json"))
         .env("FLINT_LOG", "info")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(if json { Stdio::piped() } else { Stdio::null() })
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
@@ -1083,6 +1090,16 @@ fn a_signal_stops_flint_run_and_every_executor_it_started(signal: &str, to_group
         stderr.contains("flint: interrupted; the driver and its executors were stopped"),
         "{stderr}"
     );
+    if let Some(mut stdout) = guard.run.stdout.take() {
+        let mut report = String::new();
+        stdout.read_to_string(&mut report).unwrap();
+        let failure: serde_json::Value =
+            serde_json::from_str(report.trim()).expect("one JSON object");
+        assert_eq!(
+            failure["error"], "interrupted; the driver and its executors were stopped",
+            "{report}"
+        );
+    }
     // The executors did not get the signal: the driver stopped them, none was lost.
     assert!(!stderr.contains("Lost executor"), "{stderr}");
     assert!(

@@ -560,8 +560,17 @@ fn start(
     // transfers never stand in the way of launches and status updates.
     let mut block_conf = conf.clone();
     block_conf.set("rpc.port", config.block_manager_port.to_string());
-    let blocks = RpcEnv::new(&block_conf).map_err(|e| {
-        ExecutorExit::Error(format!("Cannot start the executor's block server: {e}"))
+    let blocks = RpcEnv::new(&block_conf).map_err(|e| match e {
+        // The port is blockManager.port's, set as rpc.port of this environment only.
+        flint_rpc::RpcError::Listen {
+            address,
+            key: Some(flint_rpc::conf::PORT_KEY),
+            source,
+        } => ExecutorExit::Error(format!(
+            "Cannot start the executor's block server: cannot listen on {address} \
+             (blockManager.port): {source}"
+        )),
+        e => ExecutorExit::Error(format!("Cannot start the executor's block server: {e}")),
     })?;
     let handle = env.handle();
     let settings = handle.settings();

@@ -114,7 +114,19 @@ impl RpcEnv {
         let listener = if settings.listen {
             #[cfg(unix)]
             warn_if_short_of_descriptors(settings.max_connections);
-            Some(crate::socket::listen(settings.bind, &settings.socket)?)
+            let listener = crate::socket::listen(settings.bind, &settings.socket);
+            Some(listener.map_err(|source| RpcError::Listen {
+                address: settings.bind,
+                key: match source.kind() {
+                    std::io::ErrorKind::AddrNotAvailable => Some(crate::conf::BIND_ADDRESS_KEY),
+                    std::io::ErrorKind::AddrInUse | std::io::ErrorKind::PermissionDenied => {
+                        Some(crate::conf::PORT_KEY)
+                    }
+                    // Out of descriptors, say: no key would help.
+                    _ => None,
+                },
+                source,
+            })?)
         } else {
             None
         };

@@ -129,6 +129,22 @@ pub enum RpcError {
     /// The handshake failed.
     #[error(transparent)]
     Auth(#[from] AuthError),
+    /// The listener could not be bound: the port is taken (or reserved), or the address
+    /// is not one of this host's.
+    #[error(
+        "cannot listen on {address}{}: {source}",
+        key.map(|key| format!(" ({key})")).unwrap_or_default()
+    )]
+    Listen {
+        /// The address asked for (rpc.bindAddress, rpc.port).
+        address: SocketAddr,
+        /// The key to change, when the error says which: `rpc.bindAddress` for an
+        /// address that is not this host's, `rpc.port` for a port in use or one this
+        /// user may not bind.
+        key: Option<&'static str>,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A socket operation failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),

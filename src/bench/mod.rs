@@ -607,8 +607,8 @@ fn micros(ns: u64) -> f64 {
 /// Whether the reader's wake-up crosses CPUs decides a blocking round trip on a virtual
 /// machine: waking a thread on another, idle CPU costs tens of microseconds there, while
 /// on the same CPU it is a plain switch between threads. Which placement the kernel
-/// picks changes from run to run (on the 2-CPU machines flint is developed on: 65 to
-/// 85 us against 13 to 16 us), so the floor is the faster of the two: the least this
+/// picks changes from run to run (and the cross-CPU one is much the slower on
+/// small virtual machines), so the floor is the faster of the two: the least this
 /// machine lets a blocking ping-pong take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockingFloor {

@@ -55,7 +55,8 @@ mod transport;
 pub use error::ConfError;
 pub use key::{find, Key, KeyInfo, OptionalKey, TimeUnit, Unit};
 pub use transport::{
-    ASK_TIMEOUT_KEY, CONNECT_TIMEOUT_KEY, KEYS, NETWORK_TIMEOUT_KEY, OUTBOX_MAX_BYTES_KEY,
+    ASK_TIMEOUT_KEY, BIND_ADDRESS_KEY, CONNECT_TIMEOUT_KEY, KEYS, NETWORK_TIMEOUT_KEY,
+    OUTBOX_MAX_BYTES_KEY, PORT_KEY,
 };
 
 use parse::{parse_duration, parse_size, DurationError};

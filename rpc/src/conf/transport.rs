@@ -138,6 +138,10 @@ pub const NETWORK_TIMEOUT_KEY: &str = key("network.timeout").name();
 pub const CONNECT_TIMEOUT_KEY: &str = key("rpc.connect.timeout").name();
 /// The key of [`Conf::outbox_max_bytes`], named in full-outbox errors.
 pub const OUTBOX_MAX_BYTES_KEY: &str = key("rpc.outbox.maxBytes").name();
+/// The key of [`Conf::bind_address`], named when the listener cannot have its address.
+pub const BIND_ADDRESS_KEY: &str = RPC_BIND_ADDRESS.name();
+/// The key of [`Conf::port`], named when the listener cannot have its port.
+pub const PORT_KEY: &str = RPC_PORT.name();
 
 const AUTHENTICATE: Key = key("authenticate");
 const AUTHENTICATE_SECRET: OptionalKey = optional("authenticate.secret");
