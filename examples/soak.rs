@@ -228,7 +228,7 @@ fn soak(args: &Args) -> Result<Report, String> {
         let input = format!("soak job {stage}");
         let payload = TaskPayload::encode("echo", input.as_bytes()).map_err(|e| e.to_string())?;
         let handle = driver
-            .submit(TaskSet::new(stage, 0, args.tasks, payload))
+            .submit(TaskSet::new(stage, stage, args.tasks, payload))
             .map_err(|e| e.to_string())?;
         report.jobs += 1;
         report.tasks += u64::from(args.tasks);

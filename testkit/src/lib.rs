@@ -9,12 +9,14 @@
 //! - [`frames`]: a message as a frame's bytes, or as a decoded frame, in one call;
 //! - [`wait`]: bounded waits, so that a test fails rather than hangs;
 //! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
-//!   a process's resident memory;
+//!   a process's resident memory, CPU time and open descriptors;
+//! - [`attack`]: an attacker's tools: connections from another loopback host, bytes
+//!   that are no frame, huge headers, bad CRCs, a trickler that reconnects;
 //! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors.
 //!
 //! # What it may depend on
 //!
-//! Only std, `tracing`, `bytes` and flint-wire. A crate whose own unit tests use this one
+//! Only std, `tracing`, `bytes`, `socket2` and flint-wire. A crate whose own unit tests use this one
 //! must not be among its dependencies: the unit tests are a second build of that crate,
 //! and the types this crate would name (a `SchedulerListener`, say) would be those of the
 //! first, not of the crate under test. So helpers that need the scheduler's, the
@@ -64,6 +66,7 @@
 
 #[allow(unsafe_code)]
 pub mod alloc;
+pub mod attack;
 pub mod frames;
 pub mod logs;
 pub mod outcome;
