@@ -10,11 +10,13 @@
 //! - [`wait`]: bounded waits, so that a test fails rather than hangs;
 //! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
 //!   a process's resident memory;
-//! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors.
+//! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors;
+//! - [`peers`]: [`RawPeer`](peers::RawPeer), a raw connection for tests that play an
+//!   attacker (one that stops reading, say).
 //!
 //! # What it may depend on
 //!
-//! Only std, `tracing`, `bytes` and flint-wire. A crate whose own unit tests use this one
+//! Only std, `tracing`, `bytes`, `socket2` and flint-wire. A crate whose own unit tests use this one
 //! must not be among its dependencies: the unit tests are a second build of that crate,
 //! and the types this crate would name (a `SchedulerListener`, say) would be those of the
 //! first, not of the crate under test. So helpers that need the scheduler's, the
@@ -67,5 +69,6 @@ pub mod alloc;
 pub mod frames;
 pub mod logs;
 pub mod outcome;
+pub mod peers;
 pub mod process;
 pub mod wait;
