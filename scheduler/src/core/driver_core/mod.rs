@@ -38,6 +38,17 @@
 //! reached (...)", no more executors are asked for, and later submissions fail with
 //! that message. Executors that never start nor exit are not counted; the caller's
 //! timeouts bound those.
+//!
+//! # Executors that do not take what they are sent
+//!
+//! A launch that finds the executor's connection full ([`LaunchRefused::Backlogged`])
+//! is back-pressure: the task is pending again, uncounted, the launches queued behind it
+//! are withdrawn unsent, and the executor gets no offers until the glue reports its
+//! connection under half of `rpc.outbox.maxBytes` ([`DriverCore::outbox_backlog`]).
+//! Retrying instead would hand a peer that stopped reading every pending task, round
+//! after round, with a new task id each time. A connection not seen empty within
+//! `network.timeout` of being found full loses its executor, as silence does: the
+//! tasks queued to it would otherwise never come back.
 
 mod executor_supply;
 mod executors;
