@@ -239,6 +239,18 @@ impl EndpointRef {
         }
     }
 
+    /// Bytes queued on this endpoint's connection and not yet written to its socket: how
+    /// far the peer is behind in taking what it was sent. 0 for a remote listener this
+    /// environment has no connection to (none is opened to find out). A sender refused
+    /// with [`RpcError::OutboxFull`] reads it to learn when there is room again; it
+    /// stays within `rpc.outbox.maxBytes` plus one frame.
+    pub fn queued_bytes(&self) -> usize {
+        match &self.target {
+            RefTarget::Remote(address) => self.env.shared.queued_to(*address),
+            RefTarget::Connection(outbox) => outbox.queued(),
+        }
+    }
+
     /// Sends a one-way message. Fails at once if the connection's outbox is full
     /// ([`RpcError::OutboxFull`]), the connection is gone, or the message is too large.
     ///

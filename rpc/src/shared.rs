@@ -255,6 +255,12 @@ impl Shared {
         }
     }
 
+    /// Bytes queued on the connection to `address`, if one is open; none is opened.
+    pub(crate) fn queued_to(&self, address: SocketAddr) -> usize {
+        let outgoing = self.outgoing.lock().unwrap_or_else(|e| e.into_inner());
+        outgoing.get(&address).map_or(0, |outbox| outbox.queued())
+    }
+
     /// The outbox of the connection to `address`, opened on first use.
     pub(crate) fn outgoing(&self, address: SocketAddr) -> Arc<Outbox> {
         let mut outgoing = self.outgoing.lock().unwrap_or_else(|e| e.into_inner());

@@ -15,6 +15,7 @@ use flint_scheduler::{
     STALE_EXECUTOR,
 };
 use flint_testkit::logs::LogCapture;
+use flint_testkit::peers::RawPeer;
 use flint_testkit::wait::holds_within;
 use flint_wire::{
     AccumulatorUpdate, ArchivedMessage, Message, RegisterExecutor, StatusUpdate, TaskAccumUpdates,
@@ -1354,7 +1355,7 @@ fn a_connection_registers_one_executor() {
         inbox: Inbox::default(),
     };
     assert_eq!(
-        same_connection.register("h", u32::MAX),
+        same_connection.register("h", 1024),
         Message::RegisterExecutorFailed {
             message:
                 "Executor one-2 cannot register on the connection executor one-1 registered on"
@@ -1595,5 +1596,165 @@ fn the_map_output_tracker_answers_or_says_why_it_cannot() {
         "{too_large}"
     );
     driver.cancel_job(handle.job_id(), None);
+    driver.stop().unwrap();
+}
+
+/// A heartbeat of `executor_id`, as its executor would send it.
+fn heartbeat_of(executor_id: &str) -> Message {
+    Message::Heartbeat(flint_wire::Heartbeat {
+        executor_id: executor_id.into(),
+        accum_updates: vec![],
+        block_manager_id: flint_wire::BlockManagerId {
+            executor_id: executor_id.into(),
+            host: "h".into(),
+            port: 1,
+        },
+    })
+}
+
+/// The registration of executor `id` with `cores` cores, as a raw peer sends it.
+fn registration_of(id: &str, cores: u32) -> Message {
+    Message::RegisterExecutor(RegisterExecutor {
+        executor_id: id.into(),
+        executor_address: "127.0.0.1:1".to_owned(),
+        endpoint_name: EXECUTOR_ENDPOINT.into(),
+        hostname: "rogue-host".into(),
+        cores,
+        log_urls: vec![],
+    })
+}
+
+/// The message a raw peer got back.
+fn message_of(frame: &flint_wire::Frame) -> Message {
+    let envelope = frame.envelope().unwrap();
+    rkyv::deserialize::<Message, rkyv::rancor::Error>(&envelope.message).unwrap()
+}
+
+/// A peer that registers and then never reads again (a receive window of 4 KiB, and
+/// heartbeats all along, so that it is never expired for silence) is back-pressure, not
+/// a retry storm: once its connection is backlogged it gets no launch and no new attempt
+/// while an honest executor runs the job, the lines it causes stay within the log
+/// budget, and once it has stayed backlogged for longer than network.timeout it is
+/// removed as lost, so that the tasks queued to it run on the honest executor and the job
+/// ends, every result once. Its first registration, with billions of cores, is refused.
+#[test]
+fn a_peer_that_stops_reading_is_back_pressure_and_is_removed_after_the_network_timeout() {
+    const TASKS: u32 = 400;
+    let (driver, _, events) = driver(&[
+        "network.timeout=2s",
+        "executor.heartbeatInterval=200ms",
+        "rpc.outbox.maxBytes=32k",
+        "rpc.io.sendBufferSize=4k",
+        "executor.maxCores=64",
+    ]);
+    let mut rogue = RawPeer::connect(driver.address(), 4096).unwrap();
+    let refused = rogue
+        .ask_and_wait(DRIVER_ENDPOINT, &registration_of("rogue", u32::MAX), WAIT)
+        .unwrap();
+    assert_eq!(
+        message_of(&refused),
+        Message::RegisterExecutorFailed {
+            message:
+                "Executor rogue registered with 4294967295 cores, more than executor.maxCores (64)"
+                    .into()
+        }
+    );
+    let registered = rogue
+        .ask_and_wait(DRIVER_ENDPOINT, &registration_of("rogue", 64), WAIT)
+        .unwrap();
+    assert_eq!(message_of(&registered), Message::RegisteredExecutor);
+    // From here on the rogue only writes. Tasks of 4 KiB: its 64 cores take more than
+    // its outbox and the kernel's buffers hold.
+    let honest = FakeExecutor::start(driver.address(), "honest");
+    honest.register("h", 2);
+    let payload = TaskPayload::encode("noop", &[7u8; 4096]).unwrap();
+    let handle = driver
+        .submit(TaskSet::new(900, 900, TASKS, payload))
+        .unwrap();
+
+    // The honest executor runs whatever it gets, reporting its task's index; both beat.
+    let started = Instant::now();
+    let mut taken = 0;
+    let mut last_beat = Instant::now();
+    let mut most_task_id = 0;
+    while !handle.is_done() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the job did not end: {:?}\n{}",
+            handle.progress(),
+            logs().dump()
+        );
+        let launched: Vec<(u64, u32)> = {
+            let inbox = honest.inbox.0.lock().unwrap();
+            let new = inbox[taken..]
+                .iter()
+                .filter_map(|m| match m {
+                    Message::LaunchTask(task) => Some((task.task_id, task.index)),
+                    _ => None,
+                })
+                .collect();
+            taken = inbox.len();
+            new
+        };
+        for (task_id, index) in launched {
+            most_task_id = most_task_id.max(task_id);
+            honest
+                .driver
+                .send(&Message::StatusUpdate(StatusUpdate {
+                    executor_id: "honest".into(),
+                    task_id,
+                    state: TaskState::Finished,
+                    outcome: TaskOutcome::Direct {
+                        value: Bytes::copy_from_slice(&index.to_le_bytes()),
+                        metrics: Default::default(),
+                        accumulators: vec![],
+                    },
+                }))
+                .unwrap();
+        }
+        if last_beat.elapsed() >= Duration::from_millis(200) {
+            last_beat = Instant::now();
+            assert!(!honest.heartbeat(driver.address()), "the honest one stays");
+            // The driver may have closed it at the end; the job's end says the rest.
+            let _ = rogue.ask(HEARTBEAT_ENDPOINT, &heartbeat_of("rogue"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let outcome = handle.wait(WAIT).unwrap();
+    let expected: Vec<Bytes> = (0..TASKS)
+        .map(|i| Bytes::copy_from_slice(&i.to_le_bytes()))
+        .collect();
+    assert_eq!(
+        outcome.results, expected,
+        "every result, the one its task made"
+    );
+    assert_eq!(outcome.duplicate_results, 0);
+    // No retry storm: a task id per launch, a few hundred of them beyond the tasks at
+    // most (the rogue's cores, each time it drained, and the tasks lost with it).
+    assert!(
+        most_task_id < u64::from(TASKS) + 400,
+        "task ids went up to {most_task_id}"
+    );
+    // The rogue was removed for its backlog, with its loss's reason, and its process
+    // killed (it had none the cluster manager started).
+    assert!(events.any(
+        |e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason }
+        if &**executor_id == "rogue" && reason.contains("Executor's connection has not drained for "))
+    ), "{}", logs().dump());
+    assert!(logs().contains(
+        Level::WARN,
+        "Removing executor rogue whose connection has not drained: "
+    ));
+    assert_eq!(driver.executor_ids(), ["honest"]);
+    // Every line the rogue caused is within the budget: the backlog's at most a budget's
+    // worth, no line per launch, and the tasks lost with it one each.
+    assert!(logs().count(Level::WARN, "Executor rogue is not taking what it is sent") >= 1);
+    assert!(
+        logs().count(Level::WARN, "Executor rogue is not taking what it is sent")
+            <= flint_rpc::log_budget::PEER_LINES_PER_WINDOW as usize
+    );
+    assert_eq!(logs().count(Level::WARN, "Cannot launch task"), 0);
+    let lost = logs().count(Level::WARN, "executor rogue): ExecutorLostFailure");
+    assert!(lost <= 64, "{lost} tasks lost with it");
     driver.stop().unwrap();
 }

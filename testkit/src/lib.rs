@@ -12,7 +12,9 @@
 //!   a process's resident memory, CPU time and open descriptors;
 //! - [`attack`]: an attacker's tools: connections from another loopback host, bytes
 //!   that are no frame, huge headers, bad CRCs, a trickler that reconnects;
-//! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors.
+//! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors;
+//! - [`peers`]: [`RawPeer`](peers::RawPeer), a raw connection for tests that play an
+//!   attacker (one that stops reading, say).
 //!
 //! # What it may depend on
 //!
@@ -70,5 +72,6 @@ pub mod attack;
 pub mod frames;
 pub mod logs;
 pub mod outcome;
+pub mod peers;
 pub mod process;
 pub mod wait;

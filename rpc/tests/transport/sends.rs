@@ -1,6 +1,7 @@
 //! One-way sends: local and remote, many connections, ordering from one thread and from
 //! many, a full outbox, reconnection, batch ends and deferred sends.
 
+use std::io::Read;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_rpc::{Endpoint, EndpointContext, Incoming, RpcEnv, RpcError};
+use flint_testkit::wait::holds_within;
 use flint_wire::{ArchivedMessage, Message};
 
 use crate::common::*;
@@ -246,7 +248,25 @@ fn a_full_outbox_is_reported_to_the_sender() {
         "{error:?}"
     );
     assert!(error.to_string().contains("rpc.outbox.maxBytes"));
-    let _socket = holder.join().unwrap().unwrap();
+    // What is queued is what a sender reads to learn when the peer has caught up.
+    let RpcError::OutboxFull { queued, .. } = error else {
+        unreachable!()
+    };
+    assert!(queued > 48 * 1024, "{queued}");
+    assert!(remote.queued_bytes() > 48 * 1024);
+    let mut socket = holder.join().unwrap().unwrap();
+    // The peer reads again: the queue drains to nothing.
+    let reader = std::thread::spawn(move || {
+        let mut sink = [0u8; 64 * 1024];
+        while matches!(socket.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    assert!(
+        holds_within(Duration::from_secs(20), || remote.queued_bytes() == 0),
+        "still {} bytes queued",
+        remote.queued_bytes()
+    );
+    drop(client);
+    reader.join().unwrap();
 }
 
 #[test]

@@ -63,6 +63,13 @@ pub const KEYS: &[KeyInfo] = &[
         "Failures of one task on one host before it is not retried there; below task.maxFailures.",
     ),
     KeyInfo::new(
+        "executor.maxCores",
+        None,
+        Unit::Count,
+        "flint's own: most cores an executor may register with; more is refused. The larger \
+         of 1024 and 16 times this host's CPUs when not set.",
+    ),
+    KeyInfo::new(
         "executor.maxNumFailures",
         None,
         Unit::Count,
@@ -191,6 +198,9 @@ pub(crate) const TASK_ATTEMPTS_PER_EXECUTOR: Key =
     key("excludeOnFailure.task.maxTaskAttemptsPerExecutor");
 /// The key of the threshold Spark checks second.
 pub(crate) const TASK_ATTEMPTS_PER_NODE: Key = key("excludeOnFailure.task.maxTaskAttemptsPerNode");
+pub(crate) const EXECUTOR_MAX_CORES: OptionalKey = optional("executor.maxCores");
+/// The key of [`SchedulerConfig::max_executor_cores`], named in refused registrations.
+pub const MAX_CORES_KEY: &str = EXECUTOR_MAX_CORES.name();
 const EXECUTOR_MAX_NUM_FAILURES: OptionalKey = optional("executor.maxNumFailures");
 const EXECUTOR_TASK_PREFETCH: Key = key("executor.taskPrefetch");
 const LOCALITY_WAIT: Key = key("locality.wait");
@@ -347,6 +357,12 @@ pub struct SchedulerConfig {
     /// Executor failures after which the driver fails its jobs
     /// (`executor.maxNumFailures`); `None`: twice the executors asked for, at least 3.
     pub max_executor_failures: Option<u32>,
+    /// The most cores an executor may register with (`executor.maxCores`): each is a
+    /// task it may be handed in one round of offers, so a peer claiming billions would
+    /// be handed every pending task at once. By default the larger of 1024 and 16 times
+    /// this host's CPUs ([`default_max_executor_cores`]; 1024 from
+    /// [`SchedulerConfig::read`], which reads no host).
+    pub max_executor_cores: u32,
     /// The interval of the driver's periodic offers (`scheduler.revive.interval`).
     pub revive_interval: Duration,
     /// The FAIR pools file the driver reads at start (`scheduler.allocation.file`).
@@ -396,6 +412,9 @@ impl SchedulerConfig {
             max_executor_failures: conf
                 .optional_count(EXECUTOR_MAX_NUM_FAILURES, 1)?
                 .map(saturate),
+            max_executor_cores: conf
+                .optional_count(EXECUTOR_MAX_CORES, 1)?
+                .map_or_else(|| default_max_executor_cores(1), saturate),
             revive_interval: conf.positive_duration(SCHEDULER_REVIVE_INTERVAL)?,
             allocation_file: conf.text(SCHEDULER_ALLOCATION_FILE).map(str::to_owned),
             max_consecutive_stage_attempts: saturate(
@@ -403,6 +422,15 @@ impl SchedulerConfig {
             ),
         })
     }
+}
+
+/// `executor.maxCores` when it is not set, on a host with `cpus` CPUs: the larger of
+/// 1024 and 16 times them (executors usually run on hosts like the driver's; 16 times
+/// leaves room for larger ones and for executors that count hyper-threads or
+/// oversubscribe). [`SchedulerConfig::read`] reads no host and takes 1024; the driver's
+/// [`SchedulerConfig::from_conf`] passes its host's CPUs.
+pub fn default_max_executor_cores(cpus: usize) -> u32 {
+    saturate(cpus.saturating_mul(16)).max(1024)
 }
 
 fn saturate(n: usize) -> u32 {

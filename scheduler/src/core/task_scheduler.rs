@@ -558,6 +558,29 @@ impl TaskScheduler {
         self.after_task_set_change(key);
     }
 
+    /// A task chosen by [`resource_offers`](Self::resource_offers) was not sent: its
+    /// executor's connection is backlogged (back-pressure). The attempt ends FAILED
+    /// without counting towards `task.maxFailures`, logged at DEBUG only, and the task
+    /// is pending again; offers are asked for, so that other executors may take it (the
+    /// caller no longer offers the backlogged one).
+    pub fn launch_withdrawn(&mut self, now: Instant, task_id: u64, reason: &str) {
+        let Some(key) = self.running.remove(task_id) else {
+            return;
+        };
+        if let Some(manager) = self.task_sets.get_mut(&key) {
+            if manager.withdraw_unsent(
+                now,
+                task_id,
+                reason.to_owned(),
+                &self.registry,
+                &mut self.actions,
+            ) {
+                self.actions.push_back(Action::ReviveOffers);
+            }
+        }
+        self.after_task_set_change(key);
+    }
+
     /// Whether launches post [`SchedulerEvent::TaskStart`] (the default). A driver
     /// with nobody listening turns them off: a launch then builds no event.
     pub fn set_task_start_events(&mut self, on: bool) {

@@ -667,6 +667,48 @@ impl TaskSetManager {
         registry: &ExecutorRegistry,
         actions: &mut VecDeque<Action>,
     ) -> bool {
+        self.end_failed_attempt(now, task_id, state, failure, false, registry, actions)
+    }
+
+    /// [`TaskSetManager::handle_failed_task`] for an attempt that never reached its
+    /// executor because its connection was backlogged: uncounted, logged at DEBUG (a
+    /// peer decides how often it happens, and it is no failure of the task), and the
+    /// executor's host is not held against the task's speculative copies.
+    pub(crate) fn withdraw_unsent(
+        &mut self,
+        now: Instant,
+        task_id: u64,
+        message: String,
+        registry: &ExecutorRegistry,
+        actions: &mut VecDeque<Action>,
+    ) -> bool {
+        let failure = Failure {
+            kind: TaskFailureKind::Undeserializable,
+            message,
+            counts: false,
+        };
+        self.end_failed_attempt(
+            now,
+            task_id,
+            TaskState::Failed,
+            failure,
+            true,
+            registry,
+            actions,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn end_failed_attempt(
+        &mut self,
+        now: Instant,
+        task_id: u64,
+        state: TaskState,
+        failure: Failure,
+        withdrawn: bool,
+        registry: &ExecutorRegistry,
+        actions: &mut VecDeque<Action>,
+    ) -> bool {
         let Some(attempt) = self.running.remove(task_id) else {
             return false;
         };
@@ -686,7 +728,9 @@ impl TaskSetManager {
             "Lost task {index}.{} in stage {} (TID {task_id}, {}, executor {}): {}",
             attempt.attempt, self.id, attempt.host, attempt.executor_id, failure.message
         );
-        if already_successful || failure.kind == TaskFailureKind::TaskKilled {
+        if withdrawn {
+            debug!("{lost_task}");
+        } else if already_successful || failure.kind == TaskFailureKind::TaskKilled {
             info!("{lost_task}");
         } else {
             warn!("{lost_task}");
@@ -710,9 +754,11 @@ impl TaskSetManager {
         if already_successful || self.zombie {
             return false;
         }
-        let failed_on = self.failed_on_hosts.entry(index).or_default();
-        if !failed_on.contains(&attempt.host) {
-            failed_on.push(attempt.host.clone());
+        if !withdrawn {
+            let failed_on = self.failed_on_hosts.entry(index).or_default();
+            if !failed_on.contains(&attempt.host) {
+                failed_on.push(attempt.host.clone());
+            }
         }
         let spec = &self.specs[index as usize];
         self.pending.add(index, &spec.preferred_locations, registry);

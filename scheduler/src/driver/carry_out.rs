@@ -10,9 +10,10 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use flint_rpc::log_budget::LogBudget;
 use flint_rpc::{EndpointRef, Reply, RpcError};
 use flint_wire::{ArchivedMessage, Message, TaskDescription, WireError};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::core::driver_core::{ChunkReply, DriverCore, LaunchRefused, Output, PeerId};
 use crate::core::events::{SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
@@ -39,6 +40,9 @@ pub(crate) struct DriverState {
     ask_timeout: Duration,
     /// For the replies of block fetches, which come in later turns of the loop.
     self_ref: Weak<Mutex<DriverState>>,
+    /// Lines about messages that could not be sent to peers (a peer that stops reading
+    /// decides how many).
+    send_warnings: LogBudget,
 }
 
 impl std::fmt::Debug for DriverState {
@@ -72,6 +76,7 @@ impl DriverState {
                 answer: None,
                 ask_timeout,
                 self_ref: self_ref.clone(),
+                send_warnings: LogBudget::default(),
             })
         })
     }
@@ -154,7 +159,12 @@ impl DriverState {
                         let Message::KillTask { executor_id, .. } = &message else {
                             unreachable!()
                         };
-                        warn!("Cannot ask executor {executor_id} to kill task {task_id}: {e}");
+                        // A peer that stops reading fails every one of them.
+                        flint_rpc::peer_warn!(
+                            self.send_warnings,
+                            now,
+                            "Cannot ask executor {executor_id} to kill task {task_id}: {e}"
+                        );
                     }
                 }
                 Output::StopExecutor { peer, executor_id } => {
@@ -206,6 +216,18 @@ impl DriverState {
         }
     }
 
+    /// Tells the core how many bytes are queued on the connection of each executor it
+    /// holds backlogged: drained ones get offers again, ones backlogged for longer than
+    /// `network.timeout` are removed. A connection gone counts as drained: its loss is
+    /// the disconnection's to report.
+    pub fn check_backlogs(&mut self, now: Instant) {
+        for (executor_id, peer) in self.core.backlogged_executors() {
+            let queued = self.endpoint(peer).map_or(0, EndpointRef::queued_bytes);
+            self.core.outbox_backlog(now, &executor_id, queued);
+        }
+        self.core.flush_offers(now);
+    }
+
     fn endpoint(&self, peer: PeerId) -> Result<&EndpointRef, RpcError> {
         // The core forgets a peer only after its last output: a missing one is a bug,
         // reported as the connection's loss rather than a panic of the event loop.
@@ -232,6 +254,9 @@ impl DriverState {
         let refused = match e {
             RpcError::Wire(WireError::MessageTooLarge { size, limit }) => {
                 LaunchRefused::TooLarge { size, limit }
+            }
+            RpcError::OutboxFull { queued, limit, .. } => {
+                LaunchRefused::Backlogged { queued, limit }
             }
             e => LaunchRefused::Other(e.to_string()),
         };

@@ -129,7 +129,11 @@ impl Endpoint for DriverEndpoint {
                 };
                 let registered = matches!(reply, Message::RegisteredExecutor);
                 if let Err(e) = message.reply(&reply) {
-                    warn!("Cannot answer the registration of executor {executor_id}: {e}");
+                    flint_rpc::peer_warn!(
+                        self.peer_warnings,
+                        now,
+                        "Cannot answer the registration of executor {executor_id}: {e}"
+                    );
                 }
                 if registered {
                     state.core.offer_after_registration(now);
@@ -329,6 +333,7 @@ impl Endpoint for HeartbeatReceiver {
         let now = Instant::now();
         let mut state = lock(&self.state);
         state.core.expire_dead_executors(now);
+        state.check_backlogs(now);
         state.core.drop_stale_result_tallies();
         state.carry_out(now);
     }

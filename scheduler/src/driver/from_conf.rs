@@ -1,12 +1,15 @@
 //! What the driver takes from its environment as it starts: the scheduler's
-//! configuration with a random offer-shuffle seed when none is set. The pure core
+//! configuration with a random offer-shuffle seed when none is set, and a cap on
+//! executors' cores from this host's CPUs. The pure core
 //! ([`crate::core`]) reads no clock and no process state; this is the one place its
 //! configuration does.
 
 use flint_rpc::conf::Conf;
 use tracing::info;
 
-use crate::core::config::{SchedulerConfig, SCHEDULER_OFFER_SHUFFLE_SEED};
+use crate::core::config::{
+    default_max_executor_cores, SchedulerConfig, EXECUTOR_MAX_CORES, SCHEDULER_OFFER_SHUFFLE_SEED,
+};
 use crate::core::error::SchedulerError;
 use crate::core::task_scheduler::TaskScheduler;
 
@@ -29,9 +32,14 @@ impl SchedulerConfig {
     /// Reads the scheduler's keys from `conf` as the driver starts with them
     /// ([`SchedulerConfig::read`]). The offer shuffle's seed is
     /// `scheduler.offerShuffleSeed` if set; otherwise a random one, logged at INFO so
-    /// that a run's placement can be replayed.
+    /// that a run's placement can be replayed. `executor.maxCores`, when not set, is
+    /// the larger of 1024 and 16 times this host's CPUs.
     pub fn from_conf(conf: &Conf) -> Result<Self, SchedulerError> {
         let mut config = SchedulerConfig::read(conf)?;
+        if conf.optional_count(EXECUTOR_MAX_CORES, 1)?.is_none() {
+            let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+            config.max_executor_cores = default_max_executor_cores(cpus);
+        }
         if conf.optional_u64(SCHEDULER_OFFER_SHUFFLE_SEED)?.is_none() {
             let seed = random_seed();
             info!("Shuffling resource offers with seed {seed} (set scheduler.offerShuffleSeed={seed} to replay this placement)");

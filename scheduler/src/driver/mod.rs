@@ -193,6 +193,7 @@ impl Driver {
         let limits = TransportLimits {
             max_message_size: settings.max_payload,
             network_timeout: settings.stalled_frame_timeout,
+            outbox_limit: settings.outbox_limit,
         };
         let revive_interval = config.revive_interval;
         let core = DriverCore::new(config, limits, scheduler, Instant::now());

@@ -76,7 +76,7 @@ fn the_table_is_sorted_unique_and_documented_in_one_line() {
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(keys, sorted);
-    assert_eq!(keys.len(), 24);
+    assert_eq!(keys.len(), 25);
     for info in KEYS {
         assert!(!info.doc.is_empty(), "{}", info.key);
         assert!(!info.doc.contains('\n'), "{}", info.key);
@@ -302,4 +302,26 @@ fn result_sizes() {
             .to_string(),
         r#"invalid value "1x" for driver.maxResultSize: expected a size such as 128m, 512k or 1g"#
     );
+}
+
+#[test]
+fn executor_max_cores_defaults_to_the_larger_of_1024_and_16_times_the_cpus() {
+    use crate::core::config::default_max_executor_cores;
+    assert_eq!(default_max_executor_cores(2), 1024);
+    assert_eq!(default_max_executor_cores(64), 1024);
+    assert_eq!(default_max_executor_cores(65), 1040);
+    assert_eq!(default_max_executor_cores(usize::MAX), u32::MAX);
+    assert_eq!(SchedulerConfig::default().max_executor_cores, 1024);
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let driver = SchedulerConfig::from_conf(&conf(&[])).unwrap();
+    assert_eq!(driver.max_executor_cores, default_max_executor_cores(cpus));
+    let set = SchedulerConfig::from_conf(&conf(&[("executor.maxCores", "8")])).unwrap();
+    assert_eq!(set.max_executor_cores, 8, "a set value is kept");
+    let c = read(&[("executor.maxCores", "64")]).unwrap();
+    assert_eq!(c.max_executor_cores, 64);
+    let c = read(&[("executor.maxCores", "99999999999")]).unwrap();
+    assert_eq!(c.max_executor_cores, u32::MAX, "saturated");
+    for value in ["0", "-1", "many", ""] {
+        assert_refused("executor.maxCores", value);
+    }
 }

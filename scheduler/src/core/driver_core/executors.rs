@@ -2,6 +2,7 @@
 //! numbers of the connections they registered on.
 
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use flint_wire::SharedStr;
 
@@ -24,6 +25,27 @@ pub(crate) struct ExecutorData {
     pub free_slots: u32,
     /// Whether it waits in `pending_offers`.
     pub offer_pending: bool,
+    /// Its connection's backlog, from a launch that found `rpc.outbox.maxBytes` queued
+    /// on it until the connection is seen empty.
+    pub backlog: Option<Backlog>,
+}
+
+/// A connection that was found full, and has not been seen empty since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backlog {
+    /// When it was first found full: the executor is removed once `network.timeout` has
+    /// passed since then without the connection being seen empty.
+    pub since: Instant,
+    /// Whether the executor gets no offers: from a launch that found the connection
+    /// full until fewer than the low-water mark of bytes are queued on it.
+    pub paused: bool,
+}
+
+impl ExecutorData {
+    /// Whether offers to it are paused for its backlog.
+    pub fn is_paused(&self) -> bool {
+        self.backlog.is_some_and(|b| b.paused)
+    }
 }
 
 /// A registration, as the RegisterExecutor handler reads it.

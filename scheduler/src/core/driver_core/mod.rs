@@ -38,6 +38,17 @@
 //! reached (...)", no more executors are asked for, and later submissions fail with
 //! that message. Executors that never start nor exit are not counted; the caller's
 //! timeouts bound those.
+//!
+//! # Executors that do not take what they are sent
+//!
+//! A launch that finds the executor's connection full ([`LaunchRefused::Backlogged`])
+//! is back-pressure: the task is pending again, uncounted, the launches queued behind it
+//! are withdrawn unsent, and the executor gets no offers until the glue reports its
+//! connection under half of `rpc.outbox.maxBytes` ([`DriverCore::outbox_backlog`]).
+//! Retrying instead would hand a peer that stopped reading every pending task, round
+//! after round, with a new task id each time. A connection not seen empty within
+//! `network.timeout` of being found full loses its executor, as silence does: the
+//! tasks queued to it would otherwise never come back.
 
 mod executor_supply;
 mod executors;
@@ -57,7 +68,7 @@ use flint_wire::{
 };
 use tracing::{debug, info, warn};
 
-use crate::core::config::SchedulerConfig;
+use crate::core::config::{SchedulerConfig, MAX_CORES_KEY};
 use crate::core::events::Action;
 use crate::core::fx_hash::FxHashMap;
 use crate::core::heartbeat::HeartbeatTracker;
@@ -69,7 +80,7 @@ use executor_supply::ExecutorSupply;
 pub use executor_supply::ExitedExecutor;
 pub(crate) use executor_supply::{NegativeRequest, SupplyEvent};
 pub(crate) use executors::Registration;
-use executors::{ExecutorData, Peers};
+use executors::{Backlog, ExecutorData, Peers};
 use jobs::Jobs;
 pub use jobs::FIRST_JOB_ID;
 pub use output::{ChunkReply, IfRefused, JobStats, LaunchRefused, Output, PeerId};
@@ -94,8 +105,12 @@ pub const MAX_EXECUTOR_ID_LEN: usize = 256;
 pub(crate) struct TransportLimits {
     /// `rpc.message.maxSize`, in bytes: large results are fetched in chunks that fit.
     pub max_message_size: usize,
-    /// `network.timeout`: executors silent for longer are expired.
+    /// `network.timeout`: executors silent for longer are expired, as are executors
+    /// whose connection stays backlogged for longer.
     pub network_timeout: Duration,
+    /// `rpc.outbox.maxBytes`: a backlogged executor gets offers again once less than
+    /// half of it is queued on its connection.
+    pub outbox_limit: usize,
 }
 
 /// The driver's state. See the module docs.
@@ -114,6 +129,8 @@ pub(crate) struct DriverCore {
     supply: ExecutorSupply,
     /// Lines about status updates that are ignored.
     peer_warnings: flint_rpc::log_budget::LogBudget,
+    /// Lines about launches that could not be sent (a peer decides how many).
+    launch_warnings: flint_rpc::log_budget::LogBudget,
     /// Bytes of results received per task set, and how many results (for
     /// `driver.maxResultSize`).
     result_sizes: FxHashMap<TaskSetId, (u64, u32)>,
@@ -169,6 +186,7 @@ impl DriverCore {
             total_core_count: 0,
             supply: ExecutorSupply::default(),
             peer_warnings: Default::default(),
+            launch_warnings: Default::default(),
             result_sizes: FxHashMap::default(),
             fetches: FxHashMap::default(),
             created: now,
@@ -361,6 +379,14 @@ impl DriverCore {
                 host.len()
             ));
         }
+        // Every core is a launch the executor is offered in one round: a peer that
+        // claims billions would be handed every pending task at once.
+        let max_cores = self.config.max_executor_cores;
+        if cores > max_cores {
+            return Err(format!(
+                "Executor {executor_id} registered with {cores} cores, more than {MAX_CORES_KEY} ({max_cores})"
+            ));
+        }
         if self.executors.contains_key(&executor_id) {
             return Err(format!("Duplicate executor ID: {executor_id}"));
         }
@@ -416,6 +442,7 @@ impl DriverCore {
                 total_cores: cores,
                 free_slots,
                 offer_pending: false,
+                backlog: None,
             },
         );
         self.heartbeats.executor_added(&executor_id, now);
@@ -614,7 +641,9 @@ impl DriverCore {
             self.executors
                 .iter()
                 .filter(|(id, e)| {
-                    e.free_slots >= cpus && !self.supply.pending_to_remove.contains(*id)
+                    e.free_slots >= cpus
+                        && !e.is_paused()
+                        && !self.supply.pending_to_remove.contains(*id)
                 })
                 .map(|(id, e)| WorkerOffer {
                     executor_id: id.clone(),
@@ -655,6 +684,7 @@ impl DriverCore {
             };
             executor.offer_pending = false;
             if executor.free_slots >= cpus
+                && !executor.is_paused()
                 && !self.stopping
                 && !self.supply.pending_to_remove.contains(&id)
             {
@@ -709,9 +739,10 @@ impl DriverCore {
 
     /// The glue could not send an [`Output::Launch`] of `task_id` (task `index` of its
     /// task set) to `executor_id`. Its cores are given back and its attempt ends: a task
-    /// larger than `rpc.message.maxSize` aborts its task set with the seeds' message; any
-    /// other refusal leaves the task pending, to be offered again from the next
-    /// [`DriverCore::poll_output`].
+    /// larger than `rpc.message.maxSize` aborts its task set with the seeds' message; a
+    /// backlogged connection is back-pressure ([`LaunchRefused::Backlogged`], see
+    /// [`DriverCore::outbox_backlog`]); any other refusal leaves the task pending, to be
+    /// offered again from the next [`DriverCore::poll_output`].
     pub fn launch_failed(
         &mut self,
         now: Instant,
@@ -730,12 +761,146 @@ impl DriverCore {
                 );
                 (message.clone(), Some(message))
             }
+            LaunchRefused::Backlogged { queued, limit } => {
+                self.launch_backlogged(now, executor_id, task_id, queued, limit);
+                return;
+            }
             LaunchRefused::Other(e) => {
-                warn!("Cannot launch task {task_id} on executor {executor_id}: {e}");
+                flint_rpc::peer_warn!(
+                    self.launch_warnings,
+                    now,
+                    "Cannot launch task {task_id} on executor {executor_id}: {e}"
+                );
                 (format!("cannot send the task: {e}"), None)
             }
         };
         self.scheduler.launch_failed(now, task_id, &reason, abort);
+    }
+
+    /// Back-pressure: `executor_id`'s connection had `queued` bytes of at most `limit`
+    /// (`rpc.outbox.maxBytes`) when the launch of `task_id` was tried. The executor is
+    /// backlogged from `now`: it gets no offers until it drains, and the launches to it
+    /// still queued are not tried (they would meet the same full outbox) but withdrawn
+    /// with this one. Each withdrawn task is pending again, with no failure counted, and
+    /// is offered to the other executors.
+    fn launch_backlogged(
+        &mut self,
+        now: Instant,
+        executor_id: &str,
+        task_id: u64,
+        queued: usize,
+        limit: usize,
+    ) {
+        let reason = format!(
+            "not sent: the connection of executor {executor_id} has {queued} bytes queued (rpc.outbox.maxBytes {limit})"
+        );
+        let cpus = self.config.task_cpus;
+        let low_water = self.low_water_mark();
+        let timeout = self.limits.network_timeout;
+        let mut withdrawn = vec![task_id];
+        if let Some(executor) = self.executors.get_mut(executor_id) {
+            let peer = executor.peer;
+            self.outputs.retain(|output| match output {
+                Output::Launch { peer: to, task } if *to == peer => {
+                    withdrawn.push(task.task_id);
+                    false
+                }
+                _ => true,
+            });
+            let others = u32::try_from(withdrawn.len() - 1).unwrap_or(u32::MAX);
+            executor.free_slots = executor
+                .free_slots
+                .saturating_add(others.saturating_mul(cpus));
+            let backlog = executor.backlog.get_or_insert(Backlog {
+                since: now,
+                paused: false,
+            });
+            if !std::mem::replace(&mut backlog.paused, true) {
+                flint_rpc::peer_warn!(
+                    self.launch_warnings,
+                    now,
+                    "Executor {executor_id} is not taking what it is sent: {queued} bytes are queued on its connection (rpc.outbox.maxBytes {limit}). It gets no tasks until fewer than {} bytes are, and is removed as lost unless its connection is seen empty within network.timeout ({} ms); {} launches to it are pending again",
+                    low_water,
+                    timeout.as_millis(),
+                    withdrawn.len()
+                );
+            }
+        }
+        for task_id in withdrawn {
+            self.scheduler.launch_withdrawn(now, task_id, &reason);
+        }
+    }
+
+    /// Below this many bytes queued, a backlogged executor's connection is drained: half
+    /// of `rpc.outbox.maxBytes`, so that a connection at the edge of full does not go in
+    /// and out of back-pressure with every launch.
+    fn low_water_mark(&self) -> usize {
+        self.limits.outbox_limit / 2
+    }
+
+    /// The backlogged executors and their connections: the glue reads how many bytes
+    /// each has queued, about every `network.timeout` / 4 (at most a second), and tells
+    /// [`DriverCore::outbox_backlog`].
+    pub fn backlogged_executors(&self) -> Vec<(SharedStr, PeerId)> {
+        self.executors
+            .values()
+            .filter(|e| e.backlog.is_some())
+            .map(|e| (e.id.clone(), e.peer))
+            .collect()
+    }
+
+    /// `queued` bytes are queued on the connection of the backlogged `executor_id` at
+    /// `now`. Below the low-water mark (half of `rpc.outbox.maxBytes`) it is offered
+    /// tasks again (with the next [`DriverCore::flush_offers`] or round of offers); seen
+    /// empty, its backlog is over. Not seen empty within `network.timeout` of being
+    /// found full, it is removed as lost, as an executor silent for that long is: its
+    /// tasks (those queued to it among them) run again elsewhere, and its process is
+    /// killed and replaced. A peer that stops reading is removed so even when what it
+    /// was sent fits under the mark: the tasks queued to it would otherwise never come
+    /// back. Nothing for an executor that is not backlogged.
+    pub fn outbox_backlog(&mut self, now: Instant, executor_id: &str, queued: usize) {
+        let low_water = self.low_water_mark();
+        let timeout = self.limits.network_timeout;
+        let Some(executor) = self.executors.get_mut(executor_id) else {
+            return;
+        };
+        let Some(backlog) = &mut executor.backlog else {
+            return;
+        };
+        let since = backlog.since;
+        if queued < low_water && std::mem::take(&mut backlog.paused) {
+            debug!("The connection of executor {executor_id} drained to {queued} bytes queued: it is offered tasks again");
+            Self::offer_later_to(executor, &mut self.pending_offers);
+        }
+        if queued == 0 {
+            executor.backlog = None;
+            return;
+        }
+        let backlogged_for = now.saturating_duration_since(since);
+        if backlogged_for <= timeout {
+            return;
+        }
+        let id = executor.id.to_string();
+        warn!(
+            "Removing executor {id} whose connection has not drained: {} ms exceeds timeout {} ms",
+            backlogged_for.as_millis(),
+            timeout.as_millis()
+        );
+        let message = format!(
+            "Executor's connection has not drained for {} ms ({queued} bytes still queued on it since it reached rpc.outbox.maxBytes {}), exceeding network.timeout ({} ms)",
+            backlogged_for.as_millis(),
+            self.limits.outbox_limit,
+            timeout.as_millis()
+        );
+        self.kill_executors(std::slice::from_ref(&id), true, true);
+        self.remove_executor(
+            now,
+            &id,
+            ExecutorLossReason::SlaveLost {
+                message,
+                worker_lost: false,
+            },
+        );
     }
 
     // ---- actions -------------------------------------------------------------------

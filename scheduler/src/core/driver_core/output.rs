@@ -154,8 +154,19 @@ pub enum LaunchRefused {
         /// The limit.
         limit: usize,
     },
-    /// Anything else (the connection is gone, its outbox is full): the task is pending
-    /// again.
+    /// The executor's connection has `rpc.outbox.maxBytes` queued: its peer is not
+    /// taking what it is sent as fast as it is sent. Back-pressure, not a failure: the
+    /// task is pending again, no failure is counted, and the executor gets no offers
+    /// until its connection drains (see [`DriverCore::outbox_backlog`]).
+    ///
+    /// [`DriverCore::outbox_backlog`]: super::DriverCore::outbox_backlog
+    Backlogged {
+        /// Bytes queued on the connection.
+        queued: usize,
+        /// `rpc.outbox.maxBytes`.
+        limit: usize,
+    },
+    /// Anything else (the connection is gone): the task is pending again.
     Other(String),
 }
 

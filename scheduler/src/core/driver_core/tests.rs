@@ -22,8 +22,12 @@ fn limits() -> TransportLimits {
     TransportLimits {
         max_message_size: 1 << 20,
         network_timeout: Duration::from_secs(120),
+        outbox_limit: OUTBOX_LIMIT,
     }
 }
+
+/// `rpc.outbox.maxBytes` as the core is told it.
+const OUTBOX_LIMIT: usize = 64 << 10;
 
 fn core_with(config: SchedulerConfig, now: Instant) -> DriverCore {
     let scheduler = TaskScheduler::new(config.clone());
@@ -778,4 +782,297 @@ fn a_task_set_in_the_id_range_of_jobs_of_stages_is_refused() {
         );
     }
     assert!(core.submit(t0, TaskSet::new(7, 7, 1, noop())).is_ok());
+}
+
+// ---- back-pressure -----------------------------------------------------------------
+
+/// A registration over a connection from `127.0.0.1:port`, of `cores` cores.
+fn remote_with(id: &str, port: u16, cores: u32) -> Registration {
+    Registration {
+        cores,
+        ..remote(id, port)
+    }
+}
+
+/// The failures the task set `stage`.0 counted, over all its tasks.
+fn counted_failures(core: &DriverCore, stage: u32) -> u32 {
+    let task_set = core
+        .scheduler
+        .task_set(TaskSetId {
+            stage_id: stage,
+            stage_attempt_id: 0,
+        })
+        .expect("the task set is registered");
+    (0..task_set.num_tasks() as u32)
+        .map(|i| task_set.task_failures(i))
+        .sum()
+}
+
+#[test]
+fn a_backlogged_executor_gets_no_offers_and_no_new_attempts_until_its_connection_drains() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    let slow = core
+        .register_executor(t0, remote_with("slow", 1, 4))
+        .unwrap();
+    core.submit(t0, TaskSet::new(0, 0, 6, noop())).unwrap();
+    // The first launch meets the full outbox; the three queued behind it are not tried.
+    let mut tried = 0;
+    while let Some(output) = core.poll_output(t0) {
+        if let Output::Launch { task, .. } = output {
+            tried += 1;
+            let refused = LaunchRefused::Backlogged {
+                queued: OUTBOX_LIMIT,
+                limit: OUTBOX_LIMIT,
+            };
+            core.launch_failed(t0, "slow", task.task_id, task.index, refused);
+        }
+    }
+    assert_eq!(tried, 1, "one launch tried, not one per round of offers");
+    assert_eq!(core.free_slots("slow"), Some(4), "every core given back");
+    assert_eq!(core.scheduler.running_tasks(), 0);
+    assert_eq!(counted_failures(&core, 0), 0, "back-pressure is no failure");
+    assert_eq!(
+        core.backlogged_executors(),
+        [(SharedStr::from("slow"), slow)]
+    );
+    // No offers, by any path, while it is backlogged; nor once still over the mark.
+    let t1 = t0 + Duration::from_secs(1);
+    core.make_offers(t1);
+    core.outbox_backlog(t1, "slow", OUTBOX_LIMIT / 2);
+    core.flush_offers(t1);
+    core.make_offers(t1);
+    assert_eq!(launches(&drain(&mut core, t1)), []);
+    // Another executor takes the pending tasks meanwhile.
+    let fast = core
+        .register_executor(t1, remote_with("fast", 2, 2))
+        .unwrap();
+    core.offer_after_registration(t1);
+    let outputs = drain(&mut core, t1);
+    assert_eq!(
+        launches(&outputs).iter().map(|l| l.0).collect::<Vec<_>>(),
+        [fast, fast]
+    );
+    // Drained below half of rpc.outbox.maxBytes: offered again, and watched until its
+    // connection is seen empty.
+    let t2 = t1 + Duration::from_secs(1);
+    core.outbox_backlog(t2, "slow", OUTBOX_LIMIT / 2 - 1);
+    assert_eq!(
+        core.backlogged_executors(),
+        [(SharedStr::from("slow"), slow)]
+    );
+    core.flush_offers(t2);
+    let outputs = drain(&mut core, t2);
+    assert_eq!(
+        launches(&outputs).iter().map(|l| l.0).collect::<Vec<_>>(),
+        [slow, slow, slow, slow]
+    );
+    assert_eq!(counted_failures(&core, 0), 0);
+    core.outbox_backlog(t2, "slow", 0);
+    assert_eq!(
+        core.backlogged_executors(),
+        [],
+        "seen empty: the backlog is over"
+    );
+    // Long after, nothing holds against it.
+    core.outbox_backlog(t2 + Duration::from_secs(600), "slow", OUTBOX_LIMIT);
+    assert_eq!(core.executor_ids(), ["fast", "slow"]);
+}
+
+#[test]
+fn withdrawn_launches_end_uncounted_and_are_logged_once_per_backlog_within_the_budget() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    let slow = core
+        .register_executor(t0, remote_with("slow", 1, 8))
+        .unwrap();
+    core.submit(t0, TaskSet::new(0, 0, 8, noop())).unwrap();
+    let capture = flint_testkit::logs::LogCapture::default();
+    let mut withdrawn = Vec::new();
+    capture.run(|| {
+        // A peer that drains just enough, and fills up again, 100 times.
+        for round in 0..100 {
+            let now = t0 + Duration::from_millis(round);
+            core.outbox_backlog(now, "slow", 0);
+            core.make_offers(now);
+            while let Some(output) = core.poll_output(now) {
+                match output {
+                    Output::Launch { task, .. } => {
+                        let refused = LaunchRefused::Backlogged {
+                            queued: OUTBOX_LIMIT,
+                            limit: OUTBOX_LIMIT,
+                        };
+                        core.launch_failed(now, "slow", task.task_id, task.index, refused);
+                    }
+                    Output::Event(SchedulerEvent::TaskEnd {
+                        reason:
+                            TaskEndReason::Failed {
+                                counted, message, ..
+                            },
+                        ..
+                    }) => withdrawn.push((counted, message)),
+                    _ => {}
+                }
+            }
+        }
+    });
+    assert_eq!(withdrawn.len(), 800, "each launch's attempt ends");
+    assert!(withdrawn.iter().all(|(counted, _)| !counted));
+    assert_eq!(
+        withdrawn[0].1,
+        format!("not sent: the connection of executor slow has {OUTBOX_LIMIT} bytes queued (rpc.outbox.maxBytes {OUTBOX_LIMIT})")
+    );
+    let warned = capture.lines(tracing::Level::WARN);
+    let backlog = "Executor slow is not taking what it is sent";
+    assert_eq!(
+        warned.iter().filter(|l| l.contains(backlog)).count(),
+        flint_rpc::log_budget::PEER_LINES_PER_WINDOW as usize,
+        "{warned:#?}"
+    );
+    assert!(warned
+        .iter()
+        .any(|l| l.contains("8 launches to it are pending again")));
+    assert!(
+        !warned.iter().any(|l| l.contains("Lost task")),
+        "a withdrawn attempt is no lost task"
+    );
+    assert_eq!(counted_failures(&core, 0), 0);
+    let _ = slow;
+}
+
+#[test]
+fn launches_that_fail_otherwise_are_logged_within_the_budget() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    core.register_executor(t0, registration("1")).unwrap();
+    core.submit(t0, TaskSet::new(0, 0, 1, noop())).unwrap();
+    let capture = flint_testkit::logs::LogCapture::default();
+    capture.run(|| {
+        for _ in 0..50 {
+            while let Some(output) = core.poll_output(t0) {
+                if let Output::Launch { task, .. } = output {
+                    let refused = LaunchRefused::Other("the connection is gone".to_owned());
+                    core.launch_failed(t0, "1", task.task_id, task.index, refused);
+                }
+            }
+            core.make_offers(t0);
+        }
+    });
+    assert_eq!(
+        capture.count(tracing::Level::WARN, "Cannot launch task"),
+        flint_rpc::log_budget::PEER_LINES_PER_WINDOW as usize
+    );
+    assert!(capture.count(tracing::Level::DEBUG, "Cannot launch task") > 100);
+}
+
+#[test]
+fn an_executor_backlogged_past_the_network_timeout_is_lost_and_its_tasks_run_elsewhere() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    let stuck = core
+        .register_executor(t0, remote_with("stuck", 1, 2))
+        .unwrap();
+    core.submit(t0, TaskSet::new(0, 0, 3, noop())).unwrap();
+    // The first launch is queued (and will never be read); the second meets the full
+    // outbox.
+    let mut sent = None;
+    while let Some(output) = core.poll_output(t0) {
+        if let Output::Launch { task, .. } = output {
+            if sent.is_none() {
+                sent = Some(task.task_id);
+            } else {
+                let refused = LaunchRefused::Backlogged {
+                    queued: OUTBOX_LIMIT,
+                    limit: OUTBOX_LIMIT,
+                };
+                core.launch_failed(t0, "stuck", task.task_id, task.index, refused);
+            }
+        }
+    }
+    let sent = sent.unwrap();
+    assert_eq!(
+        core.scheduler.executor_of(sent).map(|e| &**e),
+        Some("stuck")
+    );
+    let other = core
+        .register_executor(t0, remote_with("other", 2, 1))
+        .unwrap();
+    core.offer_after_registration(t0);
+    let first = launches(&drain(&mut core, t0));
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].0, other);
+    // Drained under the low-water mark, so offered again, but never seen empty (what
+    // was queued to it stays there): kept for network.timeout, no longer.
+    let timeout = limits().network_timeout;
+    core.outbox_backlog(t0 + Duration::from_secs(1), "stuck", 1000);
+    core.outbox_backlog(t0 + timeout, "stuck", 1000);
+    assert_eq!(core.executor_ids(), ["other", "stuck"]);
+    // Past it: removed as lost, its process killed and replaced.
+    let late = t0 + timeout + Duration::from_millis(1);
+    core.outbox_backlog(late, "stuck", 1000);
+    assert_eq!(core.executor_ids(), ["other"]);
+    let outputs = drain(&mut core, late);
+    assert!(outputs
+        .iter()
+        .any(|o| matches!(o, Output::KillExecutors(ids) if ids == &["stuck"])));
+    assert!(outputs
+        .iter()
+        .any(|o| matches!(o, Output::ForgetPeer(p) if *p == stuck)));
+    let expected = format!(
+        "Executor's connection has not drained for 120001 ms (1000 bytes still queued on it since it reached rpc.outbox.maxBytes {OUTBOX_LIMIT}), exceeding network.timeout (120000 ms)"
+    );
+    let removed = events(&outputs).find_map(|e| match e {
+        SchedulerEvent::ExecutorRemoved {
+            executor_id,
+            reason,
+        } if &**executor_id == "stuck" => Some(reason.clone()),
+        _ => None,
+    });
+    assert!(
+        removed.is_some_and(|r| r.contains(&expected)),
+        "{outputs:#?}"
+    );
+    // The task queued to it runs elsewhere once "other" frees its core.
+    assert_eq!(core.scheduler.executor_of(sent), None);
+    let (_, running) = first[0];
+    core.status_update(
+        late,
+        Some(address(2)),
+        "other",
+        running,
+        TaskState::Finished,
+        ok(b"1"),
+    );
+    core.flush_offers(late);
+    let next = launches(&drain(&mut core, late));
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].0, other);
+}
+
+#[test]
+fn an_executor_with_more_cores_than_executor_max_cores_is_refused() {
+    let t0 = Instant::now();
+    let config = SchedulerConfig {
+        max_executor_cores: 64,
+        ..SchedulerConfig::default()
+    };
+    let mut core = core_with(config, t0);
+    assert_eq!(
+        core.register_executor(t0, remote_with("greedy", 1, u32::MAX)),
+        Err(
+            "Executor greedy registered with 4294967295 cores, more than executor.maxCores (64)"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        core.register_executor(t0, remote_with("greedy", 1, 65)),
+        Err(
+            "Executor greedy registered with 65 cores, more than executor.maxCores (64)".to_owned()
+        )
+    );
+    assert_eq!(core.num_executors(), 0);
+    assert_eq!(core.total_cores(), 0);
+    core.register_executor(t0, remote_with("greedy", 1, 64))
+        .unwrap();
+    assert_eq!(core.total_cores(), 64);
 }
