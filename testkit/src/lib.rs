@@ -10,11 +10,14 @@
 //! - [`wait`]: bounded waits, so that a test fails rather than hangs;
 //! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
 //!   a process's resident memory;
-//! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors.
+//! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors;
+//! - [`hostile`]: hostile peers on loopback: connections from a chosen 127.0.0.x (a
+//!   host of its own), idle connections held open, a trickler that reconnects when cut
+//!   off.
 //!
 //! # What it may depend on
 //!
-//! Only std, `tracing`, `bytes` and flint-wire. A crate whose own unit tests use this one
+//! Only std, `tracing`, `bytes`, `socket2` and flint-wire. A crate whose own unit tests use this one
 //! must not be among its dependencies: the unit tests are a second build of that crate,
 //! and the types this crate would name (a `SchedulerListener`, say) would be those of the
 //! first, not of the crate under test. So helpers that need the scheduler's, the
@@ -65,6 +68,7 @@
 #[allow(unsafe_code)]
 pub mod alloc;
 pub mod frames;
+pub mod hostile;
 pub mod logs;
 pub mod outcome;
 pub mod process;
