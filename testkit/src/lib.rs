@@ -9,11 +9,10 @@
 //! - [`frames`]: a message as a frame's bytes, or as a decoded frame, in one call;
 //! - [`wait`]: bounded waits, so that a test fails rather than hangs;
 //! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
-//!   a process's resident memory;
-//! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors;
-//! - [`hostile`]: hostile peers on loopback: connections from a chosen 127.0.0.x (a
-//!   host of its own), idle connections held open, a trickler that reconnects when cut
-//!   off.
+//!   a process's resident memory, CPU time and open descriptors;
+//! - [`attack`]: an attacker's tools: connections from another loopback host, bytes
+//!   that are no frame, huge headers, bad CRCs, a trickler that reconnects;
+//! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors.
 //!
 //! # What it may depend on
 //!
@@ -67,6 +66,7 @@
 
 #[allow(unsafe_code)]
 pub mod alloc;
+pub mod attack;
 pub mod frames;
 pub mod hostile;
 pub mod logs;

@@ -51,6 +51,26 @@ pub fn resident_bytes(pid: impl Display) -> u64 {
     proc_status_bytes(pid, "VmRSS")
 }
 
+/// The descriptors process `pid` (`"self"`: this one) has open (Linux only): a test of
+/// an attack checks they are back to where they were once it ends.
+pub fn open_descriptors(pid: impl Display) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// The CPU time process `pid` (`"self"`: this one) has used, user and system, from
+/// `/proc/PID/stat` (Linux only; clock ticks taken as the usual 100 a second).
+pub fn cpu_time(pid: impl Display) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which is in parentheses and may hold spaces:
+    // utime and stime are the 12th and 13th of them.
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
@@ -67,6 +87,17 @@ mod tests {
         let now = resident_bytes("self");
         assert!(now > 0);
         assert!(proc_status_bytes(std::process::id(), "VmHWM") >= now);
+    }
+
+    #[test]
+    fn spinning_is_cpu_time() {
+        let before = cpu_time(std::process::id());
+        let started = Instant::now();
+        let mut x = 0u64;
+        while started.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(cpu_time("self") >= before + Duration::from_millis(100));
     }
 
     #[test]

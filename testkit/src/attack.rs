@@ -1,0 +1,242 @@
+//! An attacker's tools, for the tests that throw at a driver (or any flint endpoint)
+//! what a hostile or broken peer can: raw connections from another loopback host, bytes
+//! that are no frame, headers announcing more than any limit, frames whose CRC is wrong,
+//! and connections that trickle a frame and reconnect as soon as they are cut off.
+//!
+//! Every 127.0.0.0/8 address is this machine's on Linux, so a test makes "another host"
+//! by binding its connections to 127.0.0.2 and up ([`loopback_host`]): the peer's
+//! per-host rules then see them apart from the honest executors on 127.0.0.1.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use flint_wire::{FrameHeader, Message, MessageKind, Route, HEADER_LEN};
+
+/// The loopback address 127.0.0.`n` (`n` of 2 and up: another host than 127.0.0.1).
+pub fn loopback_host(n: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, n)
+}
+
+/// A TCP connection to `to` whose source address is `host` (see [`loopback_host`]).
+pub fn connect_from(host: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    socket.bind(&SocketAddrV4::new(host, 0).into())?;
+    socket.connect_timeout(&to.into(), Duration::from_secs(5))?;
+    Ok(socket.into())
+}
+
+/// Bytes that are no frame: no magic where a header's must be.
+pub const GARBAGE: [u8; 64] = [0x5A; 64];
+
+/// A frame header (and nothing after it) announcing a payload of `payload_len` bytes.
+pub fn header_announcing(payload_len: u32) -> [u8; HEADER_LEN] {
+    let mut header = [0u8; HEADER_LEN];
+    FrameHeader {
+        kind: MessageKind::Custom,
+        flags: 0,
+        payload_len,
+        crc: 0,
+    }
+    .write(&mut header);
+    header
+}
+
+/// `message` to `route` as a frame whose CRC does not match its bytes.
+pub fn bad_crc_frame(route: &Route, message: &Message) -> BytesMut {
+    let mut frame = crate::frames::frame_bytes(route, message);
+    // The CRC is header bytes 4..8.
+    frame[4] ^= 0xFF;
+    frame
+}
+
+/// Whether the peer closes `stream` (end of stream or reset) within `timeout`, reading
+/// and dropping whatever it sends before.
+pub fn closed_by_peer(stream: &mut TcpStream, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut sink = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return false;
+        }
+        match stream.read(&mut sink) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// How the peer ended `stream` within `timeout`, reading what it sent before: `None` if
+/// it did not close it; `Some(reason)` if it did, with the reason of the `Refused`
+/// frame it sent (`None` if it closed without saying why).
+pub fn refusal(stream: &mut TcpStream, timeout: Duration) -> Option<Option<String>> {
+    let deadline = Instant::now() + timeout;
+    let mut decoder = flint_wire::FrameDecoder::new(1 << 20);
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return None;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let _ = decoder.feed(&buf[..n]);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                break
+            }
+            Err(_) => return None,
+        }
+    }
+    // The reason is in the last `Refused` (an accepting side may have answered a step of
+    // a handshake before it refused the next).
+    let mut reason = None;
+    while let Ok(Some(frame)) = decoder.next_frame() {
+        if let Ok(envelope) = frame.envelope() {
+            if let flint_wire::ArchivedMessage::Refused { reason: why } = &envelope.message {
+                reason = Some(why.as_str().to_owned());
+            }
+        }
+    }
+    Some(reason)
+}
+
+/// Connections from one host that each announce a frame of `payload_len` bytes and then
+/// send one byte of it every `interval`, never finishing it; a connection cut off is
+/// replaced at once by a new one, so the host always tries to hold `connections`.
+/// Stops (and closes everything) when dropped.
+pub struct Reconnector {
+    stop: Arc<AtomicBool>,
+    reconnections: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reconnector {
+    /// Starts trickling from `host` to `to`.
+    pub fn start(
+        host: Ipv4Addr,
+        to: SocketAddr,
+        connections: usize,
+        payload_len: u32,
+        interval: Duration,
+    ) -> Reconnector {
+        let stop = Arc::new(AtomicBool::new(false));
+        let reconnections = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let stop = stop.clone();
+            let reconnections = reconnections.clone();
+            std::thread::spawn(move || {
+                let header = header_announcing(payload_len);
+                let mut open: Vec<TcpStream> = Vec::new();
+                let mut first = true;
+                while !stop.load(Ordering::Relaxed) {
+                    open.retain_mut(|c| c.write_all(&[0]).is_ok());
+                    while open.len() < connections && !stop.load(Ordering::Relaxed) {
+                        let Ok(mut c) = connect_from(host, to) else {
+                            break;
+                        };
+                        let _ = c.set_write_timeout(Some(Duration::from_millis(100)));
+                        if c.write_all(&header).is_err() {
+                            break;
+                        }
+                        if !first {
+                            reconnections.fetch_add(1, Ordering::Relaxed);
+                        }
+                        open.push(c);
+                    }
+                    first = false;
+                    let until = Instant::now() + interval;
+                    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            })
+        };
+        Reconnector {
+            stop,
+            reconnections,
+            thread: Some(thread),
+        }
+    }
+
+    /// Connections opened after the first round, to replace ones that were cut off.
+    pub fn reconnections(&self) -> u64 {
+        self.reconnections.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Reconnector {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_connection_from_another_loopback_host_comes_from_it() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = connect_from(loopback_host(7), listener.local_addr().unwrap()).unwrap();
+        let (_, from) = listener.accept().unwrap();
+        assert_eq!(from.ip(), loopback_host(7));
+    }
+
+    #[test]
+    fn a_bad_crc_frame_is_refused_by_the_decoder_and_a_huge_header_by_its_limit() {
+        let route = Route::OneWay {
+            endpoint: "sink".into(),
+        };
+        let message = Message::Custom {
+            tag: 1,
+            body: bytes::Bytes::from_static(b"body"),
+        };
+        let refused = |bytes: &[u8]| {
+            let mut decoder = flint_wire::FrameDecoder::new(1 << 20);
+            decoder.feed(bytes).is_err() || decoder.next_frame().is_err()
+        };
+        assert!(refused(&bad_crc_frame(&route, &message)));
+        assert!(refused(&header_announcing(u32::MAX - 7)));
+        assert!(!refused(&crate::frames::frame_bytes(&route, &message)));
+    }
+
+    #[test]
+    fn a_reconnector_replaces_the_connections_that_are_cut_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let trickler =
+            Reconnector::start(loopback_host(8), to, 2, 1 << 20, Duration::from_millis(20));
+        // Cut off the first three connections as they come.
+        for _ in 0..3 {
+            let (mut c, _) = listener.accept().unwrap();
+            let mut header = [0u8; HEADER_LEN];
+            c.read_exact(&mut header).unwrap();
+            assert_eq!(header, header_announcing(1 << 20));
+            drop(c);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while trickler.reconnections() == 0 {
+            assert!(Instant::now() < deadline, "no reconnection");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The standing fault suite: attacks on a running driver that flint must survive, each
+//! while a job runs on real executor processes. Every test checks that the job ends
+//! with every result once, that the driver stayed within its CPU and memory bounds
+//! during the attack, that its descriptors come back to where they were, and the exact
+//! words the attacker was told.
+//!
+//! The attackers connect from 127.0.0.2 and up (another host to the driver's per-host
+//! rules, see `flint_testkit::attack`), the executors from 127.0.0.1. Tests of this
+//! binary take turns ([`one_at_a_time`]): they measure the whole process.
+//!
+//! Attacks kept elsewhere: forged status updates, a registration with a huge ID and
+//! oversize heartbeats (`tests/e2e.rs`, the hostile peer), SIGSTOP and kill -9 of
+//! executors (`tests/e2e.rs`, `tests/slow_network.rs`), duplicate executor IDs
+//! (`scheduler/tests/driver.rs`), slow and trickled bodies and the receive budget
+//! (`rpc/tests`), and all of them mixed for minutes in `scripts/soak`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::{spawn_executor, task, FLINT};
+use flint::rpc::Conf;
+use flint::scheduler::{Driver, TaskSet, TaskSetHandle};
+use flint::wire::{Message, RegisterExecutor, Route, DRIVER_ENDPOINT};
+use flint_testkit::attack::{
+    bad_crc_frame, connect_from, header_announcing, loopback_host, refusal, GARBAGE,
+};
+use flint_testkit::frames::frame_bytes;
+use flint_testkit::process::{cpu_time, open_descriptors, resident_bytes, wait_exit, Processes};
+use flint_testkit::wait::wait_until;
+
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
+const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a test waits for the driver to close an attacker's connection.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Tests measure the whole process (CPU, memory, descriptors): one at a time.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A driver in this process and `executors` executor processes of one core, registered.
+fn cluster(pairs: &[&str], executors: usize) -> (Driver, Processes) {
+    let conf = Conf::from_pairs(pairs.iter().copied()).unwrap();
+    let driver = Driver::standalone(&conf).unwrap();
+    let processes = Processes(
+        (0..executors)
+            .map(|i| spawn_executor(driver.address(), &format!("{i}"), pairs, Stdio::null()))
+            .collect(),
+    );
+    driver
+        .wait_for_executors(executors, REGISTER_TIMEOUT)
+        .unwrap();
+    (driver, processes)
+}
+
+/// A job of `tasks` echo tasks whose results [`check_job`] checks.
+fn start_job(driver: &Driver, stage: u32, tasks: u32) -> TaskSetHandle {
+    let input = format!("fault suite {stage}");
+    driver
+        .submit(TaskSet::new(stage, stage, tasks, task("echo", &input)))
+        .unwrap()
+}
+
+/// The job ended, every result once and the one its task made.
+fn check_job(handle: TaskSetHandle, stage: u32, tasks: u32) {
+    let input = format!("fault suite {stage}");
+    let outcome = handle.wait(JOB_TIMEOUT).unwrap();
+    assert_eq!(outcome.results.len(), tasks as usize);
+    assert!(outcome.results.iter().all(|r| r[..] == *input.as_bytes()));
+    assert_eq!(outcome.duplicate_results, 0);
+}
+
+/// What this process held and had used when an attack started.
+struct Baseline {
+    descriptors: usize,
+    resident: u64,
+    cpu: Duration,
+    started: Instant,
+}
+
+impl Baseline {
+    fn now() -> Baseline {
+        Baseline {
+            descriptors: open_descriptors("self"),
+            resident: resident_bytes("self"),
+            cpu: cpu_time("self"),
+            started: Instant::now(),
+        }
+    }
+
+    /// The driver (with the attacker's threads, which do little) used at most half a
+    /// CPU over the attack, grew by at most 64 MiB, and its descriptors came back to
+    /// where they were. A driver that spins on a peer uses a whole CPU; one that keeps
+    /// what a peer made it allocate, or its sockets, fails the others.
+    fn check_bounds(&self, attack: &str) {
+        let wall = self.started.elapsed();
+        let cpu = cpu_time("self").saturating_sub(self.cpu);
+        assert!(
+            cpu <= wall / 2 + Duration::from_millis(500),
+            "{attack}: {cpu:?} of CPU in {wall:?}"
+        );
+        let grown = resident_bytes("self").saturating_sub(self.resident);
+        eprintln!("{attack}: {cpu:?} of CPU in {wall:?}, resident memory grew {grown} bytes");
+        assert!(
+            grown <= 64 << 20,
+            "{attack}: resident memory grew by {grown} bytes"
+        );
+        wait_until(
+            "the attacker's descriptors to be closed",
+            CLOSE_TIMEOUT,
+            || open_descriptors("self") <= self.descriptors,
+        );
+    }
+}
+
+/// The reason the driver gave for closing `stream`, which it must close.
+#[track_caller]
+fn refused(stream: &mut std::net::TcpStream) -> String {
+    refusal(stream, CLOSE_TIMEOUT)
+        .expect("the driver closed the connection")
+        .unwrap_or_default()
+}
+
+#[test]
+fn one_host_throwing_broken_frames_leaves_the_job_whole_and_the_driver_in_bounds() {
+    let _turn = one_at_a_time();
+    let pairs = ["network.timeout=2s", "executor.heartbeatInterval=200ms"];
+    let (driver, _executors) = cluster(&pairs, 2);
+    let address = driver.address();
+    let attacker = loopback_host(2);
+    let tasks = 5_000;
+    let baseline = Baseline::now();
+    let job = start_job(&driver, 1, tasks);
+
+    // 3,000 connections opened and closed at once.
+    for _ in 0..3_000 {
+        drop(connect_from(attacker, address).unwrap());
+    }
+    // Bytes that are no frame.
+    let mut garbage = connect_from(attacker, address).unwrap();
+    let _ = garbage.write_all(&GARBAGE);
+    let reason = refused(&mut garbage);
+    assert!(reason.contains("magic"), "{reason}");
+    // A header announcing 4 GiB, refused from the header alone.
+    let mut huge = connect_from(attacker, address).unwrap();
+    let _ = huge.write_all(&header_announcing(u32::MAX - 7));
+    let reason = refused(&mut huge);
+    assert!(reason.contains("exceeds rpc.message.maxSize"), "{reason}");
+    // A frame whose CRC does not match.
+    let route = Route::Ask {
+        request_id: 1,
+        endpoint: DRIVER_ENDPOINT.into(),
+    };
+    let register = Message::RegisterExecutor(RegisterExecutor {
+        executor_id: "stranger".into(),
+        executor_address: format!("{attacker}:1"),
+        endpoint_name: "Executor".into(),
+        hostname: attacker.to_string(),
+        cores: 1,
+        log_urls: vec![],
+    });
+    let mut bad_crc = connect_from(attacker, address).unwrap();
+    let _ = bad_crc.write_all(&bad_crc_frame(&route, &register));
+    let reason = refused(&mut bad_crc);
+    assert!(reason.contains("frame checksum mismatch"), "{reason}");
+    // A frame whose CRC is right over a body that is no message.
+    let mut body = frame_bytes(&route, &register);
+    let payload_start = flint::wire::HEADER_LEN;
+    for byte in &mut body[payload_start..payload_start + 16] {
+        *byte = 0xEE;
+    }
+    let payload_len = u32::from_le_bytes(body[12..16].try_into().unwrap()) as usize;
+    let crc = {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&body[8..16]);
+        hasher.update(&body[payload_start..payload_start + payload_len]);
+        hasher.finalize()
+    };
+    body[4..8].copy_from_slice(&crc.to_le_bytes());
+    let mut invalid = connect_from(attacker, address).unwrap();
+    let _ = invalid.write_all(&body);
+    let reason = refused(&mut invalid);
+    assert!(
+        reason.contains("invalid RegisterExecutor payload"),
+        "{reason}"
+    );
+    // A body that stops halfway: cut off once network.timeout has passed without more.
+    let mut slow = connect_from(attacker, address).unwrap();
+    let whole = frame_bytes(&route, &register);
+    slow.write_all(&whole[..whole.len() / 2]).unwrap();
+    let sent = Instant::now();
+    let reason = refused(&mut slow);
+    let waited = sent.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1_500) && waited < Duration::from_secs(8),
+        "cut off after {waited:?}: {reason}"
+    );
+    assert!(reason.contains("network.timeout"), "{reason}");
+    drop((garbage, huge, bad_crc, invalid, slow));
+
+    check_job(job, 1, tasks);
+    assert_eq!(driver.executor_ids().len(), 2, "the stranger registered");
+    baseline.check_bounds("broken frames");
+    driver.stop().unwrap();
+}
+
+#[test]
+fn strangers_who_skip_or_repeat_the_handshake_are_refused_and_the_job_runs() {
+    let _turn = one_at_a_time();
+    let secret = "authenticate.secret=fault-suite-secret";
+    let pairs = [
+        "authenticate=true",
+        secret,
+        "network.timeout=2s",
+        "executor.heartbeatInterval=200ms",
+    ];
+    let (driver, _executors) = cluster(&pairs, 2);
+    let address = driver.address();
+    let attacker = loopback_host(3);
+    let baseline = Baseline::now();
+    let job = start_job(&driver, 2, 2_000);
+    let ask = Route::Ask {
+        request_id: 1,
+        endpoint: DRIVER_ENDPOINT.into(),
+    };
+    let register = Message::RegisterExecutor(RegisterExecutor {
+        executor_id: "stranger".into(),
+        executor_address: format!("{attacker}:1"),
+        endpoint_name: "Executor".into(),
+        hostname: attacker.to_string(),
+        cores: 1,
+        log_urls: vec![],
+    });
+    // Straight to the registration, no handshake.
+    let mut skipper = connect_from(attacker, address).unwrap();
+    let _ = skipper.write_all(&frame_bytes(&ask, &register));
+    assert_eq!(
+        refused(&mut skipper),
+        "authentication failed: expected AuthChallenge, got RegisterExecutor"
+    );
+    // The first step twice.
+    let challenge = Message::AuthChallenge { nonce: [7; 32] };
+    let one_way = Route::OneWay {
+        endpoint: DRIVER_ENDPOINT.into(),
+    };
+    let mut repeater = connect_from(attacker, address).unwrap();
+    let _ = repeater.write_all(&frame_bytes(&one_way, &challenge));
+    let _ = repeater.write_all(&frame_bytes(&one_way, &challenge));
+    assert_eq!(
+        refused(&mut repeater),
+        "authentication failed: expected AuthProof, got AuthChallenge"
+    );
+    // A proof made up without the secret.
+    let mut guesser = connect_from(attacker, address).unwrap();
+    let _ = guesser.write_all(&frame_bytes(&one_way, &challenge));
+    let proof = Message::AuthProof { proof: [0; 32] };
+    let _ = guesser.write_all(&frame_bytes(&one_way, &proof));
+    assert_eq!(
+        refused(&mut guesser),
+        "authentication failed: the peer's proof does not match the shared secret \
+         (authenticate.secret)"
+    );
+    drop((skipper, repeater, guesser));
+
+    check_job(job, 2, 2_000);
+    assert_eq!(driver.executor_ids().len(), 2);
+    baseline.check_bounds("handshakes");
+    driver.stop().unwrap();
+}
+
+/// The address a `flint driver` process says executors register at, read from its
+/// stderr.
+fn driver_address(stderr: &mut impl BufRead) -> SocketAddr {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "no address said");
+        if let Some(rest) = line.split("flint executor --driver ").nth(1) {
+            return rest.trim().trim_end_matches(')').parse().unwrap();
+        }
+    }
+}
+
+#[test]
+fn executors_of_a_killed_driver_say_so_and_exit() {
+    let _turn = one_at_a_time();
+    let mut driver = Command::new(FLINT)
+        .args(["driver", "--executors", "2", "--tasks", "1000"])
+        .args(["--task", "sleep:100", "--startup-timeout", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(driver.stderr.take().unwrap());
+    let address = driver_address(&mut stderr);
+    let mut processes = Processes(vec![driver]);
+    let mut logs = Vec::new();
+    for id in ["1", "2"] {
+        let mut executor = Command::new(FLINT)
+            .args(["executor", "--driver", &address.to_string()])
+            .args(["--cores", "1", "--executor-id", id])
+            .env("FLINT_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut log = BufReader::new(executor.stderr.take().unwrap());
+        processes.0.push(executor);
+        let mut line = String::new();
+        while !line.contains("Successfully registered with driver") {
+            line.clear();
+            assert!(log.read_line(&mut line).unwrap() > 0, "executor {id} ended");
+        }
+        logs.push(log);
+    }
+    // Both run the job's sleeping tasks when their driver is killed.
+    let pid = processes.0[0].id();
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    for (executor, log) in processes.0[1..].iter_mut().zip(&mut logs) {
+        let status = wait_exit(executor, Duration::from_secs(20));
+        assert!(!status.success(), "{status:?}");
+        let mut text = String::new();
+        std::io::Read::read_to_string(log, &mut text).unwrap();
+        assert!(
+            text.contains(&format!("Driver {address} disassociated! Shutting down.")),
+            "{text}"
+        );
+    }
+}
