@@ -174,15 +174,14 @@ fn authentication_passes_with_the_secret_and_fails_without() {
 /// and the peer, once authenticated, keeps its place when the next stranger comes.
 #[test]
 fn connections_that_have_not_authenticated_make_room_for_a_peer_with_the_secret() {
-    use flint_testkit::hostile::{connect_from, IdleConnections};
-    use std::net::{IpAddr, Ipv4Addr};
+    use flint_testkit::attack::{connect_from, loopback_host, IdleConnections};
     let secret = [
         "authenticate=true",
         "authenticate.secret=correct horse",
         "rpc.io.maxConnections=3",
     ];
     let (server, _probe) = server_with_probe(&secret);
-    let stranger = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let stranger = loopback_host(2);
     let idle = IdleConnections::open(stranger, server.address(), 3).unwrap();
     flint_testkit::wait::wait_until("three strangers held", Duration::from_secs(10), || {
         server.handle().stats().accepted == 3

@@ -4,7 +4,7 @@
 //! served throughout.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use flint_wire::{Message, Route, HEADER_LEN};
 
 use flint_rpc::RpcEnv;
-use flint_testkit::hostile::{closed_by_peer, connect_from, IdleConnections};
+use flint_testkit::attack::{connect_from, loopback_host, IdleConnections};
 use flint_testkit::wait::wait_until;
 
 use crate::common::*;
@@ -343,13 +343,13 @@ fn connections_beyond_rpc_io_max_connections_are_closed_at_once() {
 }
 
 /// 127.0.0.`last`: on Linux loopback, a host of its own.
-fn host(last: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
+fn host(last: u8) -> Ipv4Addr {
+    loopback_host(last)
 }
 
 /// A connection from `source` that has delivered one message (`tag`) to the probe: one
 /// that keeps its place at `rpc.io.maxConnections`.
-fn established_from(server: &RpcEnv, probe: &Probe, source: IpAddr, tag: u32) -> TcpStream {
+fn established_from(server: &RpcEnv, probe: &Probe, source: Ipv4Addr, tag: u32) -> TcpStream {
     let mut socket = connect_from(source, server.address()).unwrap();
     socket.write_all(&one_way(tag)).unwrap();
     probe.wait_for("the peer's message", |seen| {
@@ -450,7 +450,7 @@ fn at_rpc_io_max_connections_the_oldest_connection_not_established_makes_room() 
     wait_for_accepted(&server, 4);
     // Newcomers from a fourth host take the strangers' places, the oldest first, then
     // each other's.
-    let first = connect_from(host(4), server.address()).unwrap();
+    let mut first = connect_from(host(4), server.address()).unwrap();
     wait_until(
         "the older stranger makes room",
         Duration::from_secs(10),
@@ -464,12 +464,8 @@ fn at_rpc_io_max_connections_the_oldest_connection_not_established_makes_room() 
         || later_stranger.closed() == [0],
     );
     let mut third = connect_from(host(4), server.address()).unwrap();
-    first.set_nonblocking(true).unwrap();
-    wait_until(
-        "the first newcomer makes room",
-        Duration::from_secs(10),
-        || closed_by_peer(&first),
-    );
+    // The first newcomer, which said nothing either, makes room in its turn.
+    assert_refused_by_server(&mut first, "makes room for a new one");
     // The two left establish themselves: every place is held by a connection that has.
     for (socket, tag) in [(&mut second, 3), (&mut third, 4)] {
         socket.write_all(&one_way(tag)).unwrap();
