@@ -86,11 +86,13 @@ mod shared;
 mod turns;
 
 // What the layers are built from: state machines and primitives that know none of them.
+pub(crate) mod admission;
 pub(crate) mod ask;
 pub mod auth;
 pub mod conf;
 mod error;
 pub(crate) mod handoff;
+pub(crate) mod host;
 pub mod log_budget;
 pub(crate) mod outbox;
 pub(crate) mod receive_budget;

@@ -10,28 +10,52 @@
 //! [`UNBUDGETED_FRAME`] need no reservation: a connection's buffer holds at most one read
 //! beyond them.
 //!
-//! Who waits goes in turns by the peer's address (an IPv6 address's /64 prefix), first
-//! come first served for one address: a host that opens many connections gets one turn
-//! in each round, as does every other address waiting, so that it cannot put all its
-//! connections ahead of another's.
+//! Who waits goes in turns by host (see [`host_of`]: an IPv6 address's /64 prefix is one
+//! host), first come first served for one host: a host that opens many connections gets
+//! one turn in each round, as does every other host waiting, so that it cannot put all
+//! its connections ahead of another's. A frame that waits for room holds up those behind
+//! it, so that a stream of smaller frames cannot starve a large one. Two rules keep one
+//! host from holding the budget itself:
 //!
-//! What this costs: a host that holds a turn can hold up other hosts' large frames, and
-//! what follows them on their connections (an executor's heartbeats). Without
-//! authentication, that is `network.timeout` a turn at no cost (a frame's first bytes,
-//! then silence, is cut off after it), and longer only by sending its frames at the
+//! - **a share per host**: while another host waits, a host holds at most half the
+//!   budget ([`SHARE_DIVISOR`]; its first frame always counts as within it, so that a
+//!   frame larger than half can arrive). It is passed over, not waited for, while it is
+//!   at its share, so that another host's frame that fits goes in at once. With nobody
+//!   else waiting it may use the whole budget: many executors on one host sending
+//!   results at once are not held back for nothing.
+//! - **probation**: a host whose connection was cut off while its frame held room or
+//!   waited for it (it sent nothing for `network.timeout` in the middle of a frame, or
+//!   the frame came slower than 1 MiB/s after that) is on probation for
+//!   [`PROBATION_TIMEOUTS`] times `network.timeout` from its last such cut. Its
+//!   connections wait behind those of every host not on probation, the hosts on
+//!   probation together hold at most half the budget, and it never holds more than its
+//!   share. Probation goes by host, not by connection: reconnecting does not end it.
+//!
+//! What this costs: a host holding room can hold up other hosts' large frames, and what
+//! follows them on their connections (an executor's heartbeats). Without authentication
+//! a hostile host can hold room at no cost for `network.timeout` (a frame's first bytes,
+//! then a trickle, is cut off after it), and longer only by sending its frames at the
 //! frame clock's 1 MiB/s (248 s for a 128 MiB frame with the defaults), however many
-//! connections it opens, since its connections share one turn. That is the price of not
-//! being made to hold `rpc.io.maxConnections` frames of `rpc.message.maxSize` at once;
-//! where peers may be hostile, `authenticate=true` keeps strangers out of the budget
-//! altogether (a peer that has not authenticated sends no frame above 512 bytes).
+//! connections it opens. So it holds up another host's frame by at most
+//! `network.timeout` (or the time its own frames take at 1 MiB/s) per turn, and a host
+//! that only trickles gets that turn once: from its first cut on, it is on probation,
+//! behind everyone else and within half the budget, for as long as it keeps attacking
+//! (each cut renews it), and half the budget stays open to the others. Each further
+//! host an attacker controls (each IPv4 address, each IPv6 /64) buys it one more turn.
+//! That is the price of not being made to hold `rpc.io.maxConnections` frames of
+//! `rpc.message.maxSize` at once; where peers may be hostile, `authenticate=true` keeps
+//! strangers out of the budget altogether (a peer that has not authenticated sends no
+//! frame above 512 bytes).
 //!
-//! This is a pure state machine: the event loop tells it of reservations, releases and
-//! closed connections, and reads the connections it admits (see the first unit test
-//! for a walk through it).
+//! This is a pure state machine: the event loop tells it of reservations, releases, cuts
+//! and closed connections, with the time they happened, and reads the connections it
+//! admits (see the first unit test for a walk through it).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
+use crate::host::host_of;
 use crate::outbox::ConnKey;
 
 /// Frames up to this length (header and padding included) are read without a
@@ -39,47 +63,69 @@ use crate::outbox::ConnKey;
 /// connection's buffer holds at most about twice this without a reservation.
 pub const UNBUDGETED_FRAME: usize = 256 << 10;
 
+/// A host's share of the budget while others wait, and what the hosts on probation hold
+/// together: the budget divided by this. Half leaves the other half to everyone else,
+/// whatever one host (or every host on probation) does.
+pub const SHARE_DIVISOR: usize = 2;
+
+/// How long a host cut off for a stalled or trickled frame stays on probation, in
+/// `network.timeout`s from its last cut: long beside the `network.timeout` a trickling
+/// connection holds its room, so that a host that keeps attacking is cut again, and
+/// stays on probation, long before it ends.
+pub const PROBATION_TIMEOUTS: u32 = 10;
+
 /// Whether `bytes` more fit beside `in_use` of a budget of `limit`: always when nothing
 /// is reserved, so that a frame larger than the budget does not wait for good.
 fn fits(in_use: usize, limit: usize, bytes: usize) -> bool {
     in_use == 0 || in_use.saturating_add(bytes) <= limit
 }
 
-/// Whose turn a peer's connections wait for: its IPv4 address (an IPv4-mapped IPv6
-/// address is one), or its IPv6 address's /64 prefix, the least a site is given, so that
-/// a host cannot take more turns by cycling through the addresses of its own network.
-fn turn_of(peer: IpAddr) -> IpAddr {
-    match peer {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-        },
-    }
+/// Where a connection stands in the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// It holds `bytes` for its frame.
+    Holds { host: IpAddr, bytes: usize },
+    /// It waits in its host's queue.
+    Waits { host: IpAddr },
 }
 
-/// The bytes reserved for large frames being received, and the connections waiting for
-/// room, by their peers' addresses.
+/// The bytes reserved for large frames being received, by host, the connections waiting
+/// for room, by host, and the hosts on probation.
 #[derive(Debug)]
 pub struct ReceiveBudget {
     limit: usize,
     in_use: usize,
-    /// Addresses (see [`turn_of`]) with connections waiting, in the order their turns
-    /// come.
+    /// How long a cut puts its host on probation.
+    probation: Duration,
+    /// Hosts (see [`host_of`]) with connections waiting, in the order their turns come.
     turns: VecDeque<IpAddr>,
-    /// Each of those addresses' waiting connections and the bytes they ask for, in the
-    /// order they asked; never an empty queue.
+    /// Each of those hosts' waiting connections and the bytes they ask for, in the order
+    /// they asked; never an empty queue.
     queues: HashMap<IpAddr, VecDeque<(ConnKey, usize)>>,
+    /// What each host holds; never 0.
+    held: HashMap<IpAddr, usize>,
+    /// Every connection that holds room or waits for it.
+    places: HashMap<ConnKey, Place>,
+    /// When each host's probation ends (some may have ended: they are purged now and
+    /// then, see [`ReceiveBudget::cut_off`]).
+    probation_ends: HashMap<IpAddr, Instant>,
+    /// How many hosts `probation_ends` may hold before ended probations are purged.
+    purge_at: usize,
 }
 
 impl ReceiveBudget {
-    /// A budget of `limit` bytes.
-    pub fn new(limit: usize) -> Self {
+    /// A budget of `limit` bytes, whose hosts cut off stay on probation for `probation`.
+    pub fn new(limit: usize, probation: Duration) -> Self {
         ReceiveBudget {
             limit,
             in_use: 0,
+            probation,
             turns: VecDeque::new(),
             queues: HashMap::new(),
+            held: HashMap::new(),
+            places: HashMap::new(),
+            probation_ends: HashMap::new(),
+            purge_at: 64,
         }
     }
 
@@ -99,79 +145,197 @@ impl ReceiveBudget {
         self.queues.values().map(VecDeque::len).sum()
     }
 
-    /// Reserves `bytes` for the frame connection `key`, from `peer`, is receiving: `true`
-    /// if they are reserved, `false` if the connection now waits to be admitted by a
-    /// [`ReceiveBudget::release`] or [`ReceiveBudget::forget`]. It waits when the bytes
-    /// do not fit, or when others already wait, so that a stream of smaller frames
-    /// cannot starve a large one. A frame larger than the whole budget is admitted when
-    /// nothing else is reserved, so that no frame waits for good.
-    pub fn reserve(&mut self, key: ConnKey, peer: IpAddr, bytes: usize) -> bool {
-        if self.turns.is_empty() && fits(self.in_use, self.limit, bytes) {
-            self.in_use += bytes;
-            return true;
-        }
-        let turn = turn_of(peer);
-        let queue = self.queues.entry(turn).or_default();
+    /// Bytes the host of `peer` holds.
+    #[cfg(test)]
+    pub fn held_by(&self, peer: IpAddr) -> usize {
+        self.held.get(&host_of(peer)).copied().unwrap_or(0)
+    }
+
+    /// Whether the host of `peer` is on probation at `now`.
+    #[cfg(test)]
+    pub fn on_probation(&self, peer: IpAddr, now: Instant) -> bool {
+        self.host_on_probation(&host_of(peer), now)
+    }
+
+    fn host_on_probation(&self, host: &IpAddr, now: Instant) -> bool {
+        self.probation_ends.get(host).is_some_and(|&end| end > now)
+    }
+
+    /// Reserves `bytes` at `now` for the frame connection `key`, from `peer`, is
+    /// receiving: `true` if they are reserved, `false` if the connection now waits to be
+    /// admitted by a later [`ReceiveBudget::release`]. It waits when the bytes do not
+    /// fit, when its host is at its share while others wait, when it is on probation and
+    /// others (or the hosts on probation) hold up, or when a connection ahead of it waits
+    /// for room, so that a stream of smaller frames cannot starve a large one. A frame
+    /// larger than the whole budget is admitted when nothing else is reserved, so that no
+    /// frame waits for good. Others that asking admits (their host's probation ended
+    /// meanwhile) go into `admitted`.
+    pub fn reserve(
+        &mut self,
+        key: ConnKey,
+        peer: IpAddr,
+        bytes: usize,
+        now: Instant,
+        admitted: &mut Vec<(ConnKey, usize)>,
+    ) -> bool {
+        debug_assert!(
+            !self.places.contains_key(&key),
+            "a connection reserved twice"
+        );
+        let host = host_of(peer);
+        let queue = self.queues.entry(host).or_default();
         if queue.is_empty() {
-            self.turns.push_back(turn);
+            self.turns.push_back(host);
         }
         queue.push_back((key, bytes));
-        false
-    }
-
-    /// Gives back `bytes` reserved earlier (the frame arrived, or its connection closed),
-    /// and admits the waiting connections that now fit, turn by turn, into `admitted`,
-    /// with the bytes each reserved.
-    pub fn release(&mut self, bytes: usize, admitted: &mut Vec<(ConnKey, usize)>) {
-        debug_assert!(bytes <= self.in_use, "released more than was reserved");
-        self.in_use = self.in_use.saturating_sub(bytes);
-        self.admit(admitted);
-    }
-
-    /// Takes connection `key`, from `peer`, out of the queue (it closed while it waited),
-    /// and admits those that now fit, into `admitted`.
-    pub fn forget(&mut self, key: ConnKey, peer: IpAddr, admitted: &mut Vec<(ConnKey, usize)>) {
-        let turn = turn_of(peer);
-        if let Some(queue) = self.queues.get_mut(&turn) {
-            if let Some(at) = queue.iter().position(|&(waiting, _)| waiting == key) {
-                queue.remove(at);
-                if queue.is_empty() {
-                    self.queues.remove(&turn);
-                    self.turns.retain(|&waiting| waiting != turn);
-                }
+        self.places.insert(key, Place::Waits { host });
+        let before = admitted.len();
+        self.admit(now, admitted);
+        match admitted[before..].iter().position(|&(done, _)| done == key) {
+            Some(at) => {
+                admitted.remove(before + at);
+                true
             }
+            None => false,
         }
-        self.admit(admitted);
     }
 
-    /// Admits the connection whose turn it is while it fits, then the next: one who
-    /// does not fit holds up the rest, so that a large frame is not starved.
-    fn admit(&mut self, admitted: &mut Vec<(ConnKey, usize)>) {
-        while let Some(&peer) = self.turns.front() {
-            let Some(queue) = self.queues.get_mut(&peer) else {
-                debug_assert!(false, "a turn without a queue");
-                self.turns.pop_front();
-                continue;
-            };
-            let Some(&(key, bytes)) = queue.front() else {
-                debug_assert!(false, "an empty queue kept");
-                self.queues.remove(&peer);
-                self.turns.pop_front();
-                continue;
-            };
-            if !fits(self.in_use, self.limit, bytes) {
+    /// Connection `key` is done with the budget at `now`: its frame arrived, or it closed.
+    /// What it held is given back (the bytes are returned; 0 if it held nothing), or its
+    /// place in the queue given up; then the waiting connections that now may go in are
+    /// admitted, turn by turn, into `admitted`, with the bytes each reserved.
+    pub fn release(
+        &mut self,
+        key: ConnKey,
+        now: Instant,
+        admitted: &mut Vec<(ConnKey, usize)>,
+    ) -> usize {
+        let released = match self.places.remove(&key) {
+            Some(Place::Holds { host, bytes }) => {
+                debug_assert!(bytes <= self.in_use, "released more than was reserved");
+                self.in_use = self.in_use.saturating_sub(bytes);
+                if let Some(held) = self.held.get_mut(&host) {
+                    *held = held.saturating_sub(bytes);
+                    if *held == 0 {
+                        self.held.remove(&host);
+                    }
+                }
+                bytes
+            }
+            Some(Place::Waits { host }) => {
+                if let Some(queue) = self.queues.get_mut(&host) {
+                    if let Some(at) = queue.iter().position(|&(waiting, _)| waiting == key) {
+                        queue.remove(at);
+                    }
+                    if queue.is_empty() {
+                        self.queues.remove(&host);
+                        self.turns.retain(|&waiting| waiting != host);
+                    }
+                }
+                0
+            }
+            None => 0,
+        };
+        self.admit(now, admitted);
+        released
+    }
+
+    /// A connection from `peer` was cut off at `now` for a frame that stalled or came too
+    /// slowly while it held room or waited for it: its host is on probation until
+    /// `now` + the probation (see the module's docs). Call [`ReceiveBudget::release`]
+    /// for the connection after this, so that what it gives back goes to the others
+    /// first. Returns whether the host was in good standing until now.
+    pub fn cut_off(&mut self, peer: IpAddr, now: Instant) -> bool {
+        if self.probation_ends.len() >= self.purge_at {
+            self.probation_ends.retain(|_, &mut end| end > now);
+            // Purged again only once as many more are on probation as are left: each
+            // purge is paid for by the cuts since the last, however many hosts there are.
+            self.purge_at = (self.probation_ends.len() * 2).max(64);
+        }
+        let end = now.checked_add(self.probation).unwrap_or(now);
+        self.probation_ends
+            .insert(host_of(peer), end)
+            .is_none_or(|ended| ended <= now)
+    }
+
+    /// Admits the waiting connections that may go in at `now`, one at a time, each time
+    /// the first of them in the order of [`ReceiveBudget::next_admissible`]; the host
+    /// admitted goes to the back of the turns.
+    fn admit(&mut self, now: Instant, admitted: &mut Vec<(ConnKey, usize)>) {
+        while let Some(at) = self.next_admissible(now) {
+            let Some(host) = self.turns.remove(at) else {
+                debug_assert!(false, "a turn out of range");
                 return;
-            }
-            queue.pop_front();
-            self.turns.pop_front();
+            };
+            let Some(queue) = self.queues.get_mut(&host) else {
+                debug_assert!(false, "a turn without a queue");
+                continue;
+            };
+            let Some((key, bytes)) = queue.pop_front() else {
+                debug_assert!(false, "an empty queue kept");
+                self.queues.remove(&host);
+                continue;
+            };
             if queue.is_empty() {
-                self.queues.remove(&peer);
+                self.queues.remove(&host);
             } else {
-                self.turns.push_back(peer);
+                self.turns.push_back(host);
             }
-            self.in_use += bytes;
+            self.in_use = self.in_use.saturating_add(bytes);
+            *self.held.entry(host).or_default() += bytes;
+            self.places.insert(key, Place::Holds { host, bytes });
             admitted.push((key, bytes));
         }
+    }
+
+    /// The turn (its index in `turns`) whose first connection goes in next at `now`, if
+    /// any may. Hosts not on probation come first, in turn order: one at its share while
+    /// another of them waits is passed over; the first other one goes in if its frame
+    /// fits, and holds up everyone behind it if not. Then the hosts on probation, in turn
+    /// order, within half the budget among them.
+    fn next_admissible(&self, now: Instant) -> Option<usize> {
+        let share = self.limit / SHARE_DIVISOR;
+        let front = |host: &IpAddr| {
+            self.queues
+                .get(host)
+                .and_then(VecDeque::front)
+                .map_or(0, |&(_, bytes)| bytes)
+        };
+        let held = |host: &IpAddr| self.held.get(host).copied().unwrap_or(0);
+        let in_good_standing = self
+            .turns
+            .iter()
+            .filter(|host| !self.host_on_probation(host, now))
+            .count();
+        for (at, host) in self.turns.iter().enumerate() {
+            if self.host_on_probation(host, now) {
+                continue;
+            }
+            let (bytes, holds) = (front(host), held(host));
+            let within_share =
+                holds == 0 || holds.saturating_add(bytes) <= share || in_good_standing == 1;
+            if !within_share {
+                continue;
+            }
+            return fits(self.in_use, self.limit, bytes).then_some(at);
+        }
+        if in_good_standing == self.turns.len() {
+            return None;
+        }
+        let on_probation: usize = self
+            .held
+            .iter()
+            .filter(|(host, _)| self.host_on_probation(host, now))
+            .map(|(_, &bytes)| bytes)
+            .sum();
+        let (at, host) = self
+            .turns
+            .iter()
+            .enumerate()
+            .find(|(_, host)| self.host_on_probation(host, now))?;
+        let bytes = front(host);
+        // Within what the hosts on probation hold together, the host's own share too.
+        (fits(on_probation, share, bytes) && fits(self.in_use, self.limit, bytes)).then_some(at)
     }
 }
 
@@ -183,108 +347,130 @@ mod tests {
     const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
     const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
     const C: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3));
+    const H: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9));
+    const SEC: Duration = Duration::from_secs(1);
+    const MIB: usize = 1 << 20;
+
+    /// A budget of `limit` whose probation lasts 100 s, and the instant its tests start.
+    fn budget(limit: usize) -> (ReceiveBudget, Instant) {
+        (ReceiveBudget::new(limit, 100 * SEC), Instant::now())
+    }
+
+    /// Reserves at `now`, expecting nobody else to be admitted by it.
+    fn reserve(
+        budget: &mut ReceiveBudget,
+        key: ConnKey,
+        peer: IpAddr,
+        bytes: usize,
+        now: Instant,
+    ) -> bool {
+        let mut others = Vec::new();
+        let reserved = budget.reserve(key, peer, bytes, now, &mut others);
+        assert_eq!(others, [], "asking admitted others");
+        reserved
+    }
+
+    /// Releases `key` at `now`; returns those admitted.
+    fn release(budget: &mut ReceiveBudget, key: ConnKey, now: Instant) -> Vec<(ConnKey, usize)> {
+        let mut admitted = Vec::new();
+        budget.release(key, now, &mut admitted);
+        admitted
+    }
 
     /// The walk through that was the module's example.
     #[test]
-    fn a_release_admits_the_first_waiting_connection_of_each_address_in_turn() {
-        let mut budget = ReceiveBudget::new(10 << 20);
-        assert!(budget.reserve(1, A, 8 << 20));
+    fn a_release_admits_the_first_waiting_connection_of_each_host_in_turn() {
+        let (mut budget, t0) = budget(10 * MIB);
+        assert!(reserve(&mut budget, 1, A, 8 * MIB, t0));
         assert!(
-            !budget.reserve(2, A, 4 << 20),
+            !reserve(&mut budget, 2, A, 4 * MIB, t0),
             "waits: 12 MiB would be over the budget"
         );
-        assert!(!budget.reserve(3, A, 4 << 20));
-        assert!(!budget.reserve(4, B, 4 << 20));
-        let mut admitted = Vec::new();
-        budget.release(8 << 20, &mut admitted);
+        assert!(!reserve(&mut budget, 3, A, 4 * MIB, t0));
+        assert!(!reserve(&mut budget, 4, B, 4 * MIB, t0));
+        assert_eq!(budget.held_by(A), 8 * MIB);
         assert_eq!(
-            admitted,
-            [(2, 4 << 20), (4, 4 << 20)],
+            release(&mut budget, 1, t0),
+            [(2, 4 * MIB), (4, 4 * MIB)],
             "a's first, then b's turn"
         );
-        assert_eq!(budget.in_use(), 8 << 20);
+        assert_eq!(budget.in_use(), 8 * MIB);
+        assert_eq!(budget.held_by(A), 4 * MIB);
+        assert_eq!(budget.held_by(B), 4 * MIB);
     }
 
     #[test]
     fn frames_that_fit_are_reserved_at_once() {
-        let mut budget = ReceiveBudget::new(100);
-        assert!(budget.reserve(1, A, 60));
-        assert!(budget.reserve(2, A, 40));
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, A, 60, t0));
+        assert!(reserve(&mut budget, 2, A, 40, t0));
         assert_eq!(budget.in_use(), 100);
         assert_eq!(budget.waiting(), 0);
     }
 
     #[test]
     fn waiting_connections_are_admitted_in_the_order_they_asked() {
-        let mut budget = ReceiveBudget::new(100);
-        let mut admitted = Vec::new();
-        assert!(budget.reserve(1, A, 90));
-        assert!(!budget.reserve(2, A, 50));
-        assert!(!budget.reserve(3, A, 30));
-        // 3 would fit beside 1 now, but 2 asked first.
-        budget.release(0, &mut admitted);
-        assert!(admitted.is_empty());
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, A, 90, t0));
+        assert!(!reserve(&mut budget, 2, A, 50, t0));
+        assert!(!reserve(&mut budget, 3, A, 30, t0));
         assert!(
-            !budget.reserve(4, A, 5),
+            !reserve(&mut budget, 4, A, 5, t0),
             "nobody overtakes a waiting connection"
         );
-        budget.release(90, &mut admitted);
-        assert_eq!(admitted, [(2, 50), (3, 30), (4, 5)]);
+        assert_eq!(release(&mut budget, 1, t0), [(2, 50), (3, 30), (4, 5)]);
         assert_eq!(budget.in_use(), 85);
         assert_eq!(budget.waiting(), 0);
     }
 
     #[test]
     fn a_frame_larger_than_the_budget_waits_until_nothing_else_is_reserved() {
-        let mut budget = ReceiveBudget::new(100);
-        let mut admitted = Vec::new();
-        assert!(budget.reserve(1, A, 10));
-        assert!(!budget.reserve(2, A, 500));
-        budget.release(10, &mut admitted);
-        assert_eq!(admitted, [(2, 500)]);
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, A, 10, t0));
+        assert!(!reserve(&mut budget, 2, A, 500, t0));
+        assert_eq!(release(&mut budget, 1, t0), [(2, 500)]);
         assert!(
-            !budget.reserve(3, A, 1),
+            !reserve(&mut budget, 3, A, 1, t0),
             "over the budget while the large one is in"
         );
-        admitted.clear();
-        budget.release(500, &mut admitted);
-        assert_eq!(admitted, [(3, 1)]);
-        let mut empty = ReceiveBudget::new(100);
-        assert!(empty.reserve(1, A, 500), "alone, it is admitted at once");
+        assert_eq!(release(&mut budget, 2, t0), [(3, 1)]);
+        let (mut empty, _) = self::budget(100);
+        assert!(
+            reserve(&mut empty, 1, A, 500, t0),
+            "alone, it is admitted at once"
+        );
     }
 
     #[test]
     fn a_connection_closed_while_it_waits_lets_those_behind_it_in() {
-        let mut budget = ReceiveBudget::new(100);
-        let mut admitted = Vec::new();
-        assert!(budget.reserve(1, A, 60));
-        assert!(!budget.reserve(2, A, 80));
-        assert!(!budget.reserve(3, A, 40));
-        budget.forget(2, A, &mut admitted);
-        assert_eq!(admitted, [(3, 40)]);
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, A, 60, t0));
+        assert!(!reserve(&mut budget, 2, A, 80, t0));
+        assert!(!reserve(&mut budget, 3, A, 40, t0));
+        assert_eq!(release(&mut budget, 2, t0), [(3, 40)]);
         assert_eq!(budget.in_use(), 100);
         assert_eq!(budget.waiting(), 0);
+        assert_eq!(release(&mut budget, 2, t0), [], "released once");
+        assert_eq!(budget.in_use(), 100);
     }
 
     #[test]
     fn hosts_take_turns_however_many_connections_each_has() {
-        let mut budget = ReceiveBudget::new(100);
-        let mut admitted = Vec::new();
-        assert!(budget.reserve(1, A, 100));
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, A, 100, t0));
         // A queues five connections before B and C ask for one each.
         for key in 10..15 {
-            assert!(!budget.reserve(key, A, 100));
+            assert!(!reserve(&mut budget, key, A, 100, t0));
         }
-        assert!(!budget.reserve(20, B, 100));
-        assert!(!budget.reserve(30, C, 100));
+        assert!(!reserve(&mut budget, 20, B, 100, t0));
+        assert!(!reserve(&mut budget, 30, C, 100, t0));
         let mut order = Vec::new();
-        let mut holding = 100;
+        let mut holding = 1;
         while budget.waiting() > 0 {
-            budget.release(holding, &mut admitted);
+            let admitted = release(&mut budget, holding, t0);
             assert_eq!(admitted.len(), 1, "one frame of 100 at a time");
-            let (key, bytes) = admitted.pop().unwrap();
-            order.push(key);
-            holding = bytes;
+            holding = admitted[0].0;
+            order.push(holding);
         }
         assert_eq!(order, [10, 20, 30, 11, 12, 13, 14]);
         assert_eq!(budget.in_use(), 100);
@@ -292,44 +478,276 @@ mod tests {
 
     #[test]
     fn a_host_whose_last_connection_closes_loses_its_turn() {
-        let mut budget = ReceiveBudget::new(100);
-        let mut admitted = Vec::new();
-        assert!(budget.reserve(1, A, 100));
-        assert!(!budget.reserve(10, A, 60));
-        assert!(!budget.reserve(20, B, 60));
-        assert!(!budget.reserve(11, A, 40));
-        budget.forget(10, A, &mut admitted);
-        assert!(admitted.is_empty(), "nothing fits yet");
-        budget.forget(20, B, &mut admitted);
-        budget.release(100, &mut admitted);
-        assert_eq!(admitted, [(11, 40)]);
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, A, 100, t0));
+        assert!(!reserve(&mut budget, 10, A, 60, t0));
+        assert!(!reserve(&mut budget, 20, B, 60, t0));
+        assert!(!reserve(&mut budget, 11, A, 40, t0));
+        assert_eq!(release(&mut budget, 10, t0), [], "nothing fits yet");
+        assert_eq!(release(&mut budget, 20, t0), []);
+        assert_eq!(release(&mut budget, 1, t0), [(11, 40)]);
         assert_eq!(budget.waiting(), 0);
-        assert!(budget.reserve(2, B, 60), "no queue left behind");
-        budget.forget(99, A, &mut admitted);
+        assert!(reserve(&mut budget, 2, B, 60, t0), "no queue left behind");
+        assert_eq!(release(&mut budget, 99, t0), [], "never seen");
         assert_eq!(budget.in_use(), 100);
     }
 
     #[test]
     fn an_ipv6_network_of_64_bits_and_a_mapped_ipv4_address_take_one_turn() {
-        let mut budget = ReceiveBudget::new(100);
-        let mut admitted = Vec::new();
+        let (mut budget, t0) = budget(100);
         let one: IpAddr = "2001:db8:1:2::1".parse().unwrap();
         let same_net: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
         let other_net: IpAddr = "2001:db8:1:3::1".parse().unwrap();
         let mapped_a: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
-        assert!(budget.reserve(1, one, 100));
-        assert!(!budget.reserve(10, one, 100));
-        assert!(!budget.reserve(11, same_net, 100));
-        assert!(!budget.reserve(20, other_net, 100));
-        assert!(!budget.reserve(30, A, 100));
-        assert!(!budget.reserve(31, mapped_a, 100));
+        assert!(reserve(&mut budget, 1, one, 100, t0));
+        assert!(!reserve(&mut budget, 10, one, 100, t0));
+        assert!(!reserve(&mut budget, 11, same_net, 100, t0));
+        assert!(!reserve(&mut budget, 20, other_net, 100, t0));
+        assert!(!reserve(&mut budget, 30, A, 100, t0));
+        assert!(!reserve(&mut budget, 31, mapped_a, 100, t0));
         let mut order = Vec::new();
+        let mut holding = 1;
         while budget.waiting() > 0 {
-            budget.release(100, &mut admitted);
-            order.extend(admitted.drain(..).map(|(key, _)| key));
+            let admitted = release(&mut budget, holding, t0);
+            holding = admitted[0].0;
+            order.push(holding);
         }
         assert_eq!(order, [10, 20, 30, 11, 31]);
-        budget.forget(31, mapped_a, &mut admitted);
-        assert!(admitted.is_empty());
+        // One host's probation is its whole network's.
+        budget.cut_off(same_net, t0);
+        assert!(budget.on_probation(one, t0));
+        assert!(!budget.on_probation(other_net, t0));
+        budget.cut_off(A, t0);
+        assert!(budget.on_probation(mapped_a, t0));
+    }
+
+    #[test]
+    fn a_host_alone_may_use_the_whole_budget() {
+        let (mut budget, t0) = budget(100);
+        for key in 1..=4 {
+            assert!(reserve(&mut budget, key, A, 25, t0));
+        }
+        assert_eq!(budget.held_by(A), 100);
+    }
+
+    #[test]
+    fn a_host_past_its_share_is_passed_over_while_another_host_waits() {
+        let (mut budget, t0) = budget(100);
+        // Alone, A takes 75 and queues more.
+        for key in 1..=3 {
+            assert!(reserve(&mut budget, key, A, 25, t0));
+        }
+        assert!(!reserve(&mut budget, 4, A, 30, t0));
+        assert!(!reserve(&mut budget, 5, A, 10, t0));
+        // B's frame fits beside A's: it goes in at once, though A waits ahead of it.
+        assert!(reserve(&mut budget, 10, B, 20, t0));
+        // While B waits, A is held to half the budget: what A gives back goes to B.
+        assert!(!reserve(&mut budget, 11, B, 30, t0));
+        assert_eq!(release(&mut budget, 1, t0), [(11, 30)]);
+        assert_eq!(release(&mut budget, 2, t0), [], "A holds 25 and asks 30");
+        // With nobody else waiting A may go past its share again.
+        assert_eq!(release(&mut budget, 10, t0), [(4, 30), (5, 10)]);
+        assert_eq!(budget.held_by(A), 65);
+    }
+
+    #[test]
+    fn a_host_s_first_frame_counts_as_within_its_share_however_large() {
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, B, 30, t0));
+        assert!(!reserve(&mut budget, 2, B, 80, t0), "does not fit");
+        // While A waits, B is at its share and passed over; A's 60, above half the
+        // budget, is its first frame.
+        assert!(reserve(&mut budget, 3, A, 60, t0));
+        assert_eq!(budget.held_by(A), 60);
+        assert!(
+            !reserve(&mut budget, 4, A, 10, t0),
+            "A's second is held to its share"
+        );
+        assert_eq!(release(&mut budget, 1, t0), [], "B's 80 does not fit yet");
+        assert_eq!(release(&mut budget, 3, t0), [(2, 80), (4, 10)]);
+    }
+
+    #[test]
+    fn a_host_at_its_share_holds_nobody_up_but_one_whose_frame_does_not_fit_does() {
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, A, 60, t0));
+        assert!(!reserve(&mut budget, 2, B, 50, t0), "does not fit");
+        assert!(
+            !reserve(&mut budget, 3, A, 10, t0),
+            "60 + 10 > 50 while B waits"
+        );
+        // B's frame does not fit: C's, which would, waits behind it rather than starve it.
+        assert!(!reserve(&mut budget, 4, C, 10, t0));
+        assert_eq!(release(&mut budget, 1, t0), [(2, 50), (3, 10), (4, 10)]);
+    }
+
+    #[test]
+    fn a_host_cut_off_waits_behind_the_others_and_within_half_the_budget() {
+        let (mut budget, t0) = budget(100);
+        for key in 1..=4 {
+            assert!(reserve(&mut budget, key, A, 25, t0));
+        }
+        for key in 5..=8 {
+            assert!(!reserve(&mut budget, key, A, 25, t0));
+        }
+        assert!(!reserve(&mut budget, 20, B, 40, t0));
+        // A's first connection is cut off for trickling: A is on probation, B goes first.
+        budget.cut_off(A, t0 + SEC);
+        assert!(budget.on_probation(A, t0 + SEC));
+        assert_eq!(release(&mut budget, 1, t0 + SEC), []);
+        assert_eq!(release(&mut budget, 2, t0 + SEC), [(20, 40)]);
+        // A reconnects: its new connection waits too, within half the budget (it holds
+        // 50 already).
+        assert!(!reserve(&mut budget, 9, A, 25, t0 + SEC));
+        assert_eq!(release(&mut budget, 20, t0 + 2 * SEC), []);
+        assert_eq!(budget.in_use(), 50);
+        // Alone, a host on probation still gets in, within half the budget.
+        assert_eq!(release(&mut budget, 3, t0 + 2 * SEC), [(5, 25)]);
+        assert_eq!(budget.held_by(A), 50);
+        // Hosts on probation share that half.
+        budget.cut_off(B, t0 + 2 * SEC);
+        assert!(!reserve(&mut budget, 21, B, 10, t0 + 2 * SEC));
+        assert_eq!(release(&mut budget, 4, t0 + 3 * SEC), [(6, 25)]);
+        assert_eq!(release(&mut budget, 5, t0 + 3 * SEC), [(21, 10)]);
+        // A host in good standing goes ahead of them all.
+        assert!(reserve(&mut budget, 30, C, 40, t0 + 3 * SEC));
+        // Each cut renews the probation; it ends 100 s after the last: A, in good
+        // standing again, may take the room the hosts on probation may not.
+        budget.cut_off(A, t0 + 50 * SEC);
+        assert!(budget.on_probation(A, t0 + 149 * SEC));
+        assert!(!budget.on_probation(A, t0 + 150 * SEC));
+        assert!(budget.on_probation(B, t0 + 101 * SEC));
+        assert!(!budget.on_probation(B, t0 + 102 * SEC));
+        // Alone in its turn and in good standing, it may go past its share again.
+        assert_eq!(release(&mut budget, 30, t0 + 150 * SEC), [(7, 25), (8, 25)]);
+    }
+
+    #[test]
+    fn a_host_whose_probation_ended_is_admitted_when_anything_is_asked() {
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, B, 10, t0));
+        budget.cut_off(A, t0);
+        assert!(reserve(&mut budget, 2, A, 40, t0), "nobody else waits");
+        assert!(
+            !reserve(&mut budget, 3, A, 20, t0),
+            "it would fit, but not in half the budget"
+        );
+        // Its probation ends; the next ask admits it, beside the one asking.
+        assert!(budget.on_probation(A, t0 + 99 * SEC));
+        let mut others = Vec::new();
+        assert!(budget.reserve(4, C, 5, t0 + 100 * SEC, &mut others));
+        assert_eq!(others, [(3, 20)]);
+        assert_eq!(budget.in_use(), 75);
+    }
+
+    #[test]
+    fn ended_probations_are_purged_as_hosts_are_cut_off() {
+        let (mut budget, t0) = budget(100);
+        for n in 0..1000u32 {
+            let host = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
+            budget.cut_off(host, t0 + SEC * n);
+        }
+        assert!(
+            budget.probation_ends.len() <= 256,
+            "{} hosts kept",
+            budget.probation_ends.len()
+        );
+        assert!(budget.on_probation(
+            IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + 999)),
+            t0 + 1000 * SEC
+        ));
+    }
+
+    /// The attack the receive budget was first found open to, on made-up instants: a host
+    /// with 100 connections, each announcing a 128 MiB frame and trickling it (cut off
+    /// `network.timeout`, 120 s, after it is admitted), reconnecting at once when cut off,
+    /// against another host's 40 frames of 1 MiB, each sent as soon as the one before is
+    /// in, from the 10th second. Returns the seconds the honest host's frames waited in
+    /// all, and what the attacker held at the end.
+    fn reconnecting_trickler_against_frames_of_1_mib(limit: usize) -> (u64, usize) {
+        const TIMEOUT: u64 = 120;
+        const LARGE: usize = (128 << 20) + UNBUDGETED_FRAME;
+        const SMALL: usize = MIB + UNBUDGETED_FRAME;
+        let t0 = Instant::now();
+        let mut budget = ReceiveBudget::new(limit, SEC * TIMEOUT as u32 * PROBATION_TIMEOUTS);
+        // The attacker's connections holding room, with the second they were admitted.
+        let mut holding: HashMap<ConnKey, u64> = HashMap::new();
+        let mut next_key: ConnKey = 1000;
+        let mut admitted = Vec::new();
+        for key in 0..100 {
+            if budget.reserve(key, A, LARGE, t0, &mut admitted) {
+                holding.insert(key, 0);
+            }
+        }
+        assert_eq!(holding.len(), limit / LARGE, "alone, it takes what fits");
+        let honest: ConnKey = 1 << 40;
+        let (mut delivered, mut waited, mut asked_at) = (0, 0, None);
+        for second in 10..10 * TIMEOUT {
+            let now = t0 + SEC * second as u32;
+            // Attacker connections trickling for network.timeout are cut off, and open
+            // again at once.
+            let late: Vec<ConnKey> = holding
+                .iter()
+                .filter(|&(_, &since)| second >= since + TIMEOUT)
+                .map(|(&key, _)| key)
+                .collect();
+            for key in late {
+                holding.remove(&key);
+                budget.cut_off(A, now);
+                budget.release(key, now, &mut admitted);
+                next_key += 1;
+                if budget.reserve(next_key, A, LARGE, now, &mut admitted) {
+                    holding.insert(next_key, second);
+                }
+            }
+            // The honest host's frame arrives within the second it is admitted in.
+            loop {
+                for (key, _) in std::mem::take(&mut admitted) {
+                    if key == honest {
+                        let asked: u64 = asked_at.take().expect("asked");
+                        waited += second - asked;
+                        delivered += 1;
+                        budget.release(honest, now, &mut admitted);
+                    } else {
+                        holding.insert(key, second);
+                    }
+                }
+                if !admitted.is_empty() {
+                    continue;
+                }
+                if delivered == 40 || asked_at.is_some() {
+                    break;
+                }
+                if budget.reserve(honest, H, SMALL, now, &mut admitted) {
+                    delivered += 1;
+                    budget.release(honest, now, &mut admitted);
+                } else {
+                    asked_at = Some(second);
+                }
+            }
+            assert!(budget.in_use() <= budget.limit());
+            if delivered == 40 {
+                break;
+            }
+        }
+        assert_eq!(delivered, 40, "waited {waited} s");
+        (waited, budget.held_by(A))
+    }
+
+    /// With the defaults, the attacker's three frames leave room for the honest host's,
+    /// which no longer wait behind its queue of connections. With a budget the attacker
+    /// fills, the honest host waits once, for the attacker's first frames to be cut off,
+    /// and then no more: from then on the attacker, on probation, holds at most half.
+    #[test]
+    fn a_reconnecting_trickler_holds_another_host_up_once_not_per_frame() {
+        let (waited, _) = reconnecting_trickler_against_frames_of_1_mib(512 * MIB);
+        assert_eq!(waited, 0);
+        let filled = 4 * ((128 << 20) + UNBUDGETED_FRAME);
+        let (waited, attacker_holds) = reconnecting_trickler_against_frames_of_1_mib(filled);
+        assert!(
+            (100..=120).contains(&waited),
+            "the honest host waited {waited} s in all"
+        );
+        assert!(attacker_holds <= filled / 2, "{attacker_holds}");
     }
 }

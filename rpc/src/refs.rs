@@ -30,8 +30,12 @@ pub struct RpcStats {
     /// Connections accepted from remote peers.
     pub accepted: u64,
     /// Connections from remote peers closed as soon as they were accepted, because
-    /// `rpc.io.maxConnections` were open.
+    /// `rpc.io.maxConnections` were open and established, or
+    /// `rpc.io.maxConnectionsPerHost` from their host.
     pub refused: u64,
+    /// Connections from remote peers, not established yet, closed to make room for a new
+    /// one at `rpc.io.maxConnections`.
+    pub evicted: u64,
     /// Outgoing connections established.
     pub connected: u64,
     /// Times a connection waited, unread, for room in the receive budget
@@ -68,6 +72,7 @@ impl RpcEnvHandle {
         RpcStats {
             accepted: self.shared.accepted.load(Ordering::Relaxed),
             refused: self.shared.refused.load(Ordering::Relaxed),
+            evicted: self.shared.evicted.load(Ordering::Relaxed),
             connected: self.shared.connected.load(Ordering::Relaxed),
             budget_waits: self.shared.budget_waits.load(Ordering::Relaxed),
             most_reserved: self.shared.most_reserved.load(Ordering::Relaxed),

@@ -43,6 +43,9 @@ pub struct Settings {
     pub busy_poll: Duration,
     /// The most connections from peers held open at once (rpc.io.maxConnections).
     pub max_connections: usize,
+    /// The most connections from one host held open at once
+    /// (rpc.io.maxConnectionsPerHost, at most `max_connections`).
+    pub max_connections_per_host: usize,
     /// The most bytes large frames may hold, partly received, across all connections
     /// (rpc.io.maxReceiveBytes, raised to one frame of `max_payload` and one read).
     pub max_receive_bytes: usize,
@@ -85,11 +88,47 @@ impl Settings {
             shutdown_flush: conf.shutdown_flush_timeout()?,
             busy_poll: conf.rpc_busy_poll()?,
             max_connections: conf.max_connections()?,
+            max_connections_per_host: conf
+                .max_connections_per_host()?
+                .min(conf.max_connections()?),
             max_receive_bytes: conf
                 .max_receive_bytes()?
                 .max(flint_wire::padded_frame_len(conf.message_max_size()?) + UNBUDGETED_FRAME),
             stalled_frame_timeout: conf.network_timeout()?,
             idle_timeout: conf.idle_timeout()?,
         })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_environment_holds_no_more_connections_from_one_host_than_from_all() {
+        let settings = |pairs: &[&str]| {
+            Settings::from_conf(&Conf::from_pairs(pairs.iter().copied()).unwrap()).unwrap()
+        };
+        let both = settings(&[
+            "rpc.io.maxConnections=50",
+            "rpc.io.maxConnectionsPerHost=20",
+        ]);
+        assert_eq!(
+            (both.max_connections, both.max_connections_per_host),
+            (50, 20)
+        );
+        let total_only = settings(&["rpc.io.maxConnections=50"]);
+        assert_eq!(
+            (
+                total_only.max_connections,
+                total_only.max_connections_per_host
+            ),
+            (50, 50)
+        );
+        let defaults = settings(&[]);
+        assert_eq!(
+            (defaults.max_connections, defaults.max_connections_per_host),
+            (10_000, 1000)
+        );
     }
 }

@@ -157,6 +157,7 @@ pub(crate) struct Shared {
     pub(crate) stopped: AtomicBool,
     pub(crate) accepted: AtomicU64,
     pub(crate) refused: AtomicU64,
+    pub(crate) evicted: AtomicU64,
     pub(crate) connected: AtomicU64,
     pub(crate) budget_waits: AtomicU64,
     pub(crate) most_reserved: AtomicU64,
@@ -196,6 +197,7 @@ impl Shared {
             #[cfg(all(test, not(loom)))]
             deadline_checks: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
             connected: AtomicU64::new(0),
             budget_waits: AtomicU64::new(0),
             most_reserved: AtomicU64::new(0),

@@ -9,6 +9,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv};
+use flint_testkit::attack::{self, loopback_host, Reconnector};
 use flint_testkit::frames::frame_bytes;
 use flint_testkit::process::resident_bytes;
 use flint_testkit::wait::wait_until;
@@ -342,11 +343,7 @@ fn a_peer_that_falls_silent_while_it_waits_is_cut_off_and_gives_up_its_place() {
 
 /// A connection to `env` from `source` (any address of 127.0.0.0/8 is this host's).
 fn connect_from(env: &RpcEnv, source: [u8; 4]) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let source = std::net::SocketAddr::from((source, 0));
-    socket.bind(&source.into()).unwrap();
-    socket.connect(&env.address().into()).unwrap();
-    socket.into()
+    attack::connect_from(source.into(), env.address()).unwrap()
 }
 
 /// Hosts take turns at the budget: one that queued three large frames first does not put
@@ -395,5 +392,86 @@ fn hosts_waiting_for_the_budget_take_turns() {
         drop(writer.join().unwrap());
     }
     drop(holder);
+    env.stop();
+}
+
+/// The attack of issue 22, scaled down: a host (127.0.0.2) with eight connections, each
+/// announcing a frame of nearly 4 MiB, sending a byte of it every 200 ms and reconnecting
+/// at once when cut off, fills the budget (four such frames) before an honest host (127.0.0.3)
+/// sends its frames of 1 MiB, one after the other. The honest host is held up once, for
+/// at most `network.timeout` (the attacker's first frames are cut off by then), and then
+/// not again however often the attacker reconnects: on probation, it holds at most half
+/// the budget, behind the honest host. Before, each honest frame waited for the next
+/// attacker frame to be cut off.
+#[test]
+fn a_reconnecting_trickler_holds_an_honest_host_up_once_for_one_network_timeout_at_most() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    // Room for the machine being slow, which a loaded CI runner is.
+    const SLACK: Duration = Duration::from_millis(1500);
+    const LARGE: usize = (4 << 20) - 4096;
+    const SMALL: usize = (1 << 20) - 4096;
+    let conf = Conf::from_pairs([
+        "rpc.message.maxSize=4m",
+        // Four of the attacker's frames, each reserved with one read beyond it.
+        "rpc.io.maxReceiveBytes=17m",
+        "network.timeout=1s",
+        "executor.heartbeatInterval=100ms",
+        "rpc.io.idleTimeout=0",
+    ])
+    .unwrap();
+    let env = RpcEnv::new(&conf).unwrap();
+    let sink = Sink::default();
+    env.handle().register("sink", sink.clone()).unwrap();
+    let trickler = Reconnector::start(
+        loopback_host(2),
+        env.address(),
+        8,
+        LARGE as u32,
+        Duration::from_millis(200),
+    );
+    wait_until(
+        "the attacker fills the budget",
+        Duration::from_secs(10),
+        || env.handle().stats().budget_waits >= 4,
+    );
+    assert!(env.handle().stats().most_reserved >= 16 << 20);
+    let mut honest = connect_from(&env, [127, 0, 0, 3]);
+    let small = frame(2, SMALL);
+    let started = Instant::now();
+    let mut held_up = Vec::new();
+    let mut sent = 0;
+    // Frames for four timeouts, well past the attacker's first cuts and reconnections.
+    while started.elapsed() < 4 * TIMEOUT {
+        let asked = Instant::now();
+        honest.write_all(&small).unwrap();
+        sent += 1;
+        sink.wait_for(sent, 2 * TIMEOUT + SLACK);
+        let took = asked.elapsed();
+        if took > TIMEOUT / 4 {
+            held_up.push(took);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let reconnections = trickler.reconnections();
+    drop(trickler);
+    // Held up once, by the attacker's first frames, for network.timeout at most (a frame
+    // slowed by a busy machine now and then counts, and is in the slack).
+    let total: Duration = held_up.iter().sum();
+    assert!(
+        total <= TIMEOUT + SLACK,
+        "the honest host's frames were held up {held_up:?}, {sent} sent"
+    );
+    assert!(sent >= 10, "{sent} frames in {:?}", started.elapsed());
+    assert!(
+        reconnections >= 8,
+        "the attacker was cut off and reconnected {reconnections} times"
+    );
+    assert!(sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|&(tag, len)| tag == 2 && len == SMALL));
     env.stop();
 }

@@ -1,7 +1,8 @@
 //! An attacker's tools, for the tests that throw at a driver (or any flint endpoint)
-//! what a hostile or broken peer can: raw connections from another loopback host, bytes
-//! that are no frame, headers announcing more than any limit, frames whose CRC is wrong,
-//! and connections that trickle a frame and reconnect as soon as they are cut off.
+//! what a hostile or broken peer can: raw connections from another loopback host,
+//! connections held open that say nothing ([`IdleConnections`]), bytes that are no
+//! frame, headers announcing more than any limit, frames whose CRC is wrong, and
+//! connections that trickle a frame and reconnect as soon as they are cut off.
 //!
 //! Every 127.0.0.0/8 address is this machine's on Linux, so a test makes "another host"
 //! by binding its connections to 127.0.0.2 and up ([`loopback_host`]): the peer's
@@ -115,6 +116,61 @@ pub fn refusal(stream: &mut TcpStream, timeout: Duration) -> Option<Option<Strin
     Some(reason)
 }
 
+/// Connections from one host held open, saying nothing: what takes a listener's places
+/// (`rpc.io.maxConnections`) without using them.
+#[derive(Debug)]
+pub struct IdleConnections {
+    /// Non-blocking, so that [`IdleConnections::closed`] can look at them.
+    streams: Vec<TcpStream>,
+}
+
+impl IdleConnections {
+    /// Opens `count` connections to `to` from `host`, one after the other.
+    pub fn open(host: Ipv4Addr, to: SocketAddr, count: usize) -> std::io::Result<Self> {
+        let mut streams = Vec::with_capacity(count);
+        for _ in 0..count {
+            let stream = connect_from(host, to)?;
+            stream.set_nonblocking(true)?;
+            streams.push(stream);
+        }
+        Ok(IdleConnections { streams })
+    }
+
+    /// How many are held (closed ones included, until taken).
+    pub fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Whether none are.
+    pub fn is_empty(&self) -> bool {
+        self.streams.is_empty()
+    }
+
+    /// The indices (in the order they were opened) of those the peer closed, or is
+    /// closing: each reads an end of stream, a reset or bytes, where a connection the
+    /// peer holds would block. (The peer sends a connection that says nothing no bytes
+    /// unless it closes it: a `Refused` frame, then the end.)
+    pub fn closed(&self) -> Vec<usize> {
+        (0..self.streams.len())
+            .filter(|&at| {
+                !matches!(
+                    self.streams[at].peek(&mut [0u8; 1]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+                )
+            })
+            .collect()
+    }
+
+    /// Connection `at`, blocking again, to read what the peer said (see [`refusal`]).
+    pub fn take(&mut self, at: usize) -> TcpStream {
+        let stream = self.streams.remove(at);
+        stream
+            .set_nonblocking(false)
+            .expect("a socket made blocking again");
+        stream
+    }
+}
+
 /// Connections from one host that each announce a frame of `payload_len` bytes and then
 /// send one byte of it every `interval`, never finishing it; a connection cut off is
 /// replaced at once by a new one, so the host always tries to hold `connections`.
@@ -217,6 +273,30 @@ mod tests {
         assert!(refused(&bad_crc_frame(&route, &message)));
         assert!(refused(&header_announcing(u32::MAX - 7)));
         assert!(!refused(&crate::frames::frame_bytes(&route, &message)));
+    }
+
+    #[test]
+    fn idle_connections_come_from_their_host_and_see_their_close() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let mut idle = IdleConnections::open(loopback_host(9), to, 3).unwrap();
+        let mut accepted: Vec<_> = (0..3).map(|_| listener.accept().unwrap()).collect();
+        assert!(accepted
+            .iter()
+            .all(|(_, from)| from.ip() == loopback_host(9)));
+        assert_eq!((idle.len(), idle.closed()), (3, vec![]));
+        drop(accepted.remove(1));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while idle.closed().is_empty() {
+            assert!(Instant::now() < deadline, "the close was not seen");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(idle.closed(), [1]);
+        assert_eq!(
+            refusal(&mut idle.take(1), Duration::from_secs(10)),
+            Some(None)
+        );
+        assert_eq!(idle.len(), 2);
     }
 
     #[test]

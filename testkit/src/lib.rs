@@ -10,8 +10,9 @@
 //! - [`wait`]: bounded waits, so that a test fails rather than hangs;
 //! - [`process`]: child processes killed when a test ends, a bounded wait for one to exit,
 //!   a process's resident memory, CPU time and open descriptors;
-//! - [`attack`]: an attacker's tools: connections from another loopback host, bytes
-//!   that are no frame, huge headers, bad CRCs, a trickler that reconnects;
+//! - [`attack`]: an attacker's tools: connections from another loopback host, idle
+//!   connections held open, bytes that are no frame, huge headers, bad CRCs, a trickler
+//!   that reconnects;
 //! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors;
 //! - [`peers`]: [`RawPeer`](peers::RawPeer), a raw connection for tests that play an
 //!   attacker (one that stops reading, say).

@@ -83,6 +83,7 @@ fn every_transport_getter_has_its_default() {
     assert_eq!(c.authenticate_secret(), None);
     assert_eq!(c.authenticate_timeout(), Ok(Duration::from_secs(10)));
     assert_eq!(c.max_connections(), Ok(10_000));
+    assert_eq!(c.max_connections_per_host(), Ok(1000));
     assert_eq!(c.max_receive_bytes(), Ok(512 << 20));
     assert_eq!(c.validate(), Ok(()));
 }
@@ -94,7 +95,7 @@ fn the_table_is_sorted_unique_and_documented_in_one_line() {
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(keys, sorted);
-    assert_eq!(keys.len(), 17);
+    assert_eq!(keys.len(), 18);
     for info in KEYS {
         assert!(!info.doc.is_empty(), "{}", info.key);
         assert!(!info.doc.contains('\n'), "{}", info.key);
@@ -625,7 +626,19 @@ fn counts() {
             "rpc.io.maxConnections",
             value,
         );
+        let c = conf(&[("rpc.io.maxConnectionsPerHost", value)]);
+        assert_names(
+            c.max_connections_per_host().unwrap_err(),
+            "rpc.io.maxConnectionsPerHost",
+            value,
+        );
+        assert!(c.validate().is_err(), "{value}");
     }
+    let c = conf(&[
+        ("rpc.io.maxConnections", "50"),
+        ("rpc.io.maxConnectionsPerHost", "20"),
+    ]);
+    assert_eq!(c.max_connections_per_host(), Ok(20));
     let c = conf(&[("test.count", "0")]);
     assert_eq!(c.count(COUNT, 0), Ok(0));
     assert_eq!(

@@ -74,7 +74,17 @@ pub const KEYS: &[KeyInfo] = &[
         "rpc.io.maxConnections",
         Some("10000"),
         Unit::Count,
-        "flint's own: most connections from peers held open at once.",
+        "flint's own: most connections from peers held open at once; at the cap, the oldest \
+         connection not yet authenticated (or, without authentication, that delivered no \
+         message) makes room for a new one.",
+    ),
+    KeyInfo::new(
+        "rpc.io.maxConnectionsPerHost",
+        Some("1000"),
+        Unit::Count,
+        "flint's own: most connections from one host (an IPv6 /64 is one) held open at once, \
+         made room for as at rpc.io.maxConnections but among the host's own; at most \
+         rpc.io.maxConnections.",
     ),
     KeyInfo::new(
         "rpc.io.maxReceiveBytes",
@@ -153,6 +163,7 @@ const RPC_CONNECT_TIMEOUT: Key = key("rpc.connect.timeout");
 const RPC_IO_BUSY_POLL: Key = key("rpc.io.busyPoll");
 const RPC_IO_IDLE_TIMEOUT: OptionalKey = optional("rpc.io.idleTimeout");
 const RPC_IO_MAX_CONNECTIONS: Key = key("rpc.io.maxConnections");
+const RPC_IO_MAX_CONNECTIONS_PER_HOST: Key = key("rpc.io.maxConnectionsPerHost");
 const RPC_IO_MAX_RECEIVE_BYTES: Key = key("rpc.io.maxReceiveBytes");
 const RPC_IO_RECEIVE_BUFFER_SIZE: Key = key("rpc.io.receiveBufferSize");
 const RPC_IO_SEND_BUFFER_SIZE: Key = key("rpc.io.sendBufferSize");
@@ -180,6 +191,7 @@ impl Conf {
         self.bind_address()?;
         self.connect_timeout()?;
         self.max_connections()?;
+        self.max_connections_per_host()?;
         self.max_receive_bytes()?;
         self.idle_timeout()?;
         self.receive_buffer_size()?;
@@ -339,11 +351,26 @@ impl Conf {
     }
 
     /// `rpc.io.maxConnections` (flint's own): the most connections from peers an
-    /// environment holds open at once; one accepted beyond them is closed at once.
-    /// Default 10000; at least 1. With every connection's receive buffer bounded by
-    /// `rpc.message.maxSize`, this bounds what peers can make the environment hold in all.
+    /// environment holds open at once. One accepted beyond them takes the place of the
+    /// oldest connection that has not established itself (authenticated, with
+    /// `authenticate=true`; else delivered a message to an endpoint), which is closed; if
+    /// every one has, the new one is closed at once. Default 10000; at least 1. With
+    /// every connection's receive buffer bounded by `rpc.message.maxSize`, this bounds
+    /// what peers can make the environment hold in all.
     pub fn max_connections(&self) -> Result<usize, ConfError> {
         self.count(RPC_IO_MAX_CONNECTIONS, 1)
+    }
+
+    /// `rpc.io.maxConnectionsPerHost` (flint's own): the most connections from one host
+    /// (an IPv4 address, an IPv4-mapped IPv6 address's IPv4 address, or an IPv6 /64) an
+    /// environment holds open at once, so that one host cannot take every place of
+    /// `rpc.io.maxConnections`. One accepted beyond them takes the place of the host's
+    /// oldest connection that has not established itself, or, if every one has, is
+    /// closed at once. Default 1000; at least 1; an environment holds at most
+    /// `rpc.io.maxConnections` whatever it is. Every executor of a local cluster connects
+    /// from 127.0.0.1: one host.
+    pub fn max_connections_per_host(&self) -> Result<usize, ConfError> {
+        self.count(RPC_IO_MAX_CONNECTIONS_PER_HOST, 1)
     }
 
     /// `rpc.io.maxReceiveBytes` (flint's own): the most bytes that frames larger than 256

@@ -1,5 +1,9 @@
-//! Connections from peers: accepting them, and refusing those beyond
-//! `rpc.io.maxConnections` before they cost more than their accept.
+//! Connections from peers: accepting them, and doing what [`Admission`] decides for
+//! each: holding it, holding it in the place of the oldest connection not established
+//! yet (which is closed, told why), or refusing it (`rpc.io.maxConnections`,
+//! `rpc.io.maxConnectionsPerHost`) before it costs more than its accept.
+//!
+//! [`Admission`]: crate::admission::Admission
 
 use std::io;
 use std::net::SocketAddr;
@@ -11,16 +15,17 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 use tracing::{debug, error, warn};
 
-use super::close::tell_refused;
+use super::close::{tell_refused, CloseReason};
 use super::connection::Connection;
 use super::deadlines::ConnState;
 use super::{lower_floor, EventLoop};
+use crate::admission::{Cap, Decision};
 use crate::auth::{random_nonce, Handshake};
 use crate::log_budget::Spend;
 use crate::outbox::{Outbox, OutboxKind};
 
-/// The most often a refused connection (`rpc.io.maxConnections`), or a failed accept, is
-/// a warning.
+/// The most often a refused connection (`rpc.io.maxConnections`,
+/// `rpc.io.maxConnectionsPerHost`), or a failed accept, is a warning.
 pub(super) const WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// How long after a failed `accept` (out of descriptors, say) the loop tries again.
@@ -55,8 +60,9 @@ impl EventLoop {
             };
             match listener.accept() {
                 Ok((mut stream, peer)) => {
-                    if self.incoming >= self.shared.settings.max_connections {
-                        self.refuse(stream, peer);
+                    let decision = self.admission.decide(peer.ip());
+                    if let Decision::Refuse(cap) = decision {
+                        self.refuse(stream, peer, cap);
                         continue;
                     }
                     if let Err(e) = self
@@ -107,8 +113,15 @@ impl EventLoop {
                     }
                     conn.state.watch_idleness(now, &self.shared.settings);
                     lower_floor(&mut self.conn_deadline_floor, conn.deadline());
+                    if let Decision::HoldInPlaceOf { oldest, cap } = decision {
+                        // Only now that the new one is set up: a place is not given up
+                        // for a connection that failed to be.
+                        self.shared.evicted.fetch_add(1, Ordering::Relaxed);
+                        let held = held_text(cap, peer);
+                        self.close(oldest, CloseReason::Evicted { held });
+                    }
                     self.connections.insert(key, conn);
-                    self.incoming += 1;
+                    self.admission.held(key, peer.ip());
                     if authenticated {
                         self.announce(key);
                     }
@@ -141,31 +154,49 @@ impl EventLoop {
         }
     }
 
-    /// Closes a connection accepted beyond `rpc.io.maxConnections` before it costs
-    /// anything more than its accept.
-    fn refuse(&mut self, stream: TcpStream, peer: SocketAddr) {
+    /// Closes a connection accepted beyond `rpc.io.maxConnections` or
+    /// `rpc.io.maxConnectionsPerHost` (every connection they count established) before it
+    /// costs anything more than its accept.
+    fn refuse(&mut self, stream: TcpStream, peer: SocketAddr, cap: Cap) {
         // Counted before the peer can see the close.
         self.shared.refused.fetch_add(1, Ordering::Relaxed);
-        let open = self.incoming;
+        let why = format!(
+            "{}, and every one has authenticated or delivered a message",
+            held_text(cap, peer)
+        );
         tell_refused(
             &mut self.control,
             &stream,
-            &format!(
-                "{open} connections from peers are open, as many as rpc.io.maxConnections \
-                 allows: try again later"
-            ),
+            &format!("{why}: try again later"),
         );
         drop(stream);
         match self.refusal_warnings.spend(Instant::now()) {
             Spend::Log { held_back } => warn!(
                 %peer,
-                "refused {} connection(s) since the last such warning: {open} connections \
-                 from peers are open, as many as rpc.io.maxConnections allows",
+                "refused {} connection(s) since the last such warning: {why}",
                 held_back + 1
             ),
-            Spend::HoldBack => {
-                debug!(%peer, "refused a connection: {open} connections from peers are open")
-            }
+            Spend::HoldBack => debug!(%peer, "refused a connection: {why}"),
+        }
+    }
+}
+
+/// What `cap` holds, in words, for a connection from `peer`: "50 connections from peers
+/// are open, as many as rpc.io.maxConnections allows".
+fn held_text(cap: Cap, peer: SocketAddr) -> String {
+    match cap {
+        Cap::All { open } => format!(
+            "{open} connections from peers are open, as many as rpc.io.maxConnections allows"
+        ),
+        Cap::Host { open } => {
+            let host = match crate::host::host_of(peer.ip()) {
+                std::net::IpAddr::V4(v4) => format!("host {v4}"),
+                std::net::IpAddr::V6(v6) => format!("network {v6}/64"),
+            };
+            format!(
+                "{open} connections from {host} are open, as many as \
+                 rpc.io.maxConnectionsPerHost allows"
+            )
         }
     }
 }

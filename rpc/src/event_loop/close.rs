@@ -39,6 +39,12 @@ pub(super) enum CloseReason {
     },
     /// A peer's connection sent nothing at all for the timeout (rpc.io.idleTimeout).
     Idle(Duration),
+    /// As many connections as `rpc.io.maxConnections` (or, from its host,
+    /// `rpc.io.maxConnectionsPerHost`) allows were held, `held` says which, and this one,
+    /// the oldest not established yet, made room for a new one.
+    Evicted {
+        held: String,
+    },
     /// The peer closed the connection, saying why in a [`Message::Refused`].
     Refused(String),
     Stopping,
@@ -57,6 +63,17 @@ impl CloseReason {
                 | CloseReason::StalledFrame { .. }
                 | CloseReason::SlowFrame { .. }
                 | CloseReason::Idle(_)
+                | CloseReason::Evicted { .. }
+        )
+    }
+
+    /// Whether the connection is cut off for a frame that stalled or came too slowly: if
+    /// that frame held room in the receive budget or waited for it, its host is put on
+    /// probation there.
+    fn is_for_a_slow_frame(&self) -> bool {
+        matches!(
+            self,
+            CloseReason::StalledFrame { .. } | CloseReason::SlowFrame { .. }
         )
     }
 
@@ -122,6 +139,11 @@ impl std::fmt::Display for CloseReason {
                  rpc.io.idleTimeout (when not set, twice network.timeout or the ask \
                  timeout, whichever is longer)"
             ),
+            CloseReason::Evicted { held } => write!(
+                f,
+                "{held}: this one, the oldest yet to authenticate or deliver a message, makes \
+                 room for a new one"
+            ),
             CloseReason::Stopping => f.write_str("the RPC environment is stopping"),
         }
     }
@@ -134,15 +156,23 @@ impl EventLoop {
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
         if matches!(conn.outbox.kind(), OutboxKind::Incoming) {
-            self.incoming -= 1;
+            self.admission.closed(key, conn.peer.ip());
         }
-        if conn.state.awaiting_budget() {
-            self.receive_budget
-                .forget(key, conn.peer.ip(), &mut self.admitted);
-            self.admit_waiting();
-        }
-        if conn.state.reserved() > 0 {
-            self.release_budget(conn.state.reserved());
+        if conn.state.awaiting_budget() || conn.state.reserved() > 0 {
+            // Not `self.now`: a close outside a turn (a failed write in `flush_queued`)
+            // gets here with the time of the last turn that worked.
+            let now = Instant::now();
+            if reason.is_for_a_slow_frame() {
+                // Before its room is given back, so that it goes to the others first.
+                if self.receive_budget.cut_off(conn.peer.ip(), now) {
+                    debug!(
+                        peer = %conn.peer,
+                        "its host is on probation for the receive budget (rpc.io.maxReceiveBytes): \
+                         its large frames wait behind other hosts'"
+                    );
+                }
+            }
+            self.release_budget(key, now);
         }
         if reason.tells_peer() {
             let text = reason.to_string();

@@ -29,6 +29,10 @@ pub(super) struct Connection {
     pub(super) state: ConnState,
     /// Whether endpoints were told of this connection (and so must hear of its end).
     pub(super) announced: bool,
+    /// Whether its peer authenticated, or delivered a message to an endpoint (or a reply
+    /// to an ask): a connection from a peer that has keeps its place when
+    /// `rpc.io.maxConnections` run out (see [`Admission`](crate::admission::Admission)).
+    pub(super) established: bool,
     /// The loop's wake-up in which this connection was last read, and the bytes read in
     /// it: at most [`READ_BUDGET`](super::read_write::READ_BUDGET) per wake-up.
     pub(super) read_round: u64,
@@ -55,6 +59,7 @@ impl Connection {
             peer,
             state,
             announced: false,
+            established: false,
             read_round: 0,
             read_in_round: 0,
             peer_closed: false,

@@ -125,8 +125,8 @@ impl Endpoints {
     }
 
     /// Hands a routed message to its endpoint; an ask to a missing endpoint is answered
-    /// with an error.
-    fn deliver(&mut self, incoming: Incoming<'_>, endpoint: &str, now: Instant) {
+    /// with an error. Returns whether the endpoint was there.
+    fn deliver(&mut self, incoming: Incoming<'_>, endpoint: &str, now: Instant) -> bool {
         match self.by_name.get(endpoint) {
             Some(&index) => {
                 let request = incoming.reply_handle();
@@ -143,6 +143,7 @@ impl Endpoints {
                         ));
                     }
                 }
+                true
             }
             None => {
                 // The name is the peer's, up to rpc.message.maxSize: it goes into a log
@@ -158,6 +159,7 @@ impl Endpoints {
                         "dropping a message: {error}"
                     );
                 }
+                false
             }
         }
     }
@@ -180,7 +182,8 @@ fn shortened(text: &str, limit: usize) -> String {
 
 impl EventLoop {
     /// Delivers one frame, already validated into `envelope`: to an endpoint, or to the
-    /// ask it answers.
+    /// ask it answers. Returns whether it reached either (not: no such endpoint, or no
+    /// such ask on this connection).
     pub(super) fn route(
         &mut self,
         frame: &Frame,
@@ -188,7 +191,7 @@ impl EventLoop {
         sender: Option<SocketAddr>,
         connection: &Arc<Outbox>,
         key: ConnKey,
-    ) {
+    ) -> bool {
         let now = self.now;
         let (endpoint, request_id) = match &envelope.route {
             ArchivedRoute::OneWay { endpoint } => (endpoint.as_str(), None),
@@ -197,22 +200,24 @@ impl EventLoop {
                 endpoint,
             } => (endpoint.as_str(), Some(request_id.to_native())),
             ArchivedRoute::Reply { request_id } => {
-                if let Some(ask) = self.take_ask(request_id.to_native(), key, sender) {
-                    ask.completion.complete(Ok(Reply {
-                        frame: frame.clone(),
-                    }));
-                }
-                return;
+                let Some(ask) = self.take_ask(request_id.to_native(), key, sender) else {
+                    return false;
+                };
+                ask.completion.complete(Ok(Reply {
+                    frame: frame.clone(),
+                }));
+                return true;
             }
             ArchivedRoute::ErrorReply { request_id, error } => {
-                if let Some(ask) = self.take_ask(request_id.to_native(), key, sender) {
-                    let target = ask.completion.target.clone();
-                    ask.completion.complete(Err(RpcError::Remote {
-                        target,
-                        message: error.to_string(),
-                    }));
-                }
-                return;
+                let Some(ask) = self.take_ask(request_id.to_native(), key, sender) else {
+                    return false;
+                };
+                let target = ask.completion.target.clone();
+                ask.completion.complete(Err(RpcError::Remote {
+                    target,
+                    message: error.to_string(),
+                }));
+                return true;
             }
         };
         let incoming = Incoming {
@@ -223,7 +228,7 @@ impl EventLoop {
             request_id,
             env: &self.endpoints.env.clone(),
         };
-        self.endpoints.deliver(incoming, endpoint, now);
+        self.endpoints.deliver(incoming, endpoint, now)
     }
 
     /// Takes the ask a reply answers, but only if it travelled on the connection the
@@ -262,7 +267,9 @@ impl EventLoop {
             loop {
                 match self.local_decoder.next_frame() {
                     Ok(Some(frame)) => match frame.envelope() {
-                        Ok(envelope) => self.route(&frame, envelope, None, &local, LOCAL_KEY),
+                        Ok(envelope) => {
+                            self.route(&frame, envelope, None, &local, LOCAL_KEY);
+                        }
                         Err(e) => error!("local delivery failed: {e}"),
                     },
                     Ok(None) => break,

@@ -45,7 +45,7 @@ impl EventLoop {
             // The frame is in: what it holds is its reader's from here on.
             let reserved = conn.state.frame_arrived();
             let conn = if reserved > 0 {
-                self.release_budget(reserved);
+                self.release_budget(key, self.now);
                 match self.connections.get_mut(&key) {
                     Some(conn) => conn,
                     None => return Ok(()),
@@ -80,6 +80,7 @@ impl EventLoop {
                 if done {
                     conn.end_handshake(self.shared.settings.max_payload);
                     debug!(peer = %conn.peer, "authenticated");
+                    self.establish(key);
                     self.announce(key);
                 } else {
                     self.flush(key);
@@ -98,7 +99,23 @@ impl EventLoop {
             }
             let sender = Some(conn.peer);
             let outbox = conn.outbox.clone();
-            self.route(&frame, envelope, sender, &outbox, key);
+            let established = conn.established;
+            if self.route(&frame, envelope, sender, &outbox, key) && !established {
+                self.establish(key);
+            }
+        }
+    }
+
+    /// Connection `key` showed it is one this environment serves (its peer authenticated,
+    /// or delivered a message): it keeps its place when `rpc.io.maxConnections` run out.
+    #[cold]
+    fn establish(&mut self, key: ConnKey) {
+        let Some(conn) = self.connections.get_mut(&key) else {
+            return;
+        };
+        if !conn.established {
+            conn.established = true;
+            self.admission.established(key);
         }
     }
 
@@ -122,7 +139,10 @@ impl EventLoop {
         };
         // The frame and one read beyond it: what its buffer is made to hold.
         let bytes = frame_len.saturating_add(UNBUDGETED_FRAME);
-        if !self.receive_budget.reserve(key, conn.peer.ip(), bytes) {
+        let reserved =
+            self.receive_budget
+                .reserve(key, conn.peer.ip(), bytes, self.now, &mut self.admitted);
+        if !reserved {
             conn.state.wait_for_budget();
             self.shared.budget_waits.fetch_add(1, Ordering::Relaxed);
             debug!(
@@ -132,13 +152,17 @@ impl EventLoop {
                 self.receive_budget.in_use(),
                 self.receive_budget.limit()
             );
-            return;
+        } else {
+            conn.state.reserve(bytes);
+            conn.decoder.preallocate_pending_frame();
+            self.shared
+                .most_reserved
+                .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
         }
-        conn.state.reserve(bytes);
-        conn.decoder.preallocate_pending_frame();
-        self.shared
-            .most_reserved
-            .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
+        // Asking can admit others (a host's probation ended meanwhile).
+        if !self.admitted.is_empty() {
+            self.admit_waiting();
+        }
     }
 
     /// Whether connection `key` waits for the receive budget with bytes from its peer
@@ -157,10 +181,10 @@ impl EventLoop {
             .waiting_peer_sent_more(now, unread, &self.shared.settings)
     }
 
-    /// Gives back bytes of the receive budget, and lets in the connections waiting for
-    /// them.
-    pub(super) fn release_budget(&mut self, bytes: usize) {
-        self.receive_budget.release(bytes, &mut self.admitted);
+    /// Gives back at `now` what connection `key` holds in the receive budget (or its
+    /// place in the queue), and lets in the connections waiting for it.
+    pub(super) fn release_budget(&mut self, key: ConnKey, now: Instant) {
+        self.receive_budget.release(key, now, &mut self.admitted);
         self.admit_waiting();
     }
 
@@ -173,12 +197,12 @@ impl EventLoop {
         // Not `self.now`: a close outside a turn (a failed write in `flush_queued`) gets
         // here with the time of the last turn that worked, which may be long past.
         let now = Instant::now();
-        let mut orphaned = 0;
+        let mut orphaned = Vec::new();
         for (key, bytes) in admitted.drain(..) {
             let Some(conn) = self.connections.get_mut(&key) else {
                 debug_assert!(false, "a closed connection was admitted");
                 // Its bytes go back below, or the queue behind it would jam for good.
-                orphaned += bytes;
+                orphaned.push(key);
                 continue;
             };
             conn.state.admitted(bytes);
@@ -201,8 +225,8 @@ impl EventLoop {
             .most_reserved
             .fetch_max(self.receive_budget.in_use() as u64, Ordering::Relaxed);
         self.admitted = admitted;
-        if orphaned > 0 {
-            self.release_budget(orphaned);
+        for key in orphaned {
+            self.release_budget(key, now);
         }
     }
 }

@@ -9,8 +9,9 @@
 //!   have sent more of a frame (and fast enough), or have sent anything at all, and how
 //!   a wait for the receive budget bends them; pure, and tested on made-up instants;
 //! - [`connection`]: a connection's socket, decoder and outbox around that state;
-//! - [`accept`]: connections from peers, and the refusal of those beyond
-//!   `rpc.io.maxConnections`;
+//! - [`accept`]: connections from peers, and what [`Admission`] decides for each: held,
+//!   held in the place of one not established yet, or refused (`rpc.io.maxConnections`,
+//!   `rpc.io.maxConnectionsPerHost`);
 //! - [`connect`]: connections this environment opens, and the announcement of a
 //!   connection to the endpoints once it may carry their messages;
 //! - [`read_write`]: reading and writing sockets, within a read budget per wake-up;
@@ -28,10 +29,11 @@ use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use rustc_hash::FxHashMap;
 
+use crate::admission::Admission;
 use crate::ask::PendingAsk;
 use crate::log_budget::LogBudget;
 use crate::outbox::ConnKey;
-use crate::receive_budget::ReceiveBudget;
+use crate::receive_budget::{ReceiveBudget, PROBATION_TIMEOUTS};
 use crate::refs::RpcEnvHandle;
 use crate::shared::{AskCompletion, Command, Shared};
 use crate::timer::TimerQueue;
@@ -89,8 +91,10 @@ pub(crate) struct EventLoop {
     listener: Option<TcpListener>,
     shared: Arc<Shared>,
     connections: FxHashMap<ConnKey, Connection>,
-    /// Connections from peers open now, at most `rpc.io.maxConnections`.
-    incoming: usize,
+    /// Connections from peers open now, by host, and those not established yet: which
+    /// are held, and which give up their place (rpc.io.maxConnections,
+    /// rpc.io.maxConnectionsPerHost).
+    admission: Admission,
     /// Warnings of refused connections: one a minute, however many peers knock, with
     /// the number refused since the last.
     refusal_warnings: LogBudget,
@@ -159,6 +163,14 @@ impl EventLoop {
         }
         let max_payload = shared.settings.max_payload;
         let max_receive_bytes = shared.settings.max_receive_bytes;
+        let probation = shared
+            .settings
+            .stalled_frame_timeout
+            .saturating_mul(PROBATION_TIMEOUTS);
+        let admission = Admission::new(
+            shared.settings.max_connections,
+            shared.settings.max_connections_per_host,
+        );
         Ok(EventLoop {
             poll,
             listener,
@@ -176,7 +188,7 @@ impl EventLoop {
             },
             shared,
             connections: FxHashMap::default(),
-            incoming: 0,
+            admission,
             refusal_warnings: LogBudget::new(1, WARNING_EVERY),
             close_warnings: LogBudget::default(),
             accept_retry_at: None,
@@ -186,7 +198,7 @@ impl EventLoop {
             commands: Vec::new(),
             ended_asks: Vec::new(),
             unfinished_reads: Vec::new(),
-            receive_budget: ReceiveBudget::new(max_receive_bytes),
+            receive_budget: ReceiveBudget::new(max_receive_bytes, probation),
             admitted: Vec::new(),
             queued_keys: Vec::new(),
             resumed_reads: Vec::new(),

@@ -168,3 +168,37 @@ fn authentication_passes_with_the_secret_and_fails_without() {
         "only the authenticated peer counts as connected"
     );
 }
+
+/// With every place of `rpc.io.maxConnections` taken by connections that have not
+/// authenticated, a peer with the secret still gets in: the oldest of them makes room,
+/// and the peer, once authenticated, keeps its place when the next stranger comes.
+#[test]
+fn connections_that_have_not_authenticated_make_room_for_a_peer_with_the_secret() {
+    use flint_testkit::attack::{connect_from, loopback_host, IdleConnections};
+    let secret = [
+        "authenticate=true",
+        "authenticate.secret=correct horse",
+        "rpc.io.maxConnections=3",
+    ];
+    let (server, _probe) = server_with_probe(&secret);
+    let stranger = loopback_host(2);
+    let idle = IdleConnections::open(stranger, server.address(), 3).unwrap();
+    flint_testkit::wait::wait_until("three strangers held", Duration::from_secs(10), || {
+        server.handle().stats().accepted == 3
+    });
+    let friend = env(&secret);
+    let remote = friend.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    assert_eq!(idle.closed(), [0]);
+    // Strangers coming on take each other's places, never the friend's.
+    for _ in 0..4 {
+        let _next = connect_from(stranger, server.address()).unwrap();
+    }
+    flint_testkit::wait::wait_until("the strangers accepted", Duration::from_secs(10), || {
+        server.handle().stats().accepted == 8
+    });
+    assert_eq!(tag_of(&remote.ask(&custom(2)).unwrap()), 2);
+    assert_eq!(friend.handle().stats().connected, 1, "no reconnect");
+    let stats = server.handle().stats();
+    assert_eq!((stats.evicted, stats.refused), (5, 0));
+}

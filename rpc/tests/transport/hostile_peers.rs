@@ -1,14 +1,19 @@
 //! Peers that misbehave: killed or reset mid-frame, oversized or garbage frames, peers
-//! that stall, trickle, stay silent, stop reading or flood, too many connections; and
-//! the peers beside them, which are served throughout.
+//! that stall, trickle, stay silent, stop reading or flood, too many connections (from
+//! one host, or idle ones taking every place); and the peers beside them, which are
+//! served throughout.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use flint_wire::{Message, Route, HEADER_LEN};
+
+use flint_rpc::RpcEnv;
+use flint_testkit::attack::{connect_from, loopback_host, IdleConnections};
+use flint_testkit::wait::wait_until;
 
 use crate::common::*;
 
@@ -159,13 +164,15 @@ fn a_peer_that_sends_nothing_is_cut_off_at_the_idle_timeout_and_frees_its_place(
     ]);
     let address = server.address();
 
-    // A peer that connects and says nothing takes the only place: an environment's
-    // ask is refused meanwhile.
+    // A peer that connects, says one thing (so that its place is not given to the next
+    // connection, see the tests of rpc.io.maxConnections below) and then nothing takes
+    // the only place: an environment's ask is refused meanwhile.
     let connected = Instant::now();
     let mut silent = TcpStream::connect(address).unwrap();
     let silent_address = silent.local_addr().unwrap();
-    probe.wait_for("the silent connection", |seen| {
-        seen.contains(&Seen::Connected(silent_address))
+    silent.write_all(&one_way(100)).unwrap();
+    probe.wait_for("the silent connection's one message", |seen| {
+        seen.contains(&Seen::Connected(silent_address)) && seen.contains(&Seen::Message(100))
     });
     let client = env(&["rpc.askTimeout=5s"]);
     let remote = client.handle().endpoint_ref(address, "probe");
@@ -294,16 +301,22 @@ fn connections_beyond_rpc_io_max_connections_are_closed_at_once() {
     let client = env(&[]);
     let remote = client.handle().endpoint_ref(address, "probe");
     assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    // Both connections held have delivered a message: neither makes room for another.
     let mut second = TcpStream::connect(address).unwrap();
     let second_address = second.local_addr().unwrap();
-    probe.wait_for("the second connection", |seen| {
-        seen.contains(&Seen::Connected(second_address))
+    second.write_all(&one_way(4)).unwrap();
+    probe.wait_for("the second connection's first frame", |seen| {
+        seen.contains(&Seen::Connected(second_address)) && seen.contains(&Seen::Message(4))
     });
 
     // The kernel completes the third connect; the environment closes it as it accepts it.
     let mut third = TcpStream::connect(address).unwrap();
     let _ = third.write_all(&one_way(5));
-    assert_refused_by_server(&mut third, "as many as rpc.io.maxConnections allows");
+    assert_refused_by_server(
+        &mut third,
+        "as many as rpc.io.maxConnections allows, and every one has authenticated or \
+         delivered a message",
+    );
     let stats = server.handle().stats();
     assert_eq!((stats.accepted, stats.refused), (2, 1));
 
@@ -327,6 +340,153 @@ fn connections_beyond_rpc_io_max_connections_are_closed_at_once() {
     assert!(!probe.seen().contains(&Seen::Message(5)));
     let stats = server.handle().stats();
     assert_eq!((stats.accepted, stats.refused), (3, 1));
+}
+
+/// 127.0.0.`last`: on Linux loopback, a host of its own.
+fn host(last: u8) -> Ipv4Addr {
+    loopback_host(last)
+}
+
+/// A connection from `source` that has delivered one message (`tag`) to the probe: one
+/// that keeps its place at `rpc.io.maxConnections`.
+fn established_from(server: &RpcEnv, probe: &Probe, source: Ipv4Addr, tag: u32) -> TcpStream {
+    let mut socket = connect_from(source, server.address()).unwrap();
+    socket.write_all(&one_way(tag)).unwrap();
+    probe.wait_for("the peer's message", |seen| {
+        seen.contains(&Seen::Message(tag))
+    });
+    socket
+}
+
+/// Waits (bounded) until `server` has accepted `count` connections in all.
+fn wait_for_accepted(server: &RpcEnv, count: u64) {
+    wait_until(
+        "the connections are accepted",
+        Duration::from_secs(10),
+        || server.handle().stats().accepted >= count,
+    );
+}
+
+/// The attack of issue 22: with `rpc.io.maxConnections=50`, 50 connections from one
+/// stranger host that say nothing no longer keep another host's executor out; the
+/// oldest of them makes room, told why.
+#[test]
+fn fifty_idle_connections_from_one_host_do_not_keep_another_host_out() {
+    let (server, probe) = server_with_probe(&["rpc.io.maxConnections=50", "rpc.io.idleTimeout=0"]);
+    let mut idle = IdleConnections::open(host(2), server.address(), 50).unwrap();
+    wait_for_accepted(&server, 50);
+    // Another host's environment (from 127.0.0.1) gets in and is served.
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    wait_until(
+        "the oldest idle connection is closed",
+        Duration::from_secs(10),
+        || !idle.closed().is_empty(),
+    );
+    assert_eq!(idle.closed(), [0], "the oldest made room, and only it");
+    assert_refused_by_server(
+        &mut idle.take(0),
+        "this one, the oldest yet to authenticate or deliver a message, makes room for a new one",
+    );
+    let stats = server.handle().stats();
+    assert_eq!((stats.accepted, stats.evicted, stats.refused), (51, 1, 0));
+    // A raw peer from a third host too, which establishes itself by its message.
+    let _third = established_from(&server, &probe, host(3), 2);
+    assert_eq!(idle.closed().len(), 1, "the next oldest made room");
+    assert_eq!(server.handle().stats().evicted, 2);
+    assert_eq!(tag_of(&remote.ask(&custom(3)).unwrap()), 3);
+}
+
+/// A host at `rpc.io.maxConnectionsPerHost` is refused once its connections have all
+/// delivered a message; while some have not, the oldest of its own makes room, never
+/// another host's.
+#[test]
+fn a_host_at_rpc_io_max_connections_per_host_is_refused_and_others_are_not() {
+    let (server, probe) =
+        server_with_probe(&["rpc.io.maxConnectionsPerHost=3", "rpc.io.idleTimeout=0"]);
+    let _talkers: Vec<TcpStream> = (1..=3)
+        .map(|tag| established_from(&server, &probe, host(2), tag))
+        .collect();
+    let mut fourth = connect_from(host(2), server.address()).unwrap();
+    let _ = fourth.write_all(&one_way(5));
+    assert_refused_by_server(
+        &mut fourth,
+        "3 connections from host 127.0.0.2 are open, as many as \
+         rpc.io.maxConnectionsPerHost allows, and every one has authenticated or delivered \
+         a message: try again later",
+    );
+    assert!(!probe.seen().contains(&Seen::Message(5)));
+    // Another host is held, and served.
+    let _other = established_from(&server, &probe, host(3), 6);
+    // A host whose connections say nothing: its own oldest makes room for its next.
+    let idle = IdleConnections::open(host(4), server.address(), 3).unwrap();
+    wait_for_accepted(&server, 7);
+    let _next = established_from(&server, &probe, host(4), 7);
+    wait_until(
+        "host 4's oldest makes room",
+        Duration::from_secs(10),
+        || idle.closed() == [0],
+    );
+    let stats = server.handle().stats();
+    assert_eq!((stats.accepted, stats.refused, stats.evicted), (8, 1, 1));
+}
+
+/// At `rpc.io.maxConnections`, connections that have not delivered a message make room
+/// for new ones, oldest first; connections that have keep their places; once every
+/// place is held by one that has, the next connection is refused.
+#[test]
+fn at_rpc_io_max_connections_the_oldest_connection_not_established_makes_room() {
+    let (server, probe) = server_with_probe(&["rpc.io.maxConnections=4", "rpc.io.idleTimeout=0"]);
+    // An environment that asked, a raw peer that sent a message, and two strangers that
+    // said nothing, in that order.
+    let client = env(&[]);
+    let remote = client.handle().endpoint_ref(server.address(), "probe");
+    assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
+    let _talker = established_from(&server, &probe, host(3), 2);
+    let strangers = IdleConnections::open(host(2), server.address(), 1).unwrap();
+    wait_for_accepted(&server, 3);
+    let later_stranger = IdleConnections::open(host(2), server.address(), 1).unwrap();
+    wait_for_accepted(&server, 4);
+    // Newcomers from a fourth host take the strangers' places, the oldest first, then
+    // each other's.
+    let mut first = connect_from(host(4), server.address()).unwrap();
+    wait_until(
+        "the older stranger makes room",
+        Duration::from_secs(10),
+        || strangers.closed() == [0],
+    );
+    assert!(later_stranger.closed().is_empty());
+    let mut second = connect_from(host(4), server.address()).unwrap();
+    wait_until(
+        "the later stranger makes room",
+        Duration::from_secs(10),
+        || later_stranger.closed() == [0],
+    );
+    let mut third = connect_from(host(4), server.address()).unwrap();
+    // The first newcomer, which said nothing either, makes room in its turn.
+    assert_refused_by_server(&mut first, "makes room for a new one");
+    // The two left establish themselves: every place is held by a connection that has.
+    for (socket, tag) in [(&mut second, 3), (&mut third, 4)] {
+        socket.write_all(&one_way(tag)).unwrap();
+        probe.wait_for("the newcomer's message", |seen| {
+            seen.contains(&Seen::Message(tag))
+        });
+    }
+    let mut refused = connect_from(host(5), server.address()).unwrap();
+    assert_refused_by_server(
+        &mut refused,
+        "4 connections from peers are open, as many as rpc.io.maxConnections allows, and \
+         every one has authenticated or delivered a message",
+    );
+    let stats = server.handle().stats();
+    assert_eq!((stats.accepted, stats.evicted, stats.refused), (7, 3, 1));
+    // Those established were served throughout.
+    assert_eq!(tag_of(&remote.ask(&custom(5)).unwrap()), 5);
+    second.write_all(&one_way(6)).unwrap();
+    probe.wait_for("an established newcomer's next message", |seen| {
+        seen.contains(&Seen::Message(6))
+    });
 }
 
 #[test]
