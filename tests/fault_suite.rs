@@ -8,11 +8,15 @@
 //! rules, see `flint_testkit::attack`), the executors from 127.0.0.1. Tests of this
 //! binary take turns ([`one_at_a_time`]): they measure the whole process.
 //!
-//! Attacks kept elsewhere: forged status updates, a registration with a huge ID and
-//! oversize heartbeats (`tests/e2e.rs`, the hostile peer), SIGSTOP and kill -9 of
-//! executors (`tests/e2e.rs`, `tests/slow_network.rs`), duplicate executor IDs
-//! (`scheduler/tests/driver.rs`), slow and trickled bodies and the receive budget
-//! (`rpc/tests`), and all of them mixed for minutes in `scripts/soak`.
+//! Here too are the driver-level tests of the three ways a peer once held a driver: a
+//! registered peer that never reads, idle connections filling `rpc.io.maxConnections`
+//! from one host, and a trickler that reconnects against large results (their rules are
+//! tested on their own in `rpc/tests` and `scheduler`). Attacks kept elsewhere: forged
+//! status updates, a registration with a huge ID and oversize heartbeats (`tests/e2e.rs`,
+//! the hostile peer), SIGSTOP and kill -9 of executors (`tests/e2e.rs`,
+//! `tests/slow_network.rs`), duplicate executor IDs (`scheduler/tests/driver.rs`), slow
+//! and trickled bodies and the receive budget (`rpc/tests`), and all of them mixed for
+//! minutes in `scripts/soak`.
 
 mod common;
 
@@ -337,4 +341,183 @@ fn executors_of_a_killed_driver_say_so_and_exit() {
             "{text}"
         );
     }
+}
+
+/// A registration of `cores` cores as `id`, from a peer that is no executor process.
+fn registration_of(id: &str, cores: u32) -> Message {
+    Message::RegisterExecutor(RegisterExecutor {
+        executor_id: id.into(),
+        executor_address: "127.0.0.1:1".into(),
+        endpoint_name: "Executor".into(),
+        hostname: "127.0.0.1".into(),
+        cores,
+        log_urls: vec![],
+    })
+}
+
+/// What a reply frame says: its kind, and a refusal's text.
+fn answer_of(frame: &flint::wire::Frame) -> String {
+    match &frame.envelope().unwrap().message {
+        flint::wire::ArchivedMessage::RegisterExecutorFailed { message } => {
+            format!("RegisterExecutorFailed: {}", message.as_str())
+        }
+        other => other.kind().to_string(),
+    }
+}
+
+#[test]
+fn a_registered_peer_that_never_reads_is_back_pressure_then_lost_and_the_job_ends() {
+    use flint::wire::{BlockManagerId, Heartbeat, HEARTBEAT_ENDPOINT};
+    use flint_testkit::peers::RawPeer;
+    let _turn = one_at_a_time();
+    let pairs = [
+        "network.timeout=2s",
+        "executor.heartbeatInterval=200ms",
+        "rpc.outbox.maxBytes=32k",
+        "rpc.io.sendBufferSize=4k",
+        "executor.maxCores=64",
+    ];
+    let conf = Conf::from_pairs(pairs.iter().copied()).unwrap();
+    let driver = Driver::standalone(&conf).unwrap();
+    let recorder = common::Recorder::default();
+    driver.add_listener(recorder.clone());
+    // The rogue first: it is offered tasks before the honest executors join.
+    let mut rogue = RawPeer::connect(driver.address(), 4096).unwrap();
+    let refused = rogue
+        .ask_and_wait(
+            DRIVER_ENDPOINT,
+            &registration_of("rogue", u32::MAX),
+            CLOSE_TIMEOUT,
+        )
+        .unwrap();
+    assert_eq!(
+        answer_of(&refused),
+        "RegisterExecutorFailed: Executor rogue registered with 4294967295 cores, more \
+         than executor.maxCores (64)"
+    );
+    let registered = rogue
+        .ask_and_wait(
+            DRIVER_ENDPOINT,
+            &registration_of("rogue", 64),
+            CLOSE_TIMEOUT,
+        )
+        .unwrap();
+    assert_eq!(answer_of(&registered), "RegisteredExecutor");
+    let baseline = Baseline::now();
+    // Tasks of 4 KiB: the rogue's 64 cores take more than its outbox and buffers hold.
+    let input = "x".repeat(4096);
+    let tasks = 2_000;
+    let job = driver
+        .submit(TaskSet::new(4, 4, tasks, task("echo", &input)))
+        .unwrap();
+    let _executors = Processes(
+        (0..2)
+            .map(|i| spawn_executor(driver.address(), &format!("{i}"), &pairs, Stdio::null()))
+            .collect(),
+    );
+    // It heartbeats (never reading the answers) until the job ends.
+    let heartbeat = Message::Heartbeat(Heartbeat {
+        executor_id: "rogue".into(),
+        accum_updates: vec![],
+        block_manager_id: BlockManagerId {
+            executor_id: "rogue".into(),
+            host: "127.0.0.1".into(),
+            port: 1,
+        },
+    });
+    let started = Instant::now();
+    while !job.is_done() {
+        assert!(started.elapsed() < JOB_TIMEOUT, "{:?}", job.progress());
+        let _ = rogue.ask(HEARTBEAT_ENDPOINT, &heartbeat);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let outcome = job.wait(JOB_TIMEOUT).unwrap();
+    assert_eq!(outcome.results.len(), tasks as usize);
+    assert!(outcome.results.iter().all(|r| r[..] == *input.as_bytes()));
+    assert_eq!(outcome.duplicate_results, 0);
+    let removed = recorder.removed();
+    assert!(
+        removed
+            .iter()
+            .any(|(id, reason)| id == "rogue" && reason.contains("has not drained")),
+        "{removed:?}"
+    );
+    drop(rogue);
+    baseline.check_bounds("a peer that never reads");
+    driver.stop().unwrap();
+}
+
+#[test]
+fn idle_connections_from_one_host_keep_no_executor_out() {
+    use flint_testkit::attack::IdleConnections;
+    let _turn = one_at_a_time();
+    let pairs = [
+        "network.timeout=2s",
+        "executor.heartbeatInterval=200ms",
+        "rpc.io.maxConnections=50",
+    ];
+    let (driver, mut executors) = cluster(&pairs, 1);
+    let baseline = Baseline::now();
+    // A stranger host takes every place there is, and more.
+    let idle = IdleConnections::open(loopback_host(4), driver.address(), 60).unwrap();
+    executors.0.push(spawn_executor(
+        driver.address(),
+        "late",
+        &pairs,
+        Stdio::null(),
+    ));
+    driver
+        .wait_for_executors(2, REGISTER_TIMEOUT)
+        .expect("the new executor got in");
+    let job = start_job(&driver, 5, 2_000);
+    check_job(job, 5, 2_000);
+    assert!(!idle.closed().is_empty(), "the idle ones were not closed");
+    drop(idle);
+    // The late executor's connections were not there at the start.
+    let mut late = executors.0.pop().unwrap();
+    late.kill().unwrap();
+    late.wait().unwrap();
+    baseline.check_bounds("idle connections");
+    driver.stop().unwrap();
+}
+
+#[test]
+fn a_reconnecting_trickler_holds_large_results_up_once_at_most() {
+    use flint_testkit::attack::Reconnector;
+    let _turn = one_at_a_time();
+    let pairs = [
+        "network.timeout=1s",
+        "executor.heartbeatInterval=200ms",
+        "rpc.io.maxReceiveBytes=16m",
+    ];
+    let (driver, _executors) = cluster(&pairs, 2);
+    let baseline = Baseline::now();
+    // 100 connections from one host, each announcing 8 MiB and sending a byte a
+    // second, reconnecting as soon as they are cut off.
+    let trickler = Reconnector::start(
+        loopback_host(5),
+        driver.address(),
+        100,
+        8 << 20,
+        Duration::from_secs(1),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // 40 results of 512 KiB, each a frame the budget must admit: without the attacker
+    // they take well under a second.
+    let started = Instant::now();
+    let outcome = driver
+        .submit(TaskSet::new(6, 6, 40, task("large-result", "512k")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(outcome.results.len(), 40);
+    assert!(outcome.results.iter().all(|r| r.len() == 512 << 10));
+    assert_eq!(outcome.duplicate_results, 0);
+    // Held up once for at most network.timeout, with room to spare for a busy host;
+    // held per frame, as before, it would take 40 s.
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    drop(trickler);
+    baseline.check_bounds("a reconnecting trickler");
+    driver.stop().unwrap();
 }
