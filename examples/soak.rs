@@ -17,8 +17,8 @@
 //! from 127.0.0.2 and up, so that the honest executors (from 127.0.0.1) are another host
 //! to the driver's per-host rules.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,10 +29,10 @@ use clap::Parser;
 use flint::rpc::Conf;
 use flint::scheduler::{Driver, TaskSet};
 use flint::wire::{
-    BlockManagerId, FrameHeader, Heartbeat, Message, MessageKind, RegisterExecutor, Route,
-    StatusUpdate, TaskOutcome, TaskPayload, TaskState, DRIVER_ENDPOINT, HEADER_LEN,
-    HEARTBEAT_ENDPOINT,
+    BlockManagerId, Heartbeat, Message, RegisterExecutor, Route, StatusUpdate, TaskOutcome,
+    TaskPayload, TaskState, DRIVER_ENDPOINT, HEARTBEAT_ENDPOINT,
 };
+use flint_testkit::attack;
 use flint_testkit::frames::frame_bytes;
 use flint_testkit::process::resident_bytes;
 
@@ -61,6 +61,9 @@ struct Args {
 const DRIVER_CONF: &[&str] = &[
     "network.timeout=3s",
     "rpc.io.maxConnections=128",
+    // Small enough that a registered executor that never reads fills it with launches
+    // (and is back-pressure, then lost); ample for executors that do.
+    "rpc.outbox.maxBytes=256k",
     // Executors are killed while they run tasks: a task may meet several kills.
     "task.maxFailures=8",
 ];
@@ -404,15 +407,9 @@ fn attacker_host(turn: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, 2 + (turn % 200) as u8)
 }
 
-/// A connection to the driver from `host` (any 127.0.0.0/8 address is this machine's).
+/// A connection to the driver from `host`, or none if it cannot be made now.
 fn connect_from(host: Ipv4Addr, driver: SocketAddr) -> Option<TcpStream> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
-    socket.bind(&SocketAddrV4::new(host, 0).into()).ok()?;
-    socket
-        .connect_timeout(&driver.into(), Duration::from_secs(1))
-        .ok()?;
-    Some(socket.into())
+    attack::connect_from(host, driver).ok()
 }
 
 fn sleep_until(until: Instant, stop: &AtomicBool) {
@@ -443,18 +440,10 @@ fn apply(fault: Fault, cluster: &mut Cluster, turn: usize, until: Instant, stop:
         Fault::Garbage => {
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                 if let Some(mut garbage) = connect_from(host, driver) {
-                    let _ = garbage.write_all(&[0x5A; 64]);
+                    let _ = garbage.write_all(&attack::GARBAGE);
                 }
-                let mut header = [0u8; HEADER_LEN];
-                FrameHeader {
-                    kind: MessageKind::Custom,
-                    flags: 0,
-                    payload_len: u32::MAX - 7,
-                    crc: 0,
-                }
-                .write(&mut header);
                 if let Some(mut huge) = connect_from(host, driver) {
-                    let _ = huge.write_all(&header);
+                    let _ = huge.write_all(&attack::header_announcing(u32::MAX - 7));
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -488,83 +477,53 @@ fn apply(fault: Fault, cluster: &mut Cluster, turn: usize, until: Instant, stop:
             }
         }
         Fault::NeverReads => {
-            let Some(mut stuck) = connect_from(host, driver) else {
+            // A receive window of 4 KiB, never read from after the registration.
+            let Ok(mut stuck) = flint_testkit::peers::RawPeer::connect(driver, 4096) else {
                 return;
             };
             let id = format!("never-reads-{turn}");
             let register = Message::RegisterExecutor(RegisterExecutor {
                 executor_id: id.clone().into(),
-                executor_address: SocketAddrV4::new(host, 1).to_string(),
+                executor_address: "127.0.0.1:1".into(),
                 endpoint_name: "Executor".into(),
-                hostname: host.to_string(),
+                hostname: "127.0.0.1".into(),
                 cores: 1024,
                 log_urls: vec![],
             });
-            let ask = |request_id| Route::Ask {
-                request_id,
-                endpoint: DRIVER_ENDPOINT.into(),
-            };
-            if stuck.write_all(&frame_bytes(&ask(1), &register)).is_err() {
+            if stuck
+                .ask_and_wait(DRIVER_ENDPOINT, &register, Duration::from_secs(5))
+                .is_err()
+            {
                 return;
             }
-            let mut request_id = 2;
+            let heartbeat = Message::Heartbeat(Heartbeat {
+                executor_id: id.clone().into(),
+                accum_updates: vec![],
+                block_manager_id: BlockManagerId {
+                    executor_id: id.into(),
+                    host: "127.0.0.1".into(),
+                    port: 1,
+                },
+            });
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                let heartbeat = Message::Heartbeat(Heartbeat {
-                    executor_id: id.clone().into(),
-                    accum_updates: vec![],
-                    block_manager_id: BlockManagerId {
-                        executor_id: id.clone().into(),
-                        host: host.to_string(),
-                        port: 1,
-                    },
-                });
-                let route = Route::Ask {
-                    request_id,
-                    endpoint: HEARTBEAT_ENDPOINT.into(),
-                };
-                request_id += 1;
-                // A write that blocks is the driver not reading us: fine, we never read
-                // it either; the write times out and the next second tries again.
-                let _ = stuck.set_write_timeout(Some(Duration::from_millis(200)));
-                let _ = stuck.write_all(&frame_bytes(&route, &heartbeat));
-                sleep_until(until.min(Instant::now() + Duration::from_secs(1)), stop);
-            }
-        }
-        Fault::Trickle => {
-            let mut header = [0u8; HEADER_LEN];
-            FrameHeader {
-                kind: MessageKind::Custom,
-                flags: 0,
-                payload_len: 128 << 20,
-                crc: 0,
-            }
-            .write(&mut header);
-            let mut tricklers: Vec<TcpStream> = Vec::new();
-            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                // Reconnect what was cut off, up to 100 connections.
-                tricklers.retain_mut(|t| t.write_all(&[0]).is_ok());
-                while tricklers.len() < 100 {
-                    let Some(mut t) = connect_from(host, driver) else {
-                        break;
-                    };
-                    if t.write_all(&header).is_err() {
-                        break;
-                    }
-                    tricklers.push(t);
+                if stuck.ask(HEARTBEAT_ENDPOINT, &heartbeat).is_err() {
+                    // Removed and closed by the driver.
+                    break;
                 }
                 sleep_until(until.min(Instant::now() + Duration::from_secs(1)), stop);
             }
         }
-        Fault::IdleConnections => {
-            let idle: Vec<TcpStream> = (0..100)
-                .filter_map(|_| connect_from(host, driver))
-                .collect();
+        Fault::Trickle => {
+            // 100 connections announcing 128 MiB frames, a byte a second each.
+            let trickler =
+                attack::Reconnector::start(host, driver, 100, 128 << 20, Duration::from_secs(1));
             sleep_until(until, stop);
-            for mut connection in idle {
-                let mut byte = [0u8; 1];
-                let _ = connection.set_nonblocking(true);
-                let _ = connection.read(&mut byte);
-            }
+            drop(trickler);
+        }
+        Fault::IdleConnections => {
+            let idle = attack::IdleConnections::open(host, driver, 100);
+            sleep_until(until, stop);
+            drop(idle);
         }
     }
 }
