@@ -79,7 +79,11 @@ impl EventLoop {
                     }
                     let handshake = match &self.shared.settings.secret {
                         Some(secret) => match random_nonce() {
-                            Ok(nonce) => Some(Handshake::accepting(secret.clone(), nonce)),
+                            Ok(nonce) => Some(Handshake::accepting(
+                                secret.clone(),
+                                nonce,
+                                self.shared.settings.crypto,
+                            )),
                             Err(e) => {
                                 error!(%peer, "{e}");
                                 continue;
@@ -154,6 +158,7 @@ impl EventLoop {
                 "{open} connections from peers are open, as many as rpc.io.maxConnections \
                  allows: try again later"
             ),
+            None,
         );
         drop(stream);
         match self.refusal_warnings.spend(Instant::now()) {
