@@ -76,12 +76,11 @@ pub struct UnknownKey {
 
 /// The keys of `conf` that no crate reads, sorted, each with the closest known key when
 /// one is close enough to be a likely misspelling (other tools' `spark.` keys are kept
-/// without a guess). Keys of features flint lacks ([`UNSUPPORTED`]) are left to
-/// [`validate`], which refuses them unless they are off.
+/// without a guess).
 pub fn unknown_keys(conf: &Conf) -> Vec<UnknownKey> {
     conf.iter()
         .map(|(key, _)| key)
-        .filter(|key| key_info(key).is_none() && !UNSUPPORTED.contains(&normalize(key)))
+        .filter(|key| key_info(key).is_none())
         .map(|key| UnknownKey {
             key: key.to_owned(),
             suggestion: closest_key(key),
@@ -105,13 +104,6 @@ fn closest_key(key: &str) -> Option<&'static str> {
         .map(|(_, known)| known)
 }
 
-/// Keys of the seeds' configuration (see DESIGN.md) for features flint does not have
-/// yet: set to `true`, they would be ignored and the process would run without what
-/// was asked for, so [`validate`] refuses them.
-pub const UNSUPPORTED: &[&str] = &[NETWORK_CRYPTO_ENABLED];
-
-const NETWORK_CRYPTO_ENABLED: &str = "network.crypto.enabled";
-
 /// What is wrong with a configuration as a whole.
 #[derive(Debug, thiserror::Error)]
 pub enum InvalidConf {
@@ -121,35 +113,14 @@ pub enum InvalidConf {
     /// The scheduler's checks (exclusion thresholds).
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
-    /// A feature flint does not have is turned on ([`UNSUPPORTED`]).
-    #[error("{key}=true is not supported: {why}")]
-    Unsupported {
-        /// The key.
-        key: &'static str,
-        /// What would happen if it were ignored.
-        why: &'static str,
-    },
 }
 
 /// Reads every key of every crate, returning the first error, then checks the rules
 /// between keys of different crates: executors' `executor.heartbeatInterval` must be
 /// below `network.timeout` (after which the driver expires a silent executor) and below
 /// `rpc.io.idleTimeout` (after which a silent connection is closed). Keys no crate reads
-/// are not errors ([`unknown_keys`] finds them), but a feature flint lacks turned on
-/// ([`UNSUPPORTED`]) is.
+/// are not errors ([`unknown_keys`] finds them).
 pub fn validate(conf: &Conf) -> Result<(), InvalidConf> {
-    if let Some(value) = conf.get(NETWORK_CRYPTO_ENABLED) {
-        if value.trim().eq_ignore_ascii_case("true") {
-            return Err(InvalidConf::Unsupported {
-                key: NETWORK_CRYPTO_ENABLED,
-                why: "flint has no encryption yet, and its traffic would go in clear; \
-                      leave it unset (or false) to run unencrypted",
-            });
-        }
-        if !value.trim().eq_ignore_ascii_case("false") {
-            return Err(ConfError::invalid(NETWORK_CRYPTO_ENABLED, value, "true or false").into());
-        }
-    }
     conf.validate()?;
     SchedulerConfig::read(conf)?;
     let executor = ExecutorConfig::from_conf(conf, "", "", 1)?;
@@ -221,7 +192,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), count, "a key is in two tables");
-        assert_eq!(count, 49);
+        assert_eq!(count, 51);
         assert_eq!(
             key_info("spark.task.cpus").map(|k| k.default),
             Some(Some("1"))
@@ -332,19 +303,33 @@ mod tests {
     }
 
     #[test]
-    fn encryption_asked_for_is_refused_and_left_off_is_not_warned_about() {
+    fn encryption_needs_authentication_and_is_a_known_key() {
         for value in ["true", " TRUE"] {
             let c = conf(&[("spark.network.crypto.enabled", value)]);
             let err = validate(&c).unwrap_err();
-            assert!(matches!(err, InvalidConf::Unsupported { .. }), "{err}");
+            assert!(
+                matches!(
+                    err,
+                    InvalidConf::Conf(ConfError::CryptoWithoutAuthentication)
+                ),
+                "{err}"
+            );
             let text = err.to_string();
             assert!(
-                text.starts_with("network.crypto.enabled=true is not supported")
-                    && text.contains("in clear"),
+                text.starts_with(
+                    "network.crypto.enabled=true needs authenticate=true and an \
+                     authenticate.secret"
+                ),
                 "{text}"
             );
             assert!(unknown_keys(&c).is_empty());
         }
+        let on = conf(&[
+            ("network.crypto.enabled", "true"),
+            ("authenticate", "true"),
+            ("authenticate.secret", "s3cr3t"),
+        ]);
+        assert!(validate(&on).is_ok());
         let off = conf(&[("network.crypto.enabled", "false")]);
         assert!(validate(&off).is_ok());
         assert!(unknown_keys(&off).is_empty());
@@ -353,6 +338,7 @@ mod tests {
             err.to_string(),
             r#"invalid value "yes" for network.crypto.enabled: expected true or false"#
         );
+        assert!(catalogue_text().contains("network.crypto.enabled"));
         // Other keys of the seeds flint does not read are still only warned about.
         let other = conf(&[("network.crypto.saslFallback", "true")]);
         assert!(validate(&other).is_ok());

@@ -127,7 +127,7 @@ fn under_json_every_failure_is_one_json_object_and_a_line_for_a_person() {
         ),
         (
             &["run", "--conf", "network.crypto.enabled=true"][..],
-            "network.crypto.enabled=true is not supported",
+            "network.crypto.enabled=true needs authenticate=true",
         ),
         (
             &["run", "--job", "wordcount", "--input", input][..],

@@ -320,6 +320,64 @@ fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
     }
 }
 
+/// With `network.crypto.enabled=true` a job runs on executor processes over sealed
+/// connections, to the driver and between executors: small results, and large ones
+/// fetched from an executor's block server, arrive whole and once. An executor that does
+/// not encrypt is turned away by such a driver at the handshake, and says why.
+#[test]
+fn a_job_runs_over_sealed_connections_and_an_executor_in_clear_is_told_why_not() {
+    let sealed = [
+        "authenticate=true",
+        "authenticate.secret=correct horse",
+        "network.crypto.enabled=true",
+        "rpc.message.maxSize=1m",
+    ];
+    let (driver, _cluster, _) = cluster(&conf(&sealed), 2, 1);
+    let outcome = driver
+        .submit(TaskSet::new(0, 0, 200, task("echo", "sealed")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert_eq!(outcome.results.len(), 200);
+    assert!(outcome
+        .results
+        .iter()
+        .all(|result| &result[..] == b"sealed"));
+    let outcome = driver
+        .submit(TaskSet::new(1, 1, 2, task("large-result", "3m")))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap();
+    assert_eq!(outcome.results.len(), 2);
+    for result in &outcome.results {
+        assert_eq!(result.len(), 3 << 20);
+        assert!(result
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i % 251) as u8));
+    }
+
+    let mut processes = Processes(vec![spawn_executor(
+        driver.address(),
+        "in-clear",
+        &sealed[..2],
+        Stdio::piped(),
+    )]);
+    let status = wait_exit(&mut processes.0[0], REGISTER_TIMEOUT);
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(processes.0[0].stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains(
+            "the peer closed the connection, saying: the peer does not encrypt, but \
+             network.crypto.enabled=true here"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(driver.executor_ids().len(), 2);
+    driver.stop().unwrap();
+}
+
 #[test]
 fn a_task_larger_than_the_message_limit_aborts_its_task_set_with_the_seeds_message() {
     let conf = conf(&["rpc.message.maxSize=1"]);

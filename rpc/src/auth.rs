@@ -12,12 +12,20 @@
 //! no frame above [`HANDSHAKE_MAX_PAYLOAD`] from it until then; the secret itself never
 //! travels, and fresh nonces on both sides defeat replay. This is a
 //! pure state machine: the connection feeds it messages and sends what it returns.
+//!
+//! With `network.crypto.enabled=true` a side sets [`FLAG_WILL_SEAL`](flint_wire::FLAG_WILL_SEAL)
+//! on its handshake frames, and each side refuses a peer that does not agree at the first
+//! step that shows it ([`AuthError::CryptoMismatch`]); once done, the handshake gives the
+//! session's keys, derived from the secret and both nonces ([`Handshake::session`], see
+//! [`crate::crypto`]).
 
 use std::sync::Arc;
 
-use flint_wire::{ArchivedMessage, Message, MessageKind};
+use flint_wire::{ArchivedMessage, Message, MessageKind, CRYPTO_KEY};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
+
+use crate::crypto::{Opener, Sealer, SessionKeys};
 
 /// The largest payload a peer may send while it has not authenticated. The handshake's
 /// messages take about a hundred bytes; without this bound a stranger could make a
@@ -59,6 +67,17 @@ pub enum AuthError {
     /// No random bytes for a nonce.
     #[error("authentication failed: no random nonce: {0}")]
     Random(String),
+    /// One side encrypts its frames and the other does not: `ours` is this side's
+    /// `network.crypto.enabled`.
+    #[error(
+        "{}, but {key}={ours} here: both sides must set {key} the same",
+        if *ours { "the peer does not encrypt" } else { "the peer encrypts" },
+        key = CRYPTO_KEY
+    )]
+    CryptoMismatch {
+        /// This side's setting.
+        ours: bool,
+    },
 }
 
 /// What the connection should do after feeding the handshake a message.
@@ -79,7 +98,7 @@ enum State {
     /// Accepting side, waiting for the challenge.
     AwaitChallenge,
     /// Accepting side, response sent, waiting for the proof.
-    AwaitProof { their_nonce: [u8; 32] },
+    AwaitProof,
     /// The peer is authenticated.
     Done,
 }
@@ -89,6 +108,12 @@ enum State {
 pub struct Handshake {
     secret: Arc<[u8]>,
     our_nonce: [u8; 32],
+    /// The peer's nonce, once it came.
+    their_nonce: [u8; 32],
+    /// Whether this side opened the connection.
+    connecting: bool,
+    /// Whether this side seals its frames after the handshake (`network.crypto.enabled`).
+    seals: bool,
     state: State,
 }
 
@@ -117,20 +142,28 @@ fn proof_bytes(secret: &[u8], label: &[u8], first: &[u8; 32], second: &[u8; 32])
 
 impl Handshake {
     /// The connecting side: returns the handshake and the challenge to send first.
-    pub fn connecting(secret: Arc<[u8]>, nonce: [u8; 32]) -> (Self, Message) {
+    /// `seals`: whether this side seals its frames after the handshake.
+    pub fn connecting(secret: Arc<[u8]>, nonce: [u8; 32], seals: bool) -> (Self, Message) {
         let handshake = Handshake {
             secret,
             our_nonce: nonce,
+            their_nonce: [0; 32],
+            connecting: true,
+            seals,
             state: State::AwaitResponse,
         };
         (handshake, Message::AuthChallenge { nonce })
     }
 
-    /// The accepting side, waiting for a challenge.
-    pub fn accepting(secret: Arc<[u8]>, nonce: [u8; 32]) -> Self {
+    /// The accepting side, waiting for a challenge. `seals`: whether this side seals its
+    /// frames after the handshake.
+    pub fn accepting(secret: Arc<[u8]>, nonce: [u8; 32], seals: bool) -> Self {
         Handshake {
             secret,
             our_nonce: nonce,
+            their_nonce: [0; 32],
+            connecting: false,
+            seals,
             state: State::AwaitChallenge,
         }
     }
@@ -140,17 +173,58 @@ impl Handshake {
         self.state == State::Done
     }
 
-    /// Feeds the next message from the peer.
-    pub fn on_message(&mut self, message: &ArchivedMessage) -> Result<Step, AuthError> {
+    /// Whether this side seals its frames after the handshake: its handshake frames say
+    /// so ([`FLAG_WILL_SEAL`](flint_wire::FLAG_WILL_SEAL)).
+    pub fn seals(&self) -> bool {
+        self.seals
+    }
+
+    /// Once done, with sealing on, what this side seals its frames with and opens its
+    /// peer's with; `None` otherwise.
+    pub fn session(&self) -> Option<(Sealer, Opener)> {
+        if !self.seals || !self.is_done() {
+            return None;
+        }
+        let (connecting_nonce, accepting_nonce) = if self.connecting {
+            (&self.our_nonce, &self.their_nonce)
+        } else {
+            (&self.their_nonce, &self.our_nonce)
+        };
+        let keys = SessionKeys::derive(&self.secret, connecting_nonce, accepting_nonce);
+        Some(keys.session(self.connecting))
+    }
+
+    /// Feeds the next message from the peer; `peer_seals` is whether its frame said that
+    /// the peer seals its frames after the handshake.
+    pub fn on_message(
+        &mut self,
+        message: &ArchivedMessage,
+        peer_seals: bool,
+    ) -> Result<Step, AuthError> {
         let unexpected = |expected: MessageKind| AuthError::Unexpected {
             expected: expected.name(),
             got: message.kind().name(),
         };
+        // Told before anything else is checked: a side that cannot work with this one
+        // learns why, whatever else it got wrong.
+        let agree = || {
+            if peer_seals == self.seals {
+                Ok(())
+            } else {
+                Err(AuthError::CryptoMismatch { ours: self.seals })
+            }
+        };
         match (self.state, message) {
             (State::AwaitChallenge, ArchivedMessage::AuthChallenge { nonce }) => {
-                let their_nonce = *nonce;
-                let proof = proof_bytes(&self.secret, SERVER_LABEL, &their_nonce, &self.our_nonce);
-                self.state = State::AwaitProof { their_nonce };
+                agree()?;
+                self.their_nonce = *nonce;
+                let proof = proof_bytes(
+                    &self.secret,
+                    SERVER_LABEL,
+                    &self.their_nonce,
+                    &self.our_nonce,
+                );
+                self.state = State::AwaitProof;
                 Ok(Step::Send(Message::AuthResponse {
                     nonce: self.our_nonce,
                     proof,
@@ -163,24 +237,31 @@ impl Handshake {
                     proof: theirs,
                 },
             ) => {
+                agree()?;
                 proof(&self.secret, SERVER_LABEL, &self.our_nonce, nonce)
                     .verify_slice(theirs)
                     .map_err(|_| AuthError::BadProof)?;
+                self.their_nonce = *nonce;
                 self.state = State::Done;
                 Ok(Step::SendAndDone(Message::AuthProof {
                     proof: proof_bytes(&self.secret, CLIENT_LABEL, nonce, &self.our_nonce),
                 }))
             }
-            (State::AwaitProof { their_nonce }, ArchivedMessage::AuthProof { proof: theirs }) => {
-                proof(&self.secret, CLIENT_LABEL, &self.our_nonce, &their_nonce)
-                    .verify_slice(theirs)
-                    .map_err(|_| AuthError::BadProof)?;
+            (State::AwaitProof, ArchivedMessage::AuthProof { proof: theirs }) => {
+                proof(
+                    &self.secret,
+                    CLIENT_LABEL,
+                    &self.our_nonce,
+                    &self.their_nonce,
+                )
+                .verify_slice(theirs)
+                .map_err(|_| AuthError::BadProof)?;
                 self.state = State::Done;
                 Ok(Step::Done)
             }
             (State::AwaitChallenge, _) => Err(unexpected(MessageKind::AuthChallenge)),
             (State::AwaitResponse, _) => Err(unexpected(MessageKind::AuthResponse)),
-            (State::AwaitProof { .. }, _) => Err(unexpected(MessageKind::AuthProof)),
+            (State::AwaitProof, _) => Err(unexpected(MessageKind::AuthProof)),
             (State::Done, _) => Err(AuthError::Unexpected {
                 expected: "no further handshake message",
                 got: message.kind().name(),
@@ -217,19 +298,38 @@ mod tests {
         check(&frame.envelope().unwrap().message);
     }
 
-    fn run(client_secret: &[u8], server_secret: &[u8]) -> Result<(bool, bool), AuthError> {
-        let (mut client, challenge) =
-            Handshake::connecting(Arc::from(client_secret), random_nonce().unwrap());
-        let mut server = Handshake::accepting(Arc::from(server_secret), random_nonce().unwrap());
+    /// Runs a handshake through the codec; `seals` is each side's network.crypto.enabled,
+    /// passed to its peer as the frame flag would. Returns both handshakes, and whether
+    /// each side is done, or the first error.
+    fn handshake(
+        client_secret: &[u8],
+        server_secret: &[u8],
+        (client_seals, server_seals): (bool, bool),
+    ) -> (Handshake, Handshake, Result<(bool, bool), AuthError>) {
+        let (mut client, challenge) = Handshake::connecting(
+            Arc::from(client_secret),
+            random_nonce().unwrap(),
+            client_seals,
+        );
+        let mut server = Handshake::accepting(
+            Arc::from(server_secret),
+            random_nonce().unwrap(),
+            server_seals,
+        );
         let mut result = Ok((false, false));
         wire(&challenge, |m| {
-            let Step::Send(response) = server.on_message(m).unwrap() else {
-                panic!("the server answers a challenge");
+            let response = match server.on_message(m, client_seals) {
+                Ok(Step::Send(response)) => response,
+                Ok(other) => panic!("unexpected step {other:?}"),
+                Err(e) => {
+                    result = Err(e);
+                    return;
+                }
             };
-            wire(&response, |m| match client.on_message(m) {
+            wire(&response, |m| match client.on_message(m, server_seals) {
                 Err(e) => result = Err(e),
                 Ok(Step::SendAndDone(proof)) => wire(&proof, |m| {
-                    result = server.on_message(m).map(|step| {
+                    result = server.on_message(m, client_seals).map(|step| {
                         assert_eq!(step, Step::Done);
                         (client.is_done(), server.is_done())
                     })
@@ -237,7 +337,87 @@ mod tests {
                 Ok(other) => panic!("unexpected step {other:?}"),
             });
         });
-        result
+        (client, server, result)
+    }
+
+    fn run(client_secret: &[u8], server_secret: &[u8]) -> Result<(bool, bool), AuthError> {
+        handshake(client_secret, server_secret, (false, false)).2
+    }
+
+    /// Seals a frame with `sealer` and opens it with `opener`.
+    fn opens(sealer: &mut Sealer, opener: Opener) -> bool {
+        let mut out = BytesMut::new();
+        Encoder::new(1 << 16)
+            .encode_with_flags(
+                &Route::Reply { request_id: 1 },
+                &Message::Ack { ok: true },
+                flint_wire::FLAG_SEALED,
+                &mut out,
+            )
+            .unwrap();
+        sealer.seal(&mut out);
+        let mut decoder = FrameDecoder::new(1 << 16);
+        decoder.set_opener(Box::new(opener));
+        decoder.feed(&out).unwrap();
+        decoder.next_frame().is_ok_and(|frame| frame.is_some())
+    }
+
+    #[test]
+    fn sealing_sides_get_matching_keys_once_done_and_each_session_its_own() {
+        let (client, server, result) = handshake(b"s3cret", b"s3cret", (true, true));
+        assert_eq!(result, Ok((true, true)));
+        let (mut client_sealer, client_opener) = client.session().unwrap();
+        let (mut server_sealer, server_opener) = server.session().unwrap();
+        assert!(opens(&mut client_sealer, server_opener));
+        assert!(opens(&mut server_sealer, client_opener));
+
+        // Another connection under the same secret: fresh nonces, other keys.
+        let (other_client, _, result) = handshake(b"s3cret", b"s3cret", (true, true));
+        assert_eq!(result, Ok((true, true)));
+        let (_, server_opener) = server.session().unwrap();
+        let (mut other_sealer, _) = other_client.session().unwrap();
+        assert!(!opens(&mut other_sealer, server_opener));
+
+        // No keys without sealing, nor before the handshake is done.
+        let (client, server, result) = handshake(b"s3cret", b"s3cret", (false, false));
+        assert_eq!(result, Ok((true, true)));
+        assert!(client.session().is_none() && server.session().is_none());
+        let (waiting, _) = Handshake::connecting(Arc::from(&b"k"[..]), [1; 32], true);
+        assert!(waiting.session().is_none());
+    }
+
+    #[test]
+    fn a_side_that_seals_and_one_that_does_not_are_told_at_the_first_step() {
+        // The server sees the client's challenge first, and refuses it whichever side
+        // seals.
+        let (_, server, result) = handshake(b"s3cret", b"s3cret", (false, true));
+        assert_eq!(result, Err(AuthError::CryptoMismatch { ours: true }));
+        assert!(!server.is_done());
+        assert_eq!(
+            result.unwrap_err().to_string(),
+            "the peer does not encrypt, but network.crypto.enabled=true here: both sides \
+             must set network.crypto.enabled the same"
+        );
+        let (_, _, result) = handshake(b"s3cret", b"s3cret", (true, false));
+        assert_eq!(
+            result.unwrap_err().to_string(),
+            "the peer encrypts, but network.crypto.enabled=false here: both sides must set \
+             network.crypto.enabled the same"
+        );
+        // A client checks the response too.
+        let (mut client, _) = Handshake::connecting(Arc::from(&b"k"[..]), [1; 32], true);
+        wire(
+            &Message::AuthResponse {
+                nonce: [2; 32],
+                proof: [0; 32],
+            },
+            |m| {
+                assert_eq!(
+                    client.on_message(m, false),
+                    Err(AuthError::CryptoMismatch { ours: true })
+                );
+            },
+        );
     }
 
     #[test]
@@ -252,21 +432,21 @@ mod tests {
 
     #[test]
     fn a_forged_client_proof_is_refused() {
-        let mut server = Handshake::accepting(Arc::from(&b"k"[..]), random_nonce().unwrap());
+        let mut server = Handshake::accepting(Arc::from(&b"k"[..]), random_nonce().unwrap(), false);
         wire(&Message::AuthChallenge { nonce: [1; 32] }, |m| {
-            server.on_message(m).unwrap();
+            server.on_message(m, false).unwrap();
         });
         wire(&Message::AuthProof { proof: [0; 32] }, |m| {
-            assert_eq!(server.on_message(m), Err(AuthError::BadProof));
+            assert_eq!(server.on_message(m, false), Err(AuthError::BadProof));
         });
         assert!(!server.is_done());
     }
 
     #[test]
     fn a_message_before_the_handshake_is_refused() {
-        let mut server = Handshake::accepting(Arc::from(&b"k"[..]), random_nonce().unwrap());
+        let mut server = Handshake::accepting(Arc::from(&b"k"[..]), random_nonce().unwrap(), false);
         wire(&Message::ReviveOffers, |m| {
-            let error = server.on_message(m).unwrap_err();
+            let error = server.on_message(m, false).unwrap_err();
             assert_eq!(
                 error.to_string(),
                 "authentication failed: expected AuthChallenge, got ReviveOffers"

@@ -111,6 +111,10 @@ impl RpcEnv {
     /// As [`RpcEnv::new`] (or [`RpcEnv::client`] without [`Settings::listen`]), with
     /// settings already read.
     pub fn with_settings(settings: Settings) -> Result<RpcEnv, RpcError> {
+        // Sealing keys come from the secret: without one, frames would go in clear.
+        if settings.crypto && settings.secret.is_none() {
+            return Err(crate::conf::ConfError::CryptoWithoutAuthentication.into());
+        }
         let listener = if settings.listen {
             #[cfg(unix)]
             warn_if_short_of_descriptors(settings.max_connections);

@@ -36,7 +36,9 @@
 //!   model-checked with loom);
 //! - with `authenticate=true`, a connection delivers nothing before the peer proved it
 //!   knows `authenticate.secret`, nor takes a frame larger than a handshake step from it
-//!   ([`auth`]);
+//!   ([`auth`]); with `network.crypto.enabled=true` as well, every frame after the
+//!   handshake is sealed with keys the handshake derived, and one altered, replayed or
+//!   reordered on the way closes the connection ([`crypto`]);
 //! - the configuration is [`Conf`].
 //!
 //! [mio]: https://docs.rs/mio
@@ -90,6 +92,7 @@ pub(crate) mod admission;
 pub(crate) mod ask;
 pub mod auth;
 pub mod conf;
+pub mod crypto;
 mod error;
 pub(crate) mod handoff;
 pub(crate) mod host;

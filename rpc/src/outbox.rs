@@ -2,14 +2,17 @@
 //! them, or written by the sending thread itself when the loop has none of them in flight
 //! ([`Outbox::write_through`]). Bounded by `rpc.outbox.maxBytes`: a frame that does not fit
 //! is refused, but for a reply or a frame larger than the bound while under it (see
-//! [`Outbox`]).
+//! [`Outbox`]). On a connection that encrypts, each frame is sealed as it is pushed, under
+//! the outbox's lock, so that the frames' sequence numbers follow their order in the
+//! outbox, which is the order they are written in.
 
 use std::io::Write;
 use std::net::SocketAddr;
 
 use bytes::{Buf, BytesMut};
-use flint_wire::{Encoder, Message, Route};
+use flint_wire::{Encoder, Message, Route, FLAG_SEALED, TAG_LEN};
 
+use crate::crypto::Sealer;
 use crate::error::RpcError;
 use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
 
@@ -43,6 +46,9 @@ struct OutboxState {
     /// The connection's socket (a duplicate descriptor), once it is open and its peer
     /// authenticated: threads other than the loop's may then write to it themselves.
     socket: Option<Socket>,
+    /// Seals every frame pushed, once the handshake gave the keys
+    /// (`network.crypto.enabled`).
+    sealer: Option<Sealer>,
 }
 
 /// The most capacity a written buffer may keep to be filled again: enough for the
@@ -102,6 +108,7 @@ impl Outbox {
                 encoder: Encoder::new(max_payload),
                 closed: None,
                 socket: None,
+                sealer: None,
             }),
             queued: AtomicUsize::new(0),
             flush_requested: AtomicBool::new(false),
@@ -150,8 +157,14 @@ impl Outbox {
         if queued >= self.limit {
             return Err(full());
         }
-        let OutboxState { buf, encoder, .. } = &mut *state;
-        let written = encoder.encode(route, message, buf)?;
+        let OutboxState {
+            buf,
+            encoder,
+            sealer,
+            ..
+        } = &mut *state;
+        let flags = if sealer.is_some() { FLAG_SEALED } else { 0 };
+        let written = encoder.encode_with_flags(route, message, flags, buf)?;
         // A reply answers an ask the peer made and waits for: it may take the queue past
         // the bound by one frame, as an oversized frame may, rather than be refused for
         // want of room and leave the ask to time out (or be encoded again and again).
@@ -161,6 +174,11 @@ impl Outbox {
         if queued + written > self.limit && written <= self.limit && !is_reply {
             buf.truncate(buf.len() - written);
             return Err(full());
+        }
+        // Sealed only once it is sure to stay: a frame cut off again takes no number.
+        if let Some(sealer) = sealer {
+            let start = buf.len() - written;
+            sealer.seal(&mut buf[start..]);
         }
         self.queued.fetch_add(written, Ordering::AcqRel);
         drop(state);
@@ -221,6 +239,32 @@ impl Outbox {
     /// Bytes queued and not yet written.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Acquire)
+    }
+
+    /// Seals every frame from now on with `sealer`, and the frames queued before (in
+    /// clear: the handshake had not given the keys yet) first, in their order. Called as
+    /// the handshake ends, before anything of the outbox is taken or written through.
+    pub(crate) fn start_sealing(&self, mut sealer: Sealer) {
+        let mut state = self.lock();
+        if state.closed.is_some() {
+            return;
+        }
+        if !state.buf.is_empty() {
+            let mut sealed = BytesMut::with_capacity(state.buf.len() + FRESH_CAPACITY);
+            let frames = sealer.seal_frames_in_clear(&state.buf, &mut sealed);
+            state.buf = sealed;
+            self.queued.fetch_add(frames * TAG_LEN, Ordering::AcqRel);
+        }
+        state.sealer = Some(sealer);
+    }
+
+    /// The sealer, taken from a closed outbox to seal one last frame (a `Refused`) with
+    /// the next number in sequence; `None` if the connection did not seal.
+    pub(crate) fn take_sealer(&self) -> Option<Sealer> {
+        let mut state = self.lock();
+        // Taken from an open outbox, it would leave later frames in clear.
+        state.closed.as_ref()?;
+        state.sealer.take()
     }
 
     /// Lets [`Outbox::write_through`] write to `socket`: the loop's connection is open,
@@ -499,6 +543,60 @@ mod tests {
         let after = outbox.take().unwrap();
         assert_ne!(after.as_ptr(), large_at);
         assert!(after.len() < MAX_SPARE_CAPACITY);
+    }
+
+    /// Sealing follows the outbox's order: frames queued in clear before the keys are
+    /// sealed first, a frame refused for want of room takes no number, and the peer opens
+    /// every frame that was accepted, in order.
+    #[test]
+    fn frames_are_sealed_in_outbox_order_and_a_refused_one_takes_no_number() {
+        use crate::crypto::SessionKeys;
+        let keys = SessionKeys::derive(b"k", &[1; 32], &[2; 32]);
+        let (sealer, _) = keys.session(true);
+        let (_, opener) = keys.session(false);
+        let outbox = outbox(1000);
+        let route = Route::OneWay {
+            endpoint: "sink".into(),
+        };
+        let message = |tag: u32, len: usize| Message::Custom {
+            tag,
+            body: bytes::Bytes::from(vec![0x5A; len]),
+        };
+        outbox.push(&route, &message(0, 10)).unwrap();
+        let clear = outbox.queued();
+        outbox.start_sealing(sealer);
+        assert_eq!(outbox.queued(), clear + TAG_LEN, "the tag is counted");
+        outbox.push(&route, &message(1, 600)).unwrap();
+        assert!(matches!(
+            outbox.push(&route, &message(2, 600)),
+            Err(RpcError::OutboxFull { .. })
+        ));
+        let mut wire = outbox.take().unwrap();
+        assert_eq!(wire.len(), outbox.queued());
+        outbox.written(wire.len());
+        outbox.push(&route, &message(3, 10)).unwrap();
+        wire.extend_from_slice(&outbox.take().unwrap());
+        assert!(
+            !wire.windows(16).any(|w| w == [0x5A; 16]),
+            "a body went out in clear"
+        );
+        let mut decoder = flint_wire::FrameDecoder::new(1 << 20);
+        decoder.set_opener(Box::new(opener));
+        decoder.feed(&wire).unwrap();
+        let mut tags = Vec::new();
+        while let Some(frame) = decoder.next_frame().unwrap() {
+            let flint_wire::ArchivedMessage::Custom { tag, .. } =
+                &frame.envelope().unwrap().message
+            else {
+                panic!("not a Custom frame");
+            };
+            tags.push(tag.to_native());
+        }
+        assert_eq!(tags, [0, 1, 3]);
+        // Closed, it gives its sealer up for a last frame, numbered on.
+        assert!(outbox.take_sealer().is_none(), "not while open");
+        outbox.close("done");
+        assert!(outbox.take_sealer().is_some());
     }
 
     /// A connected pair of sockets on loopback: the outbox's end, and the peer's.

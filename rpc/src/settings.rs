@@ -31,6 +31,9 @@ pub struct Settings {
     pub secret: Option<Arc<[u8]>>,
     /// How long a connection may take to authenticate (authenticate.timeout).
     pub auth_timeout: Duration,
+    /// Whether every frame after the handshake is sealed (network.crypto.enabled; only
+    /// with a `secret`).
+    pub crypto: bool,
     /// The listener's address (rpc.bindAddress, rpc.port).
     pub bind: SocketAddr,
     /// Whether the environment listens at `bind`. One that does not (see
@@ -67,6 +70,9 @@ impl Settings {
         } else {
             None
         };
+        let crypto = conf.crypto_enabled()?;
+        // A sealed frame is longer by its tag: the largest must still fit the budget.
+        let tag = if crypto { flint_wire::TAG_LEN } else { 0 };
         Ok(Settings {
             max_payload: conf.message_max_size()?,
             outbox_limit: conf.outbox_max_bytes()?,
@@ -83,6 +89,7 @@ impl Settings {
             },
             secret,
             auth_timeout: conf.authenticate_timeout()?,
+            crypto,
             bind: SocketAddr::new(conf.bind_address()?, conf.port()?),
             listen: true,
             shutdown_flush: conf.shutdown_flush_timeout()?,
@@ -91,9 +98,9 @@ impl Settings {
             max_connections_per_host: conf
                 .max_connections_per_host()?
                 .min(conf.max_connections()?),
-            max_receive_bytes: conf
-                .max_receive_bytes()?
-                .max(flint_wire::padded_frame_len(conf.message_max_size()?) + UNBUDGETED_FRAME),
+            max_receive_bytes: conf.max_receive_bytes()?.max(
+                flint_wire::padded_frame_len(conf.message_max_size()?) + tag + UNBUDGETED_FRAME,
+            ),
             stalled_frame_timeout: conf.network_timeout()?,
             idle_timeout: conf.idle_timeout()?,
         })

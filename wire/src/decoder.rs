@@ -7,7 +7,8 @@ use rkyv::rancor;
 
 use crate::error::{WireError, MAX_SIZE_KEY};
 use crate::header::{
-    frame_crc, padded_frame_len, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN, MAX_FRAME_PAYLOAD,
+    frame_crc, padded_frame_len, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN,
+    MAX_FRAME_PAYLOAD, TAG_LEN,
 };
 use crate::kind::MessageKind;
 use crate::message::ArchivedEnvelope;
@@ -91,6 +92,19 @@ pub fn validate_envelope(
     Ok(envelope)
 }
 
+/// Opens sealed frames ([`crate::FLAG_SEALED`]) in place for a [`FrameDecoder`] whose
+/// connection encrypts ([`FrameDecoder::set_opener`]). The cipher is the transport's
+/// (flint-rpc's is AES-256-GCM with per-direction session keys and the frames' sequence
+/// numbers as nonces); this crate only lays the frames out and hands each one over.
+pub trait FrameOpener: Send + std::fmt::Debug {
+    /// Checks and opens one whole sealed frame in place. `frame` is all of it: the header
+    /// (`header`, parsed; the associated data), then the payload and padding (ciphertext,
+    /// to be replaced by the plaintext), then the [`TAG_LEN`]-byte tag. Frames come in
+    /// stream order, each once. An error ([`WireError::OutOfSequence`],
+    /// [`WireError::Forged`]) closes the decoder.
+    fn open(&mut self, header: &FrameHeader, frame: &mut [u8]) -> Result<(), WireError>;
+}
+
 /// Counters of a decoder's work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DecoderStats {
@@ -146,6 +160,9 @@ pub struct FrameDecoder {
     /// Whether the last read filled less than the room it offered.
     last_read_short: bool,
     stats: DecoderStats,
+    /// Opens sealed frames, once the connection encrypts: then every frame must be sealed,
+    /// and none may be before.
+    opener: Option<Box<dyn FrameOpener>>,
 }
 
 impl FrameDecoder {
@@ -163,7 +180,25 @@ impl FrameDecoder {
             max_read: MAX_READ,
             last_read_short: false,
             stats: DecoderStats::default(),
+            opener: None,
         }
+    }
+
+    /// From the next header on, every frame must be sealed ([`crate::FLAG_SEALED`]) and
+    /// is opened in place by `opener` before it is checked further and yielded; a frame
+    /// in clear is [`WireError::Unsealed`]. Until this is called a sealed frame is
+    /// [`WireError::UnexpectedSeal`]. Both are found from the header alone. A transport
+    /// calls this between two frames, as its handshake ends.
+    ///
+    /// Sealed frames keep the layout of the others (the tag comes after the padding, and
+    /// is 16 bytes), so their payloads are read in place and aligned all the same.
+    pub fn set_opener(&mut self, opener: Box<dyn FrameOpener>) {
+        self.opener = Some(opener);
+    }
+
+    /// Whether frames must be sealed ([`FrameDecoder::set_opener`]).
+    pub fn is_opening(&self) -> bool {
+        self.opener.is_some()
     }
 
     /// The payload limit in bytes (at most [`MAX_FRAME_PAYLOAD`]).
@@ -445,7 +480,8 @@ impl FrameDecoder {
     /// larger), plus one read of at most 256 KiB. ([`FrameDecoder::feed`] takes whatever
     /// it is given.)
     pub fn buffer_bound(&self) -> usize {
-        let frame = padded_frame_len(self.max_payload);
+        let tag = if self.opener.is_some() { TAG_LEN } else { 0 };
+        let frame = padded_frame_len(self.max_payload) + tag;
         let pending = self.pending.map_or(0, |header| header.frame_len());
         frame.max(pending).saturating_add(self.max_read)
     }
@@ -487,21 +523,43 @@ impl FrameDecoder {
             return Ok(None);
         }
         self.pending = None;
-        let frame = self.buf.split_to(frame_len).freeze();
+        let mut frame = self.buf.split_to(frame_len);
         if frame_len > self.max_read {
             self.detach_rest();
         }
         let payload_end = HEADER_LEN + header.payload_len as usize;
-        if frame[payload_end..].iter().any(|&byte| byte != 0) {
+        let sealed = header.is_sealed();
+        if sealed {
+            // Opened in place, where it will be read: the payload keeps its alignment.
+            let opened = match self.opener.as_mut() {
+                Some(opener) => opener.open(&header, &mut frame),
+                // `take_header` refused it already; kept for the decoder's own sake.
+                None => Err(WireError::UnexpectedSeal {
+                    kind: header.kind.name(),
+                }),
+            };
+            if let Err(error) = opened {
+                return Err(self.fail(error));
+            }
+        }
+        let padding_end = padded_frame_len(header.payload_len as usize);
+        if frame[payload_end..padding_end]
+            .iter()
+            .any(|&byte| byte != 0)
+        {
             return Err(self.fail(WireError::BadPadding(header.kind.name())));
         }
-        let computed = frame_crc(&frame[CRC_START..payload_end]);
-        if computed != header.crc {
-            return Err(self.fail(WireError::ChecksumMismatch {
-                expected: header.crc,
-                computed,
-            }));
+        // A sealed frame's tag covers more than a CRC would, and it has none.
+        if !sealed {
+            let computed = frame_crc(&frame[CRC_START..payload_end]);
+            if computed != header.crc {
+                return Err(self.fail(WireError::ChecksumMismatch {
+                    expected: header.crc,
+                    computed,
+                }));
+            }
         }
+        let frame = frame.freeze();
         let mut payload = frame.slice(HEADER_LEN..payload_end);
         if payload.as_ptr() as usize % FRAME_ALIGN != 0 {
             payload = realign(&payload);
@@ -545,6 +603,15 @@ impl FrameDecoder {
             }
             Err(error) => return Err(self.fail(error)),
         };
+        // A connection seals all of its frames after the handshake, or none.
+        if header.is_sealed() != self.opener.is_some() {
+            let kind = header.kind.name();
+            return Err(self.fail(if header.is_sealed() {
+                WireError::UnexpectedSeal { kind }
+            } else {
+                WireError::Unsealed { kind }
+            }));
+        }
         // Room for the frame, up to a cap: beyond it the buffer grows with what actually
         // arrives, so a peer that announces a large frame and then trickles costs only
         // what it sent.

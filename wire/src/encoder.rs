@@ -11,7 +11,8 @@ use rkyv::{Archive, Place, Serialize};
 
 use crate::error::WireError;
 use crate::header::{
-    frame_crc, FrameHeader, CRC_START, FRAME_ALIGN, HEADER_LEN, MAX_FRAME_PAYLOAD,
+    frame_crc, FrameHeader, CRC_START, FLAG_SEALED, FRAME_ALIGN, HEADER_LEN, KNOWN_FLAGS,
+    MAX_FRAME_PAYLOAD,
 };
 use crate::message::{ArchivedEnvelope, Message, Route};
 
@@ -74,6 +75,29 @@ impl Encoder {
         message: &Message,
         out: &mut BytesMut,
     ) -> Result<usize, WireError> {
+        self.encode_with_flags(route, message, 0, out)
+    }
+
+    /// As [`Encoder::encode`], with the header's flag bits set to `flags` (of
+    /// [`KNOWN_FLAGS`]).
+    ///
+    /// With [`FLAG_SEALED`] the frame is laid out to be sealed, and is not ready to be
+    /// sent until the caller has sealed it: no CRC is computed (the field is left 0, for
+    /// the sequence number), and [`crate::TAG_LEN`] zero bytes follow the padding, for the tag;
+    /// the length returned counts them. The caller encrypts the payload and padding in
+    /// place, with the header as associated data.
+    pub fn encode_with_flags(
+        &mut self,
+        route: &Route,
+        message: &Message,
+        flags: u16,
+        out: &mut BytesMut,
+    ) -> Result<usize, WireError> {
+        debug_assert_eq!(
+            flags & !KNOWN_FLAGS,
+            0,
+            "flags this version does not define"
+        );
         let start = out.len();
         out.extend_from_slice(&[0u8; HEADER_LEN]);
         let envelope = EnvelopeRef { route, message };
@@ -113,15 +137,18 @@ impl Encoder {
         }
         let mut header = FrameHeader {
             kind: message.kind(),
-            flags: 0,
+            flags,
             payload_len: payload_len as u32,
             crc: 0,
         };
         let mut header_bytes = [0u8; HEADER_LEN];
         header.write(&mut header_bytes);
         out[start..start + HEADER_LEN].copy_from_slice(&header_bytes);
-        header.crc = frame_crc(&out[start + CRC_START..]);
-        out[start + 4..start + 8].copy_from_slice(&header.crc.to_le_bytes());
+        if flags & FLAG_SEALED == 0 {
+            header.crc = frame_crc(&out[start + CRC_START..]);
+            out[start + 4..start + 8].copy_from_slice(&header.crc.to_le_bytes());
+        }
+        // Padding, and a sealed frame's room for its tag.
         let frame_len = header.frame_len();
         out.resize(start + frame_len, 0);
         debug_assert_eq!(frame_len % FRAME_ALIGN, 0);

@@ -5,6 +5,10 @@ use crate::header::MAGIC;
 /// The configuration key that bounds a frame's payload, named in size errors.
 pub const MAX_SIZE_KEY: &str = "rpc.message.maxSize";
 
+/// The configuration key that makes a connection seal its frames, named in the errors of
+/// sealed frames.
+pub const CRYPTO_KEY: &str = "network.crypto.enabled";
+
 /// Everything that can go wrong while framing, encoding or validating a message.
 ///
 /// A decoder that returns any of these (other than on `encode`) has stopped: it accepts
@@ -114,6 +118,54 @@ pub enum WireError {
     /// The decoder already failed; it accepts nothing more.
     #[error("decoder closed after an earlier error: {0}")]
     Closed(Box<WireError>),
+    /// A frame in clear arrived on a connection that seals every frame.
+    #[error(
+        "a {kind} frame arrived unsealed where every frame must be sealed ({key}=true): \
+         the peer does not encrypt, or the frame did not come from it",
+        key = CRYPTO_KEY
+    )]
+    Unsealed {
+        /// Kind in the header.
+        kind: &'static str,
+    },
+    /// A sealed frame arrived on a connection that does not seal.
+    #[error(
+        "a sealed {kind} frame arrived, but this side does not encrypt: both sides must set \
+         {key} the same",
+        key = CRYPTO_KEY
+    )]
+    UnexpectedSeal {
+        /// Kind in the header.
+        kind: &'static str,
+    },
+    /// A sealed frame carries another sequence number than the one due: a frame was
+    /// replayed, reordered or dropped on the way.
+    #[error(
+        "sealed {kind} frame out of sequence: it carries sequence number {carried} where \
+         {expected} was due, so a frame was replayed, reordered or dropped on the way \
+         ({key}=true)",
+        key = CRYPTO_KEY
+    )]
+    OutOfSequence {
+        /// Kind in the header.
+        kind: &'static str,
+        /// The sequence number due (its low 32 bits, as frames carry them).
+        expected: u32,
+        /// The sequence number the frame carries.
+        carried: u32,
+    },
+    /// A sealed frame does not authenticate: altered on the way, or sealed with other keys.
+    #[error(
+        "sealed {kind} frame {sequence} failed authentication: it was altered on the way \
+         ({key}=true)",
+        key = CRYPTO_KEY
+    )]
+    Forged {
+        /// Kind in the header.
+        kind: &'static str,
+        /// Its sequence number.
+        sequence: u64,
+    },
     /// A task's serialized form is malformed (see [`crate::TaskPayload`]).
     #[error("bad serialized task: {0}")]
     BadTaskPayload(String),

@@ -20,8 +20,24 @@ pub const HEADER_LEN: usize = 16;
 /// at an aligned position in the receive buffer can be accessed in place.
 pub const FRAME_ALIGN: usize = 16;
 
+/// Flag bit: the frame is sealed (`network.crypto.enabled`). Its payload and padding are
+/// ciphertext of an AEAD whose associated data is the header; the header's CRC field
+/// holds the low 32 bits of the frame's sequence number instead of a CRC; and a
+/// [`TAG_LEN`]-byte authentication tag follows the padding. A connection seals every
+/// frame after its handshake or none.
+pub const FLAG_SEALED: u16 = 1 << 0;
+
+/// Flag bit, on handshake frames only: their sender seals every frame after the handshake
+/// (`network.crypto.enabled=true`), so that a side that does not is refused at the
+/// handshake, with a reason, rather than at the first sealed frame.
+pub const FLAG_WILL_SEAL: u16 = 1 << 1;
+
 /// Flag bits defined by this protocol version. Any other bit set is an error.
-pub const KNOWN_FLAGS: u16 = 0;
+pub const KNOWN_FLAGS: u16 = FLAG_SEALED | FLAG_WILL_SEAL;
+
+/// Bytes of the authentication tag at the end of a sealed frame: a multiple of
+/// [`FRAME_ALIGN`], so that the next frame stays aligned.
+pub const TAG_LEN: usize = 16;
 
 /// Where the CRC-covered bytes start: the header after magic and CRC, then the payload,
 /// one contiguous range so that the CRC is a single pass.
@@ -36,14 +52,33 @@ pub struct FrameHeader {
     pub flags: u16,
     /// Payload length in bytes, without the padding that follows it.
     pub payload_len: u32,
-    /// CRC32 (IEEE) over header bytes 8..16 followed by the payload.
+    /// CRC32 (IEEE) over header bytes 8..16 followed by the payload; in a sealed frame
+    /// ([`FLAG_SEALED`]), the low 32 bits of its sequence number.
     pub crc: u32,
 }
 
 impl FrameHeader {
-    /// Bytes the whole frame occupies in the stream, padding included.
+    /// Bytes the whole frame occupies in the stream, padding (and a sealed frame's tag)
+    /// included.
+    #[inline]
     pub fn frame_len(&self) -> usize {
-        padded_frame_len(self.payload_len as usize)
+        padded_frame_len(self.payload_len as usize) + self.tag_len()
+    }
+
+    /// Whether the frame is sealed ([`FLAG_SEALED`]).
+    #[inline]
+    pub fn is_sealed(&self) -> bool {
+        self.flags & FLAG_SEALED != 0
+    }
+
+    /// Bytes of authentication tag after the padding: [`TAG_LEN`] if sealed, else 0.
+    #[inline]
+    fn tag_len(&self) -> usize {
+        if self.is_sealed() {
+            TAG_LEN
+        } else {
+            0
+        }
     }
 
     /// Writes the header into `out`.
@@ -201,5 +236,27 @@ mod tests {
         assert_eq!(padded_frame_len(1), 32);
         assert_eq!(padded_frame_len(16), 32);
         assert_eq!(padded_frame_len(17), 48);
+    }
+
+    /// A sealed frame carries its tag after the padding, and the next frame still starts
+    /// at a multiple of 16.
+    #[test]
+    fn a_sealed_frame_is_longer_by_its_tag() {
+        let mut bytes = header(MessageKind::Ack, 17);
+        let plain = FrameHeader::parse(&bytes, 100).unwrap();
+        assert!(!plain.is_sealed());
+        assert_eq!(plain.frame_len(), 48);
+        bytes[10] = FLAG_SEALED as u8;
+        let sealed = FrameHeader::parse(&bytes, 100).unwrap();
+        assert!(sealed.is_sealed());
+        assert_eq!(sealed.frame_len(), 48 + TAG_LEN);
+        assert_eq!(sealed.frame_len() % FRAME_ALIGN, 0);
+        bytes[10] = FLAG_WILL_SEAL as u8;
+        assert!(!FrameHeader::parse(&bytes, 100).unwrap().is_sealed());
+        bytes[10] = 1 << 2;
+        assert!(matches!(
+            FrameHeader::parse(&bytes, 100),
+            Err(WireError::UnknownFlags(4))
+        ));
     }
 }

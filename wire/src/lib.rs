@@ -46,13 +46,14 @@
 //! | offset | size | field | meaning |
 //! | --- | --- | --- | --- |
 //! | 0 | 4 | magic | the bytes `F` `L` `N` `T` (`46 4C 4E 54`) |
-//! | 4 | 4 | crc | `u32` CRC-32 (IEEE, as `crc32fast`) of bytes 8..16 of the header followed by the payload: one contiguous range |
+//! | 4 | 4 | crc | `u32` CRC-32 (IEEE, as `crc32fast`) of bytes 8..16 of the header followed by the payload: one contiguous range; in a sealed frame, the low 32 bits of its sequence number |
 //! | 8 | 1 | version | protocol version, `1` |
 //! | 9 | 1 | kind | [`MessageKind`] code of the message in the payload |
-//! | 10 | 2 | flags | `u16`; no flag is defined in version 1, every bit must be 0 |
+//! | 10 | 2 | flags | `u16`: bit 0 [`FLAG_SEALED`], bit 1 [`FLAG_WILL_SEAL`] (handshake frames only); every other bit must be 0 |
 //! | 12 | 4 | payload length | `u32`, bytes of payload, padding excluded |
 //! | 16 | n | payload | an rkyv 0.8 archive of an [`Envelope`] (little-endian, aligned, 32-bit relative pointers), root at its end |
 //! | 16 + n | 0..15 | padding | zero bytes up to the next multiple of 16 |
+//! | after the padding | 16 | tag | sealed frames only: the AEAD's authentication tag |
 //!
 //! Checks, in the order the receiver makes them:
 //!
@@ -62,15 +63,17 @@
 //!    version ([`WireError::VersionMismatch`], naming both versions), the kind
 //!    ([`WireError::UnknownKind`]), the flags ([`WireError::UnknownFlags`]), and the
 //!    payload length against `rpc.message.maxSize` ([`WireError::FrameTooLarge`], naming
-//!    the key, the announced size and the limit). Nothing more of the frame is read or
+//!    the key, the announced size and the limit), and whether the frame is sealed as the
+//!    connection requires ([`WireError::Unsealed`], [`WireError::UnexpectedSeal`]). Nothing more of the frame is read or
 //!    awaited before these pass, but what arrived together with the header is buffered
 //!    already: with `read_from`, at most one read (up to 256 KiB); with
 //!    [`FrameDecoder::feed`], whatever the caller fed. Once they pass, room for up to 256 KiB of the frame is reserved and the rest
 //!    grows with the bytes that actually arrive. `read_from` never takes the receive
 //!    buffer beyond one frame at the limit plus one read
 //!    ([`FrameDecoder::buffer_bound`]).
-//! 2. Once the whole frame is in: the padding is zero ([`WireError::BadPadding`]) and the
-//!    CRC matches ([`WireError::ChecksumMismatch`]).
+//! 2. Once the whole frame is in: a sealed frame is opened ([`WireError::OutOfSequence`],
+//!    [`WireError::Forged`]); the padding is zero ([`WireError::BadPadding`]) and, for a
+//!    frame in clear, the CRC matches ([`WireError::ChecksumMismatch`]).
 //! 3. When the receiver reads the message ([`Frame::envelope`]): the payload is a valid
 //!    archive (bytecheck; [`WireError::InvalidPayload`]) whose message is of the header's
 //!    kind ([`WireError::KindMismatch`]).
@@ -83,6 +86,19 @@
 //! the alignment of every archived type here, so payloads are read in place. Should an
 //! allocator hand out a less aligned buffer, the decoder copies that payload to an
 //! aligned one and counts it in [`DecoderStats::realigned`].
+//!
+//! # Sealed frames
+//!
+//! A connection that encrypts (flint-rpc's `network.crypto.enabled`) seals every frame
+//! after its handshake: the payload and padding are encrypted in place, the whole header
+//! is the associated data, and the tag follows the padding ([`TAG_LEN`], 16 bytes, so
+//! frames stay aligned and payloads are still read in place, once opened where they
+//! lie). The cipher and its keys are the transport's; a sealed frame's CRC field carries
+//! the low 32 bits of its sequence number (the nonce is the whole number, which the
+//! receiver counts itself), so that a frame out of sequence is named as such rather than
+//! as merely failing to authenticate. Kind and length travel in clear, as TLS's record
+//! lengths do. A decoder given a [`FrameOpener`] ([`FrameDecoder::set_opener`]) refuses a
+//! frame in clear, and one without refuses a sealed frame, from the header alone.
 
 #![warn(missing_docs)]
 // The one exception is reading into uninitialized memory (`read_uninit`), each block
@@ -114,13 +130,13 @@ mod tests;
 mod units;
 
 pub use decoded_size::{check_decoded_size, DecodedSize, Owned};
-pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder};
+pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder, FrameOpener};
 pub use encoder::Encoder;
-pub use error::{WireError, MAX_SIZE_KEY};
+pub use error::{WireError, CRYPTO_KEY, MAX_SIZE_KEY};
 pub use failure_text::{cut_text, MAX_FAILURE_TEXT, MAX_REFUSAL_TEXT};
 pub use header::{
-    padded_frame_len, FrameHeader, FRAME_ALIGN, HEADER_LEN, KNOWN_FLAGS, MAGIC, MAX_FRAME_PAYLOAD,
-    PROTOCOL_VERSION,
+    padded_frame_len, FrameHeader, FLAG_SEALED, FLAG_WILL_SEAL, FRAME_ALIGN, HEADER_LEN,
+    KNOWN_FLAGS, MAGIC, MAX_FRAME_PAYLOAD, PROTOCOL_VERSION, TAG_LEN,
 };
 pub use kind::MessageKind;
 pub use map_output::{

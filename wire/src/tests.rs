@@ -958,3 +958,211 @@ fn a_lowered_limit_spares_the_pending_frame_and_holds_the_next() {
         "{error}"
     );
 }
+
+/// A stand-in cipher for the decoder's side of sealing: XOR with a byte, a CRC of header
+/// and ciphertext for a tag, and the sequence number checked as flint-rpc's does.
+#[derive(Debug, Default)]
+struct ToyOpener {
+    next: u64,
+}
+
+fn toy_tag(header: &[u8], body: &[u8]) -> [u8; crate::TAG_LEN] {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(header);
+    hasher.update(body);
+    let crc = hasher.finalize().to_le_bytes();
+    let mut tag = [0u8; crate::TAG_LEN];
+    for chunk in tag.chunks_mut(4) {
+        chunk.copy_from_slice(&crc);
+    }
+    tag
+}
+
+/// Seals the frame `encode_with_flags(.., FLAG_SEALED, ..)` just appended to `out`.
+fn toy_seal(out: &mut BytesMut, len: usize, sequence: u64) {
+    let start = out.len() - len;
+    let frame = &mut out[start..];
+    frame[4..8].copy_from_slice(&(sequence as u32).to_le_bytes());
+    let (header, rest) = frame.split_at_mut(HEADER_LEN);
+    let (body, tag) = rest.split_at_mut(rest.len() - crate::TAG_LEN);
+    body.iter_mut().for_each(|byte| *byte ^= 0xA5);
+    tag.copy_from_slice(&toy_tag(header, body));
+}
+
+impl crate::FrameOpener for ToyOpener {
+    fn open(&mut self, header: &crate::FrameHeader, frame: &mut [u8]) -> Result<(), WireError> {
+        let kind = header.kind.name();
+        if header.crc != self.next as u32 {
+            return Err(WireError::OutOfSequence {
+                kind,
+                expected: self.next as u32,
+                carried: header.crc,
+            });
+        }
+        let (head, rest) = frame.split_at_mut(HEADER_LEN);
+        let (body, tag) = rest.split_at_mut(rest.len() - crate::TAG_LEN);
+        if toy_tag(head, body) != *tag {
+            return Err(WireError::Forged {
+                kind,
+                sequence: self.next,
+            });
+        }
+        body.iter_mut().for_each(|byte| *byte ^= 0xA5);
+        self.next += 1;
+        Ok(())
+    }
+}
+
+fn sealed_stream(envelopes: &[Envelope]) -> BytesMut {
+    let mut encoder = Encoder::new(LIMIT);
+    let mut out = BytesMut::new();
+    for (sequence, envelope) in envelopes.iter().enumerate() {
+        let len = encoder
+            .encode_with_flags(
+                &envelope.route,
+                &envelope.message,
+                crate::FLAG_SEALED,
+                &mut out,
+            )
+            .unwrap();
+        toy_seal(&mut out, len, sequence as u64);
+    }
+    out
+}
+
+/// Sealed frames are opened where they lie: at every chunking their payloads come out as
+/// encoded, aligned, without a copy.
+#[test]
+fn sealed_frames_are_opened_in_place_at_any_chunking() {
+    let envelopes: Vec<Envelope> = MessageKind::ALL
+        .iter()
+        .map(|&kind| Envelope {
+            route: sample_route(kind),
+            message: sample_message(kind),
+        })
+        .collect();
+    let stream = sealed_stream(&envelopes);
+    assert!(
+        !stream.windows(6).any(|window| window == b"exec-7"),
+        "the toy cipher hides the payloads"
+    );
+    for step in [1, 7, 16, 100, stream.len()] {
+        let mut decoder = FrameDecoder::new(LIMIT);
+        decoder.set_opener(Box::new(ToyOpener::default()));
+        let mut frames = Vec::new();
+        for chunk in stream.chunks(step) {
+            decoder.feed(chunk).unwrap();
+            while let Some(frame) = decoder.next_frame().unwrap() {
+                assert!(frame.header().is_sealed());
+                assert_aligned(&frame);
+                frames.push(to_owned(&frame));
+            }
+        }
+        decoder.finish().unwrap();
+        assert_eq!(frames, envelopes, "chunks of {step}");
+        assert_eq!(decoder.stats().realigned, 0);
+    }
+}
+
+/// A connection seals all of its frames or none: a frame of the other sort is refused
+/// from its header, before any of its payload is waited for.
+#[test]
+fn a_frame_sealed_or_not_against_the_connection_is_refused_from_its_header() {
+    let route = Route::Reply { request_id: 1 };
+    let message = Message::Custom {
+        tag: 1,
+        body: Bytes::from(vec![1u8; 4096]),
+    };
+    let mut plain = BytesMut::new();
+    Encoder::new(LIMIT)
+        .encode(&route, &message, &mut plain)
+        .unwrap();
+    let mut sealed = BytesMut::new();
+    let len = Encoder::new(LIMIT)
+        .encode_with_flags(&route, &message, crate::FLAG_SEALED, &mut sealed)
+        .unwrap();
+    assert_eq!(len, plain.len() + crate::TAG_LEN);
+    toy_seal(&mut sealed, len, 0);
+
+    let mut opening = FrameDecoder::new(LIMIT);
+    opening.set_opener(Box::new(ToyOpener::default()));
+    opening.feed(&plain[..HEADER_LEN]).unwrap();
+    let error = opening.next_frame().unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "a Custom frame arrived unsealed where every frame must be sealed \
+         (network.crypto.enabled=true): the peer does not encrypt, or the frame did not \
+         come from it"
+    );
+    assert!(opening.feed(&plain[HEADER_LEN..]).is_err(), "closed");
+
+    let mut clear = FrameDecoder::new(LIMIT);
+    clear.feed(&sealed[..HEADER_LEN]).unwrap();
+    let error = clear.next_frame().unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "a sealed Custom frame arrived, but this side does not encrypt: both sides must set \
+         network.crypto.enabled the same"
+    );
+}
+
+/// What the opener refuses closes the decoder, and the frame is not yielded.
+#[test]
+fn a_frame_the_opener_refuses_closes_the_decoder() {
+    let envelopes: Vec<Envelope> = (0..3)
+        .map(|tag| Envelope {
+            route: Route::Reply { request_id: tag },
+            message: Message::Custom {
+                tag: tag as u32,
+                body: Bytes::from(vec![tag as u8; 100]),
+            },
+        })
+        .collect();
+    let stream = sealed_stream(&envelopes);
+    let frame_len = stream.len() / 3;
+    let decode = |stream: &[u8]| {
+        let mut decoder = FrameDecoder::new(LIMIT);
+        decoder.set_opener(Box::new(ToyOpener::default()));
+        decoder.feed(stream).unwrap();
+        let mut yielded = 0;
+        let error = loop {
+            match decoder.next_frame() {
+                Ok(Some(_)) => yielded += 1,
+                Ok(None) => break None,
+                Err(error) => break Some(error),
+            }
+        };
+        (yielded, error)
+    };
+    assert_eq!(decode(&stream), (3, None));
+
+    // A byte of the second frame's payload altered.
+    let mut altered = stream.to_vec();
+    altered[frame_len + HEADER_LEN + 5] ^= 1;
+    let (yielded, error) = decode(&altered);
+    assert_eq!(yielded, 1);
+    assert!(matches!(error, Some(WireError::Forged { sequence: 1, .. })));
+
+    // The first frame again where the second was due.
+    let replayed = [&stream[..frame_len], &stream[..frame_len]].concat();
+    let (yielded, error) = decode(&replayed);
+    assert_eq!(yielded, 1);
+    let error = error.unwrap();
+    assert!(
+        matches!(
+            error,
+            WireError::OutOfSequence {
+                expected: 1,
+                carried: 0,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("replayed, reordered or dropped on the way"),
+        "{error}"
+    );
+}

@@ -65,6 +65,14 @@ pub enum ConfError {
     /// `authenticate` is true but there is no secret to authenticate with.
     #[error("A secret key must be specified via the authenticate.secret config when authenticate is true")]
     MissingSecret,
+    /// `network.crypto.enabled` is true without `authenticate`: the session keys are
+    /// derived from the secret and the handshake's nonces, so there is none to seal with.
+    #[error(
+        "network.crypto.enabled=true needs authenticate=true and an authenticate.secret: \
+         the keys that seal the frames are derived from the secret during the \
+         authentication handshake"
+    )]
+    CryptoWithoutAuthentication,
 }
 
 impl ConfError {

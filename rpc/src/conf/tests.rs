@@ -82,6 +82,7 @@ fn every_transport_getter_has_its_default() {
     assert_eq!(c.authenticate(), Ok(false));
     assert_eq!(c.authenticate_secret(), None);
     assert_eq!(c.authenticate_timeout(), Ok(Duration::from_secs(10)));
+    assert_eq!(c.crypto_enabled(), Ok(false));
     assert_eq!(c.max_connections(), Ok(10_000));
     assert_eq!(c.max_connections_per_host(), Ok(1000));
     assert_eq!(c.max_receive_bytes(), Ok(512 << 20));
@@ -95,7 +96,7 @@ fn the_table_is_sorted_unique_and_documented_in_one_line() {
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(keys, sorted);
-    assert_eq!(keys.len(), 18);
+    assert_eq!(keys.len(), 19);
     for info in KEYS {
         assert!(!info.doc.is_empty(), "{}", info.key);
         assert!(!info.doc.contains('\n'), "{}", info.key);
@@ -757,6 +758,34 @@ fn validate_checks_every_transport_key_and_the_rules_between_them() {
     assert_eq!(c.validate(), Err(ConfError::MissingSecret));
     let c = conf(&[("authenticate", "true"), ("authenticate.secret", "s3cr3t")]);
     assert_eq!(c.validate(), Ok(()));
+
+    // Encryption's keys come from the secret: it needs authentication.
+    let c = conf(&[("spark.network.crypto.enabled", "true")]);
+    let error = c.validate().unwrap_err();
+    assert_eq!(error, ConfError::CryptoWithoutAuthentication);
+    assert!(
+        error.to_string().starts_with(
+            "network.crypto.enabled=true needs authenticate=true and an authenticate.secret"
+        ),
+        "{error}"
+    );
+    let c = conf(&[
+        ("network.crypto.enabled", "true"),
+        ("authenticate", "true"),
+        ("authenticate.secret", ""),
+    ]);
+    assert_eq!(c.validate(), Err(ConfError::MissingSecret));
+    let c = conf(&[
+        ("network.crypto.enabled", " TRUE"),
+        ("authenticate", "true"),
+        ("authenticate.secret", "s3cr3t"),
+    ]);
+    assert_eq!((c.crypto_enabled(), c.validate()), (Ok(true), Ok(())));
+    let c = conf(&[("network.crypto.enabled", "yes")]);
+    assert_eq!(
+        c.validate().unwrap_err().to_string(),
+        r#"invalid value "yes" for network.crypto.enabled: expected true or false"#
+    );
 }
 
 #[test]

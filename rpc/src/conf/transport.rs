@@ -1,10 +1,10 @@
-//! The transport's keys: `rpc.*`, `network.timeout` and `authenticate.*`, with their
-//! readers.
+//! The transport's keys: `rpc.*`, `network.timeout`, `network.crypto.enabled` and
+//! `authenticate.*`, with their readers.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
-use flint_wire::MAX_SIZE_KEY;
+use flint_wire::{CRYPTO_KEY, MAX_SIZE_KEY};
 
 use super::parse::{parse_size, SizeError};
 use super::{Conf, ConfError, Key, KeyInfo, OptionalKey, TimeUnit, Unit, MAX_MESSAGE_SIZE_MB};
@@ -32,6 +32,13 @@ pub const KEYS: &[KeyInfo] = &[
         Some("10s"),
         SECS,
         "flint's own: how long a peer may take to finish the authentication handshake.",
+    ),
+    KeyInfo::new(
+        CRYPTO_KEY,
+        Some("false"),
+        Unit::Bool,
+        "Whether every frame after the handshake is sealed (AES-256-GCM, per-connection keys); \
+         needs authenticate=true.",
     ),
     KeyInfo::new(
         "network.timeout",
@@ -156,6 +163,7 @@ pub const PORT_KEY: &str = RPC_PORT.name();
 const AUTHENTICATE: Key = key("authenticate");
 const AUTHENTICATE_SECRET: OptionalKey = optional("authenticate.secret");
 const AUTHENTICATE_TIMEOUT: Key = key("authenticate.timeout");
+const NETWORK_CRYPTO_ENABLED: Key = key(CRYPTO_KEY);
 const NETWORK_TIMEOUT: Key = key("network.timeout");
 const RPC_ASK_TIMEOUT: OptionalKey = optional("rpc.askTimeout");
 const RPC_BIND_ADDRESS: Key = key("rpc.bindAddress");
@@ -180,11 +188,12 @@ const EXPECT_IP: &str = "an IP address such as 127.0.0.1 or 0.0.0.0";
 impl Conf {
     /// Reads every key of the transport ([`KEYS`]), returning the first error, then checks
     /// the rules between them: an `rpc.io.idleTimeout` that is set must be above the ask
-    /// timeout (a peer waiting for a reply is not idle), and `authenticate` needs a
-    /// non-empty `authenticate.secret`. Other crates' keys are not read here: the `flint`
+    /// timeout (a peer waiting for a reply is not idle), `authenticate` needs a
+    /// non-empty `authenticate.secret`, and `network.crypto.enabled` needs `authenticate`. Other crates' keys are not read here: the `flint`
     /// facade checks the whole catalogue.
     pub fn validate(&self) -> Result<(), ConfError> {
         self.authenticate()?;
+        self.crypto_enabled()?;
         self.authenticate_timeout()?;
         self.network_timeout()?;
         self.ask_timeout()?;
@@ -215,6 +224,9 @@ impl Conf {
         }
         if self.authenticate()? && self.authenticate_secret().is_none_or(str::is_empty) {
             return Err(ConfError::MissingSecret);
+        }
+        if self.crypto_enabled()? && !self.authenticate()? {
+            return Err(ConfError::CryptoWithoutAuthentication);
         }
         Ok(())
     }
@@ -335,6 +347,16 @@ impl Conf {
     /// Default false.
     pub fn authenticate(&self) -> Result<bool, ConfError> {
         self.boolean(AUTHENTICATE)
+    }
+
+    /// `network.crypto.enabled`: whether every frame after the authentication handshake
+    /// is sealed (AES-256-GCM, with keys derived from the secret and the handshake's
+    /// nonces; see [`crate::crypto`]), so that a frame altered, replayed or reordered on
+    /// the path closes the connection and none can be read there. It needs
+    /// [`Conf::authenticate`] ([`Conf::validate`] checks it), and both sides must agree:
+    /// the handshake refuses a peer that does not. Default false.
+    pub fn crypto_enabled(&self) -> Result<bool, ConfError> {
+        self.boolean(NETWORK_CRYPTO_ENABLED)
     }
 
     /// `authenticate.secret`: the shared secret, as set; `None` when not set (the default).

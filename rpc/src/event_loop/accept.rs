@@ -85,7 +85,11 @@ impl EventLoop {
                     }
                     let handshake = match &self.shared.settings.secret {
                         Some(secret) => match random_nonce() {
-                            Ok(nonce) => Some(Handshake::accepting(secret.clone(), nonce)),
+                            Ok(nonce) => Some(Handshake::accepting(
+                                secret.clone(),
+                                nonce,
+                                self.shared.settings.crypto,
+                            )),
                             Err(e) => {
                                 error!(%peer, "{e}");
                                 continue;
@@ -168,6 +172,7 @@ impl EventLoop {
             &mut self.control,
             &stream,
             &format!("{why}: try again later"),
+            None,
         );
         drop(stream);
         match self.refusal_warnings.spend(Instant::now()) {

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use flint_wire::{Encoder, Message, Route, MAX_REFUSAL_TEXT};
+use flint_wire::{Encoder, Message, Route, FLAG_SEALED, MAX_REFUSAL_TEXT};
 use mio::net::TcpStream;
 use tracing::{debug, warn};
 
 use super::EventLoop;
 use crate::auth::AuthError;
+use crate::crypto::Sealer;
 use crate::error::RpcError;
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
 
@@ -177,7 +178,9 @@ impl EventLoop {
         if reason.tells_peer() {
             let text = reason.to_string();
             if conn.outbox.close_between_frames(&text) {
-                tell_refused(&mut self.control, &conn.stream, &text);
+                // Sealed if the connection seals: the peer takes no frame in clear now.
+                let mut sealer = conn.outbox.take_sealer();
+                tell_refused(&mut self.control, &conn.stream, &text, sealer.as_mut());
             }
         }
         match &reason {
@@ -221,16 +224,25 @@ impl EventLoop {
 /// sent meanwhile is read and dropped (a few KiB at most): closing a socket with unread
 /// bytes resets the connection, and a reset can overtake the frame before the peer
 /// reads it.
-pub(super) fn tell_refused(encoder: &mut Encoder, stream: &TcpStream, reason: &str) {
+pub(super) fn tell_refused(
+    encoder: &mut Encoder,
+    stream: &TcpStream,
+    reason: &str,
+    sealer: Option<&mut Sealer>,
+) {
     let message = Message::Refused {
         reason: flint_wire::cut_text(reason, MAX_REFUSAL_TEXT),
     };
     let mut out = BytesMut::new();
+    let flags = if sealer.is_some() { FLAG_SEALED } else { 0 };
     if encoder
-        .encode(&Route::Reply { request_id: 0 }, &message, &mut out)
+        .encode_with_flags(&Route::Reply { request_id: 0 }, &message, flags, &mut out)
         .is_err()
     {
         return;
+    }
+    if let Some(sealer) = sealer {
+        sealer.seal(&mut out);
     }
     // A write the socket takes only in part leaves the peer a cut frame, which it reports
     // as the stream ending in the middle of a frame: no worse than saying nothing.

@@ -81,11 +81,13 @@ impl EventLoop {
         match &self.shared.settings.secret {
             Some(secret) => match random_nonce() {
                 Ok(nonce) => {
-                    let (handshake, challenge) = Handshake::connecting(secret.clone(), nonce);
+                    let seals = self.shared.settings.crypto;
+                    let (handshake, challenge) =
+                        Handshake::connecting(secret.clone(), nonce, seals);
                     let deadline =
                         conn.start_handshake(handshake, Instant::now(), &self.shared.settings);
                     lower_floor(&mut self.conn_deadline_floor, Some(deadline));
-                    if let Err(e) = send_control(&mut self.control, conn, &challenge) {
+                    if let Err(e) = send_control(&mut self.control, conn, &challenge, seals) {
                         self.close(key, CloseReason::Wire(e));
                         return false;
                     }

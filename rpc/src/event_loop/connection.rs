@@ -13,6 +13,7 @@ use mio::net::TcpStream;
 use super::close::CloseReason;
 use super::deadlines::ConnState;
 use crate::auth::{Handshake, HANDSHAKE_LIMIT_NAME, HANDSHAKE_MAX_PAYLOAD};
+use crate::crypto::{Opener, Sealer};
 use crate::outbox::Outbox;
 use crate::settings::Settings;
 
@@ -81,10 +82,16 @@ impl Connection {
     }
 
     /// The peer proved it knows the secret: frames of up to `max_payload` bytes
-    /// (`rpc.message.maxSize`) from now on.
-    pub(super) fn end_handshake(&mut self, max_payload: usize) {
+    /// (`rpc.message.maxSize`) from now on, and, with a `session`
+    /// (`network.crypto.enabled`), every frame sealed both ways, beginning with those
+    /// already queued.
+    pub(super) fn end_handshake(&mut self, max_payload: usize, session: Option<(Sealer, Opener)>) {
         self.state.end_handshake();
         self.decoder.set_max_payload(max_payload, MAX_SIZE_KEY);
+        if let Some((sealer, opener)) = session {
+            self.decoder.set_opener(Box::new(opener));
+            self.outbox.start_sealing(sealer);
+        }
     }
 
     /// Whether all of the pending frame's bytes are in, buffered or unread in the kernel:

@@ -372,7 +372,7 @@ mod tests {
     }
 
     fn handshake() -> Handshake {
-        Handshake::accepting(Arc::from(&b"secret"[..]), random_nonce().unwrap())
+        Handshake::accepting(Arc::from(&b"secret"[..]), random_nonce().unwrap(), false)
     }
 
     /// Why `state` closes at `now`, in a word (the byte counts only go into the reason).

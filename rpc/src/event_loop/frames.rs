@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use flint_wire::{ArchivedMessage, ArchivedRoute, MessageKind};
+use flint_wire::{ArchivedMessage, ArchivedRoute, MessageKind, FLAG_WILL_SEAL};
 use tracing::debug;
 
 use super::close::{printable, CloseReason};
@@ -66,20 +66,26 @@ impl EventLoop {
                 }
             }
             if let Some(handshake) = conn.state.handshake_mut() {
+                let peer_seals = frame.header().flags & FLAG_WILL_SEAL != 0;
                 let step = handshake
-                    .on_message(&envelope.message)
+                    .on_message(&envelope.message, peer_seals)
                     .map_err(CloseReason::Auth)?;
                 let reply = match step {
                     Step::Send(message) | Step::SendAndDone(message) => Some(message),
                     Step::Done => None,
                 };
                 let done = handshake.is_done();
+                let seals = handshake.seals();
+                let session = handshake.session();
                 if let Some(reply) = reply {
-                    send_control(&mut self.control, conn, &reply).map_err(CloseReason::Wire)?;
+                    send_control(&mut self.control, conn, &reply, seals)
+                        .map_err(CloseReason::Wire)?;
                 }
                 if done {
-                    conn.end_handshake(self.shared.settings.max_payload);
-                    debug!(peer = %conn.peer, "authenticated");
+                    // Before the next frame is looked at: the peer's frames after its
+                    // last handshake step are sealed, and ours after this one.
+                    conn.end_handshake(self.shared.settings.max_payload, session);
+                    debug!(peer = %conn.peer, sealed = seals, "authenticated");
                     self.establish(key);
                     self.announce(key);
                 } else {

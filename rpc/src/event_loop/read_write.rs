@@ -4,7 +4,7 @@
 use std::io::{self, IoSlice, Write};
 
 use bytes::{Buf, BytesMut};
-use flint_wire::{Encoder, Message, Route};
+use flint_wire::{Encoder, Message, Route, FLAG_WILL_SEAL};
 use tracing::debug;
 
 use super::close::CloseReason;
@@ -134,14 +134,18 @@ impl EventLoop {
     }
 }
 
-/// Queues a handshake frame ahead of any application data.
+/// Queues a handshake frame ahead of any application data; `will_seal` says on it that
+/// this side seals its frames after the handshake (network.crypto.enabled).
 pub(super) fn send_control(
     encoder: &mut Encoder,
     conn: &mut Connection,
     message: &Message,
+    will_seal: bool,
 ) -> Result<(), flint_wire::WireError> {
     let mut out = BytesMut::new();
-    let len = encoder.encode(&Route::Reply { request_id: 0 }, message, &mut out)?;
+    let flags = if will_seal { FLAG_WILL_SEAL } else { 0 };
+    let len =
+        encoder.encode_with_flags(&Route::Reply { request_id: 0 }, message, flags, &mut out)?;
     conn.outbox.add_queued(len);
     conn.writing.push_back(out);
     Ok(())
