@@ -190,9 +190,12 @@ fn connections_that_have_not_authenticated_make_room_for_a_peer_with_the_secret(
     let remote = friend.handle().endpoint_ref(server.address(), "probe");
     assert_eq!(tag_of(&remote.ask(&custom(1)).unwrap()), 1);
     assert_eq!(idle.closed(), [0]);
-    // Strangers coming on take each other's places, never the friend's.
+    // Strangers coming on take each other's places, never the friend's. Each is held
+    // open: one closed at once could free its place before the next came, which would
+    // then take it without making room.
+    let mut strangers = Vec::new();
     for _ in 0..4 {
-        let _next = connect_from(stranger, server.address()).unwrap();
+        strangers.push(connect_from(stranger, server.address()).unwrap());
     }
     flint_testkit::wait::wait_until("the strangers accepted", Duration::from_secs(10), || {
         server.handle().stats().accepted == 8
