@@ -89,6 +89,7 @@
 // with its safety argument.
 #![deny(unsafe_code)]
 
+mod check_error;
 mod decoded_size;
 mod decoder;
 mod encoder;
@@ -113,6 +114,7 @@ mod task_payload;
 mod tests;
 mod units;
 
+pub use check_error::CheckError;
 pub use decoded_size::{check_decoded_size, DecodedSize, Owned};
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder};
 pub use encoder::Encoder;
