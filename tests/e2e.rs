@@ -283,11 +283,14 @@ fn a_second_executor_with_the_same_id_is_refused_with_the_seeds_text() {
     driver.stop().unwrap();
 }
 
-/// An executor that does not authenticate with a driver that requires it, or that does
-/// with one that does not, exits saying why: the driver tells it before it closes.
+/// An executor that does not authenticate with a driver that requires it, that does
+/// with one that does not, or that has another secret, exits with its own code (77) and
+/// says why in its last line: the driver tells it before it closes, or it finds the
+/// driver's proof wrong itself. Not "Driver ... disassociated", which hid the cause.
 #[test]
 fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
     let secret = ["authenticate=true", "authenticate.secret=correct horse"];
+    let other_secret = ["authenticate=true", "authenticate.secret=battery staple"];
     for (driver_conf, executor_conf, words) in [
         (
             &secret[..],
@@ -301,6 +304,12 @@ fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
             "the peer closed the connection, saying: the peer sent AuthChallenge, but \
              authenticate is false here",
         ),
+        (
+            &secret[..],
+            &other_secret[..],
+            "closed: authentication failed: the peer's proof does not match the shared \
+             secret (authenticate.secret)",
+        ),
     ] {
         let driver = Driver::standalone(&conf(driver_conf)).unwrap();
         let mut processes = Processes(vec![spawn_executor(
@@ -310,11 +319,19 @@ fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
             Stdio::piped(),
         )]);
         let status = wait_exit(&mut processes.0[0], REGISTER_TIMEOUT);
-        assert_eq!(status.code(), Some(1));
+        assert_eq!(
+            status.code(),
+            Some(flint_executor::AUTHENTICATION_FAILED_CODE)
+        );
         let mut stderr = String::new();
         std::io::Read::read_to_string(processes.0[0].stderr.as_mut().unwrap(), &mut stderr)
             .unwrap();
-        assert!(stderr.contains(words), "{stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("Executor self-exiting due to : Cannot register with driver: ")
+                && last.contains(words),
+            "{stderr}"
+        );
         assert!(driver.executor_ids().is_empty());
         driver.stop().unwrap();
     }
