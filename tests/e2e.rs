@@ -59,6 +59,9 @@ impl ClusterManager for SharedCluster {
     fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
         self.0.lock().unwrap().exited_executors()
     }
+    fn reports_exits(&self) -> bool {
+        self.0.lock().unwrap().reports_exits()
+    }
     fn stopping(&mut self, registered: &[String]) {
         self.0.lock().unwrap().stopping(registered)
     }
@@ -618,6 +621,8 @@ fn the_cli_runs_the_main_job_and_prints_json() {
 
 /// A task that crashes its executor process fails the job after task.maxFailures
 /// attempts, each lost with an executor, instead of taking executor after executor.
+/// The driver started the process and knows its exit code: that is the reason given,
+/// not the seeds' guess for a closed connection ("containers exceeding thresholds").
 #[test]
 fn a_task_that_crashes_its_executor_fails_the_job_after_max_failures() {
     let output = Command::new(FLINT)
@@ -636,6 +641,23 @@ fn a_task_that_crashes_its_executor_fails_the_job_after_max_failures() {
     );
     assert!(
         stderr.contains("ExecutorLostFailure (executor "),
+        "{stderr}"
+    );
+    let last_failure = stderr
+        .lines()
+        .rfind(|line| line.contains("Task 0 in stage 0.0 failed 2 times"))
+        .unwrap_or_default();
+    let reason = last_failure
+        .split("exited caused by one of the running tasks) Reason: ")
+        .nth(1)
+        .unwrap_or_default();
+    let executor = reason
+        .strip_prefix("executor ")
+        .and_then(|rest| rest.strip_suffix(" exited with code 3"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(executor.parse::<u32>().is_ok(), "{stderr}");
+    assert!(
+        !stderr.contains("containers exceeding thresholds"),
         "{stderr}"
     );
     assert!(
@@ -899,7 +921,8 @@ fn a_job_fails_with_a_clear_message_when_replacements_keep_dying() {
     kill("-9", shared.pid("1"));
 
     let err = handle.wait(JOB_TIMEOUT).unwrap_err();
-    let expected = "Max number of executor failures (3) reached (the last: executor 3: Command exited with code 3)";
+    let expected =
+        "Max number of executor failures (3) reached (the last: executor 3 exited with code 3)";
     assert_eq!(
         err,
         TaskSetError::Failed {
@@ -933,7 +956,7 @@ fn executors_that_die_at_start_fail_the_main_job_without_waiting_for_its_timeout
     );
     assert_eq!(
         err.to_string(),
-        "Max number of executor failures (3) reached (the last: executor 3: Command exited with code 3)"
+        "Max number of executor failures (3) reached (the last: executor 3 exited with code 3)"
     );
 }
 

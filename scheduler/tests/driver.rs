@@ -1195,10 +1195,10 @@ fn an_executor_that_exited_is_removed_with_its_exit_and_replaced() {
     cluster.exits.lock().unwrap().push(ExitedExecutor {
         executor_id: "ex-1".into(),
         exit_code: 52,
-        message: "Command exited with code 52".into(),
+        message: "executor ex-1 exited with code 52".into(),
     });
     wait_until("the removal", || {
-        events.any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason } if &**executor_id == "ex-1" && reason == "Executor exited with code 52: Command exited with code 52"))
+        events.any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason } if &**executor_id == "ex-1" && reason == "executor ex-1 exited with code 52"))
     });
     assert!(
         events.any(|e| matches!(
@@ -1220,12 +1220,12 @@ fn an_executor_that_exited_is_removed_with_its_exit_and_replaced() {
     cluster.exits.lock().unwrap().push(ExitedExecutor {
         executor_id: "ex-2".into(),
         exit_code: 1,
-        message: "Command exited with code 1".into(),
+        message: "executor ex-2 exited with code 1".into(),
     });
     let err = handle.wait(WAIT).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "task set 0.0 failed: Max number of executor failures (2) reached (the last: executor ex-2: Command exited with code 1)"
+        "task set 0.0 failed: Max number of executor failures (2) reached (the last: executor ex-2 exited with code 1)"
     );
     assert!(matches!(
         driver.submit(TaskSet::new(1, 1, 1, noop())),

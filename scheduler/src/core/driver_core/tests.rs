@@ -122,7 +122,7 @@ fn exit(id: &str, code: i32) -> SupplyEvent {
     SupplyEvent::Exited(ExitedExecutor {
         executor_id: id.to_owned(),
         exit_code: code,
-        message: format!("Command exited with code {code}"),
+        message: format!("executor {id} exited with code {code}"),
     })
 }
 
@@ -242,7 +242,8 @@ fn exited_executors_are_replaced_and_too_many_failures_fail_the_jobs() {
     assert_eq!(stage_end(&outputs, 0), None, "the task set goes on");
 
     core.executor_supply_report(t0, [exit("4", 2)]);
-    let expected = "Max number of executor failures (3) reached (the last: executor 4: Command exited with code 2)";
+    let expected =
+        "Max number of executor failures (3) reached (the last: executor 4 exited with code 2)";
     assert_eq!(core.failure(), Some(expected));
     let outputs = drain(&mut core, t0);
     assert_eq!(stage_end(&outputs, 0), Some(Some(expected.to_owned())));
@@ -778,4 +779,85 @@ fn a_task_set_in_the_id_range_of_jobs_of_stages_is_refused() {
         );
     }
     assert!(core.submit(t0, TaskSet::new(7, 7, 1, noop())).is_ok());
+}
+
+/// With a cluster manager that reports exits, a closed connection disables its executor
+/// and holds its tasks until the report: the exit, with its code, is the reason of the
+/// loss ("executor 1 exited with code 3"), not the seeds' guess for a closed connection.
+/// Without a report within the wait, the closed connection is the reason after all.
+#[test]
+fn a_closed_connection_waits_for_the_exit_report_for_the_reason_of_the_loss() {
+    let t0 = Instant::now();
+    let wait = Duration::from_secs(3);
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    core.wait_for_loss_reasons(wait);
+    core.request_total_executors(2).unwrap();
+    core.register_executor(t0, remote("1", 1001)).unwrap();
+    core.register_executor(t0, remote("2", 1002)).unwrap();
+    drain(&mut core, t0);
+    let launched = launches(&submit(&mut core, t0, 0, 2));
+    assert_eq!(launched.len(), 2);
+
+    core.disconnected(at(10), address(1001));
+    assert!(core.is_loss_reason_pending("1"));
+    let outputs = drain(&mut core, at(10));
+    assert!(
+        !events(&outputs).any(|e| matches!(
+            e,
+            SchedulerEvent::ExecutorRemoved { .. } | SchedulerEvent::TaskEnd { .. }
+        )),
+        "{outputs:?}"
+    );
+    assert_eq!(launches(&outputs), [], "its task is held, not re-run yet");
+    assert_eq!(core.num_executors(), 1, "it gets no offers");
+    assert_eq!(
+        core.register_executor(at(20), remote("1", 1003)),
+        Err("Duplicate executor ID: 1".to_owned()),
+        "it is still known"
+    );
+    // Before the wait is over, nothing expires.
+    core.expire_dead_executors(at(2_000));
+    assert!(core.is_loss_reason_pending("1"));
+
+    core.executor_supply_report(at(2_500), [exit("1", 3)]);
+    assert!(!core.is_loss_reason_pending("1"));
+    assert_eq!(core.executor_failures(), 1);
+    let outputs = drain(&mut core, at(2_500));
+    assert!(events(&outputs).any(|e| matches!(e,
+        SchedulerEvent::ExecutorRemoved { executor_id, reason }
+        if &**executor_id == "1" && reason == "executor 1 exited with code 3")));
+    assert!(events(&outputs).any(|e| matches!(e,
+        SchedulerEvent::TaskEnd { state: TaskState::Lost, reason: TaskEndReason::Failed { message, counted: true, .. }, .. }
+        if message == "ExecutorLostFailure (executor 1 exited caused by one of the running tasks) Reason: executor 1 exited with code 3")));
+    assert_eq!(
+        requests(&outputs),
+        [(2, IfRefused::CountFailure)],
+        "replaced"
+    );
+
+    // No report for executor 2: after the wait, its closed connection is the reason.
+    core.disconnected(at(3_000), address(1002));
+    assert!(core.is_loss_reason_pending("2"));
+    drain(&mut core, at(3_000));
+    core.expire_dead_executors(at(5_999));
+    assert!(core.is_loss_reason_pending("2"));
+    core.expire_dead_executors(at(6_000));
+    assert!(!core.is_loss_reason_pending("2"));
+    let outputs = drain(&mut core, at(6_000));
+    assert!(events(&outputs).any(|e| matches!(e,
+        SchedulerEvent::ExecutorRemoved { executor_id, reason }
+        if &**executor_id == "2" && reason == DISASSOCIATED)));
+    assert!(events(&outputs).any(|e| matches!(
+        e,
+        SchedulerEvent::TaskEnd {
+            state: TaskState::Lost,
+            ..
+        }
+    )));
+    // A report after the wait counts the failure but removes nothing more.
+    core.executor_supply_report(at(7_000), [exit("2", 1)]);
+    assert_eq!(core.executor_failures(), 2);
+    assert!(!events(&drain(&mut core, at(7_000)))
+        .any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { .. })));
 }
