@@ -1353,3 +1353,72 @@ fn a_loss_whose_reason_is_pending_holds_its_tasks_until_the_reason_comes() {
             .any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { .. })));
     }
 }
+
+/// Spark's abortIfCompletelyBlacklisted counts a host the application excludes
+/// (`isNodeBlacklisted`) as one where nothing may run: with task 0 excluded from the
+/// only executor of the other host, the task set is aborted, not left waiting for ever
+/// on executors that get no offers. Lift the exclusion and the same state goes on.
+#[test]
+fn a_host_the_application_excludes_counts_towards_cannot_run_anywhere() {
+    let base = Instant::now();
+    let setup = |exclude: bool| {
+        let mut s = TaskScheduler::new(SchedulerConfig {
+            exclusion: ExclusionPolicy::default(),
+            ..config()
+        });
+        s.executor_added("1", "host-a", 1);
+        s.executor_added("2", "host-b", 1);
+        if exclude {
+            s.exclude_host("host-b");
+        }
+        s.submit_tasks(base, TaskSet::new(0, 0, 1, payload()))
+            .unwrap();
+        let t = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", 1)])[0][0].clone();
+        s.status_update(base, t.task_id, TaskState::Failed, failed("bad"));
+        drain(&mut s);
+        // Task 0 may not run on executor 1 again; executor 2 is on host-b.
+        let offers = [
+            WorkerOffer::new("1", "host-a", 1),
+            WorkerOffer::new("2", "host-b", 1),
+        ];
+        let launched = s.resource_offers(at(base, 10), &offers);
+        (s, launched)
+    };
+
+    let (mut s, launched) = setup(true);
+    assert!(launched.iter().all(Vec::is_empty));
+    let (events, _) = drain(&mut s);
+    let failure = events
+        .iter()
+        .find_map(|e| match e {
+            SchedulerEvent::StageCompleted {
+                failure: Some(f), ..
+            } => Some(f.clone()),
+            _ => None,
+        })
+        .expect("aborted");
+    assert!(
+        failure.starts_with(
+            "Aborting TaskSet 0.0 because task 0 (partition 0) cannot run anywhere due to node and executor exclusion. Most recent failure:\n"
+        ),
+        "{failure}"
+    );
+
+    let (_, launched) = setup(false);
+    assert_eq!(launched[1].len(), 1, "host-b runs it when not excluded");
+
+    // Without excludeOnFailure.enabled nothing is aborted, as in Spark.
+    let mut s = TaskScheduler::new(config());
+    s.executor_added("2", "host-b", 1);
+    s.exclude_host("host-b");
+    s.submit_tasks(base, TaskSet::new(0, 0, 1, payload()))
+        .unwrap();
+    s.resource_offers(base, &[WorkerOffer::new("2", "host-b", 1)]);
+    assert!(!drain(&mut s).0.iter().any(|e| matches!(
+        e,
+        SchedulerEvent::StageCompleted {
+            failure: Some(_),
+            ..
+        }
+    )));
+}

@@ -752,7 +752,11 @@ impl TaskScheduler {
                 }
             }
             if !launched_for_set {
-                manager.abort_if_completely_excluded(&self.registry, &mut self.actions);
+                manager.abort_if_completely_excluded(
+                    &self.registry,
+                    &self.excluded_hosts,
+                    &mut self.actions,
+                );
                 self.after_task_set_change(key);
             }
             launched_any_task |= launched_for_set;
