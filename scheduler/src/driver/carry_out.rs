@@ -14,7 +14,9 @@ use flint_rpc::{EndpointRef, Reply, RpcError};
 use flint_wire::{ArchivedMessage, Message, TaskDescription, WireError};
 use tracing::{debug, warn};
 
-use crate::core::driver_core::{ChunkReply, DriverCore, LaunchRefused, Output, PeerId};
+use crate::core::driver_core::{
+    ChunkFailure, ChunkReply, DriverCore, LaunchRefused, Output, PeerId,
+};
 use crate::core::events::{SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
 use crate::core::fx_hash::FxHashMap;
 use crate::core::task_set::TaskSetId;
@@ -253,7 +255,8 @@ impl DriverState {
             })
         });
         if let Err(e) = asked {
-            self.core.chunk_received(now, task_id, Err(e.to_string()));
+            self.core
+                .chunk_received(now, task_id, Err(chunk_failure(&e)));
         }
     }
 
@@ -296,7 +299,17 @@ impl DriverState {
 }
 
 /// A block fetch's reply as the core reads it.
-fn chunk_reply(reply: &Result<Reply, RpcError>) -> Result<ChunkReply<'_>, String> {
+/// A failed chunk ask, as the core reads it: whether the executor's connection is gone.
+fn chunk_failure(error: &RpcError) -> ChunkFailure {
+    match error {
+        RpcError::Disconnected { .. } | RpcError::AuthenticationFailed { .. } => {
+            ChunkFailure::ConnectionClosed(error.to_string())
+        }
+        other => ChunkFailure::Other(other.to_string()),
+    }
+}
+
+fn chunk_reply(reply: &Result<Reply, RpcError>) -> Result<ChunkReply<'_>, ChunkFailure> {
     match reply {
         Ok(reply) => Ok(match reply.message() {
             ArchivedMessage::BlockChunk {
@@ -311,6 +324,6 @@ fn chunk_reply(reply: &Result<Reply, RpcError>) -> Result<ChunkReply<'_>, String
             },
             other => ChunkReply::Other(other.kind()),
         }),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(chunk_failure(e)),
     }
 }

@@ -72,7 +72,7 @@ pub(crate) use executors::Registration;
 use executors::{ExecutorData, Peers};
 use jobs::Jobs;
 pub use jobs::FIRST_JOB_ID;
-pub use output::{ChunkReply, IfRefused, JobStats, LaunchRefused, Output, PeerId};
+pub use output::{ChunkFailure, ChunkReply, IfRefused, JobStats, LaunchRefused, Output, PeerId};
 use result_fetch::ResultFetch;
 
 /// The seeds' reason for an executor whose connection closed.

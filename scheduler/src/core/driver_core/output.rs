@@ -159,6 +159,25 @@ pub enum LaunchRefused {
     Other(String),
 }
 
+/// Why an [`Output::FetchChunk`] got no answer, as the glue saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkFailure {
+    /// The executor's connection closed, before the reply came or as the ask was made:
+    /// the executor is gone (news of the closed connection follows the asks' failures).
+    ConnectionClosed(String),
+    /// Anything else: the ask timed out, could not be queued (a full outbox), or the
+    /// executor answered with an error.
+    Other(String),
+}
+
+impl std::fmt::Display for ChunkFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChunkFailure::ConnectionClosed(why) | ChunkFailure::Other(why) => f.write_str(why),
+        }
+    }
+}
+
 /// An answer to an [`Output::FetchChunk`], as the glue read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkReply<'a> {
