@@ -38,6 +38,13 @@
 //! reached (...)", no more executors are asked for, and later submissions fail with
 //! that message. Executors that never start nor exit are not counted; the caller's
 //! timeouts bound those.
+//!
+//! With a cluster manager that reports exits ([`DriverCore::wait_for_loss_reasons`]),
+//! a closed connection does not remove its executor at once: as the seeds' YARN backend
+//! does (`disableExecutor`, `LossReasonPending`), the executor is disabled (no offers;
+//! its tasks held, not yet re-run) until the report of its exit gives the reason
+//! ("executor 2 exited with code 3"), or the wait ends and the closed connection is the
+//! reason ([`DISASSOCIATED`]).
 
 mod executor_supply;
 mod executors;
