@@ -72,7 +72,8 @@
 //! 2. Once the whole frame is in: the padding is zero ([`WireError::BadPadding`]) and the
 //!    CRC matches ([`WireError::ChecksumMismatch`]).
 //! 3. When the receiver reads the message ([`Frame::envelope`]): the payload is a valid
-//!    archive (bytecheck; [`WireError::InvalidPayload`]) whose message is of the header's
+//!    archive (bytecheck; [`WireError::InvalidPayload`], naming the message kind, the
+//!    check that failed and the field it was in, see [`CheckError`]) whose message is of the header's
 //!    kind ([`WireError::KindMismatch`]).
 //!
 //! A failure at step 1 or 2 closes the decoder: it yields nothing more, so nothing the
