@@ -193,6 +193,7 @@ impl DriverState {
                     }
                 }
                 Output::KillExecutors(executor_ids) => self.supply.kill(executor_ids),
+                Output::LookForExits => self.supply.look_for_exits(),
                 Output::SupplyStopping { registered } => self.supply.stopping(registered),
                 Output::Event(event) => self.on_event(now, event),
                 Output::JobEnded {

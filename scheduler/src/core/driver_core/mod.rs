@@ -932,6 +932,7 @@ impl DriverCore {
             executor_id.clone(),
             flint_rpc::timer::deadline_after(now, wait),
         );
+        self.outputs.push_back(Output::LookForExits);
         self.scheduler
             .executor_lost(now, executor_id, ExecutorLossReason::LossReasonPending);
     }

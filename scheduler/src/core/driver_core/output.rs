@@ -108,6 +108,11 @@ pub enum Output {
     },
     /// Ask the cluster manager to kill these executors (the seeds' `doKillExecutors`).
     KillExecutors(Vec<String>),
+    /// An executor's connection closed and its loss waits for the cluster manager's
+    /// report of its exit: look for exited executors soon, rather than at the next
+    /// periodic poll, so that its tasks are not held longer than its process takes to
+    /// end.
+    LookForExits,
     /// The driver is stopping: the cluster manager starts no more executors and kills
     /// those it started that never registered (`registered` are those that did).
     SupplyStopping {

@@ -814,6 +814,10 @@ fn a_closed_connection_waits_for_the_exit_report_for_the_reason_of_the_loss() {
         "{outputs:?}"
     );
     assert_eq!(launches(&outputs), [], "its task is held, not re-run yet");
+    assert!(
+        outputs.iter().any(|o| matches!(o, Output::LookForExits)),
+        "the cluster manager is asked to look for the exit now: {outputs:?}"
+    );
     assert_eq!(core.num_executors(), 1, "it gets no offers");
     assert_eq!(
         core.register_executor(at(20), remote("1", 1003)),
