@@ -141,8 +141,9 @@ enum Registration {
     Pending,
     /// The connection closed while it was: the ask's outcome says why.
     PendingDisconnected,
-    /// The driver accepted the executor.
-    Registered,
+    /// The registration's ask has its outcome: from now on a closed connection is the
+    /// driver's loss.
+    Answered,
 }
 
 /// What the executor's endpoint and the completions of its asks share.
@@ -743,7 +744,7 @@ impl Running {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
             let disconnected = *state == Registration::PendingDisconnected;
-            *state = Registration::Registered;
+            *state = Registration::Answered;
             disconnected
         };
         match result {
