@@ -950,7 +950,12 @@ impl DriverCore {
             .map(|(id, _)| id.clone())
             .collect();
         for id in expired {
-            warn!("No exit was reported for executor {id} in time: taking its closed connection as the reason of its loss");
+            // Any peer can register an executor and leave: within the budget.
+            flint_rpc::peer_warn!(
+                self.peer_warnings,
+                now,
+                "No exit was reported for executor {id} in time: taking its closed connection as the reason of its loss"
+            );
             self.remove_executor(
                 now,
                 &id,
