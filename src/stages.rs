@@ -145,15 +145,22 @@ fn check_output(path: &Path) -> std::io::Result<()> {
 struct Shape {
     maps: u32,
     reduces: u32,
+    /// The executors registered when the job started, and their cores: what the report
+    /// says the job ran on, whoever joins (or replaces one lost) on the way.
+    executors: usize,
+    total_cores: u32,
 }
 
 impl Shape {
     fn of(spec: &StagesSpec, driver: &Driver) -> Shape {
-        let cores = driver.total_cores().max(1);
+        let total_cores = driver.total_cores();
+        let cores = total_cores.max(1);
         let parallelism = u32::try_from(driver.default_parallelism()).unwrap_or(u32::MAX);
         Shape {
             maps: spec.maps.unwrap_or(cores.saturating_mul(2)).max(1),
             reduces: spec.reduces.unwrap_or(parallelism).max(1),
+            executors: driver.num_executors(),
+            total_cores,
         }
     }
 
@@ -415,7 +422,7 @@ pub fn run_stages(
             for line in stage_ended.try_iter() {
                 on_stage(&line);
             }
-            report(driver, spec, &shape, startup, &outcome)
+            report(spec, &shape, startup, &outcome)
         },
     )
 }
@@ -474,7 +481,6 @@ fn build(
 }
 
 fn report(
-    driver: &Driver,
     spec: &StagesSpec,
     shape: &Shape,
     startup: Duration,
@@ -545,8 +551,8 @@ fn report(
     let seconds = outcome.elapsed.as_secs_f64();
     Ok(StagesReport {
         job: spec.workload.name().to_owned(),
-        executors: driver.num_executors(),
-        total_cores: driver.total_cores(),
+        executors: shape.executors,
+        total_cores: shape.total_cores,
         maps: shape.maps,
         reduces: shape.reduces,
         startup_seconds: startup.as_secs_f64(),
@@ -622,6 +628,8 @@ mod tests {
         let shape = Shape {
             maps: 4,
             reduces: 2,
+            executors: 1,
+            total_cores: 1,
         };
         assert_eq!((shape.share(10), shape.made(10)), (3, 12));
         assert_eq!((shape.share(12), shape.made(12)), (3, 12));

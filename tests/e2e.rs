@@ -15,7 +15,7 @@ use flint::rpc::Conf;
 use flint::scheduler::cluster_manager::ClusterManagerError;
 use flint::scheduler::{
     ClusterManager, Driver, DriverError, ExitedExecutor, LocalClusterManager, SchedulerEvent,
-    TaskSet, TaskSetError, DISASSOCIATED,
+    TaskSet, TaskSetError,
 };
 use flint::wire::TaskState;
 use flint_testkit::process::{wait_exit, Processes};
@@ -58,6 +58,9 @@ impl ClusterManager for SharedCluster {
     }
     fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
         self.0.lock().unwrap().exited_executors()
+    }
+    fn reports_exits(&self) -> bool {
+        self.0.lock().unwrap().reports_exits()
     }
     fn stopping(&mut self, registered: &[String]) {
         self.0.lock().unwrap().stopping(registered)
@@ -179,11 +182,14 @@ fn a_killed_executor_s_tasks_run_again_and_its_removal_carries_the_reason() {
         outcome.failed_attempts >= 1,
         "the task running on the killed executor ran again"
     );
+    // The driver started the process: its exit is the reason, not the seeds' guess for
+    // a closed connection.
     let removed = recorder.removed();
+    let killed = format!("executor {victim} was killed by signal 9");
     assert!(
         removed
             .iter()
-            .any(|(id, reason)| id == &victim && reason == DISASSOCIATED),
+            .any(|(id, reason)| id == &victim && *reason == killed),
         "{removed:?}"
     );
     let lost: Vec<_> = recorder
@@ -283,11 +289,14 @@ fn a_second_executor_with_the_same_id_is_refused_with_the_seeds_text() {
     driver.stop().unwrap();
 }
 
-/// An executor that does not authenticate with a driver that requires it, or that does
-/// with one that does not, exits saying why: the driver tells it before it closes.
+/// An executor that does not authenticate with a driver that requires it, that does
+/// with one that does not, or that has another secret, exits with its own code (77) and
+/// says why in its last line: the driver tells it before it closes, or it finds the
+/// driver's proof wrong itself. Not "Driver ... disassociated", which hid the cause.
 #[test]
 fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
     let secret = ["authenticate=true", "authenticate.secret=correct horse"];
+    let other_secret = ["authenticate=true", "authenticate.secret=battery staple"];
     for (driver_conf, executor_conf, words) in [
         (
             &secret[..],
@@ -301,6 +310,12 @@ fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
             "the peer closed the connection, saying: the peer sent AuthChallenge, but \
              authenticate is false here",
         ),
+        (
+            &secret[..],
+            &other_secret[..],
+            "closed: authentication failed: the peer's proof does not match the shared \
+             secret (authenticate.secret)",
+        ),
     ] {
         let driver = Driver::standalone(&conf(driver_conf)).unwrap();
         let mut processes = Processes(vec![spawn_executor(
@@ -310,11 +325,19 @@ fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
             Stdio::piped(),
         )]);
         let status = wait_exit(&mut processes.0[0], REGISTER_TIMEOUT);
-        assert_eq!(status.code(), Some(1));
+        assert_eq!(
+            status.code(),
+            Some(flint_executor::AUTHENTICATION_FAILED_CODE)
+        );
         let mut stderr = String::new();
         std::io::Read::read_to_string(processes.0[0].stderr.as_mut().unwrap(), &mut stderr)
             .unwrap();
-        assert!(stderr.contains(words), "{stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("Executor self-exiting due to : Cannot register with driver: ")
+                && last.contains(words),
+            "{stderr}"
+        );
         assert!(driver.executor_ids().is_empty());
         driver.stop().unwrap();
     }
@@ -659,6 +682,8 @@ fn the_cli_runs_the_main_job_and_prints_json() {
 
 /// A task that crashes its executor process fails the job after task.maxFailures
 /// attempts, each lost with an executor, instead of taking executor after executor.
+/// The driver started the process and knows its exit code: that is the reason given,
+/// not the seeds' guess for a closed connection ("containers exceeding thresholds").
 #[test]
 fn a_task_that_crashes_its_executor_fails_the_job_after_max_failures() {
     let output = Command::new(FLINT)
@@ -677,6 +702,23 @@ fn a_task_that_crashes_its_executor_fails_the_job_after_max_failures() {
     );
     assert!(
         stderr.contains("ExecutorLostFailure (executor "),
+        "{stderr}"
+    );
+    let last_failure = stderr
+        .lines()
+        .rfind(|line| line.contains("Task 0 in stage 0.0 failed 2 times"))
+        .unwrap_or_default();
+    let reason = last_failure
+        .split("exited caused by one of the running tasks) Reason: ")
+        .nth(1)
+        .unwrap_or_default();
+    let executor = reason
+        .strip_prefix("executor ")
+        .and_then(|rest| rest.strip_suffix(" exited with code 3"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(executor.parse::<u32>().is_ok(), "{stderr}");
+    assert!(
+        !stderr.contains("containers exceeding thresholds"),
         "{stderr}"
     );
     assert!(
@@ -902,7 +944,7 @@ fn a_job_whose_only_executor_is_killed_completes_on_a_replacement() {
     assert!(
         removed
             .iter()
-            .any(|(id, reason)| id == "1" && reason == DISASSOCIATED),
+            .any(|(id, reason)| id == "1" && reason == "executor 1 was killed by signal 9"),
         "{removed:?}"
     );
     wait_until(
@@ -940,7 +982,8 @@ fn a_job_fails_with_a_clear_message_when_replacements_keep_dying() {
     kill("-9", shared.pid("1"));
 
     let err = handle.wait(JOB_TIMEOUT).unwrap_err();
-    let expected = "Max number of executor failures (3) reached (the last: executor 3: Command exited with code 3)";
+    let expected =
+        "Max number of executor failures (3) reached (the last: executor 3 exited with code 3)";
     assert_eq!(
         err,
         TaskSetError::Failed {
@@ -974,7 +1017,7 @@ fn executors_that_die_at_start_fail_the_main_job_without_waiting_for_its_timeout
     );
     assert_eq!(
         err.to_string(),
-        "Max number of executor failures (3) reached (the last: executor 3: Command exited with code 3)"
+        "Max number of executor failures (3) reached (the last: executor 3 exited with code 3)"
     );
 }
 

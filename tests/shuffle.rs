@@ -865,3 +865,68 @@ fn shuffling_far_more_than_the_memory_bound_keeps_executor_memory_near_it_and_sp
     );
     driver.stop().unwrap();
 }
+
+/// `--json`'s `executors` and `total_cores` of a job of stages are those registered when
+/// the job started: an executor that joins on the way (here, one started once the map
+/// stage is done, waited for until it registered) is not counted.
+#[test]
+fn a_stages_report_counts_the_executors_of_the_job_s_start_not_those_that_join_later() {
+    use flint::job::{local_cluster, JobHooks};
+    use flint::stages::{run_stages, StagesSpec, Workload};
+    use std::io::BufRead;
+
+    let conf = conf(&[]);
+    let spec = StagesSpec {
+        executors: 1,
+        cores: 1,
+        maps: Some(2),
+        reduces: Some(2),
+        workload: Workload::Shuffle {
+            records: 1000,
+            record_size: 100,
+        },
+        startup_timeout: REGISTER_TIMEOUT,
+        job_timeout: JOB_TIMEOUT,
+    };
+    let driver_address = std::cell::Cell::new(None);
+    let mut listening = |address: SocketAddr| driver_address.set(Some(address));
+    let hooks = JobHooks {
+        listening: Some(&mut listening),
+        ..JobHooks::default()
+    };
+    let mut late = Processes(Vec::new());
+    let mut joined = false;
+    let mut on_stage = |line: &str| {
+        if joined || !line.contains("done") {
+            return;
+        }
+        let address = driver_address.get().expect("the driver listens");
+        let mut child = Command::new(FLINT)
+            .args(["executor", "--driver", &address.to_string(), "--cores", "3"])
+            .args(["--executor-id", "late"])
+            .env("FLINT_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        late.0.push(child);
+        // Bounded: the executor exits (its stderr ends) if it cannot register.
+        joined = stderr
+            .lines()
+            .map_while(Result::ok)
+            .take(1000)
+            .any(|line| line.contains("Successfully registered with driver"));
+    };
+    let report = run_stages(
+        &conf,
+        &spec,
+        Box::new(local_cluster(FLINT, 1, &conf)),
+        hooks,
+        &mut on_stage,
+    )
+    .unwrap();
+    assert!(joined, "the late executor registered during the job");
+    assert_eq!((report.executors, report.total_cores), (1, 1));
+}

@@ -30,6 +30,10 @@ use crate::status::RESULT_OVERHEAD;
 /// buffer grows.
 const STAGED_CAPACITY: usize = 256;
 
+/// The exit code of an executor whose connection to the driver failed authentication
+/// ([`ExecutorExit::AuthenticationFailed`]).
+pub const AUTHENTICATION_FAILED_CODE: i32 = 77;
+
 /// Why an executor ended ([`run_executor`]'s result), with the process exit code that
 /// goes with it ([`ExecutorExit::code`]). Its `Display` is a sentence for a person.
 ///
@@ -54,6 +58,12 @@ pub enum ExecutorExit {
     /// This many heartbeats in a row (`executor.heartbeat.maxFailures`) failed (exit
     /// code 56).
     HeartbeatFailures(u32),
+    /// The connection to the driver failed its authentication: no secret where the
+    /// driver requires one, a secret where it requires none, or a different secret
+    /// (`authenticate`, `authenticate.secret`). The text says which, as the driver or
+    /// this side found it (exit code 77, sysexits' `EX_NOPERM`: starting again with the
+    /// same configuration fails the same way).
+    AuthenticationFailed(String),
     /// Anything else: a bad configuration, an RPC environment that cannot start, a
     /// driver that cannot be reached (exit code 1).
     Error(String),
@@ -65,6 +75,7 @@ impl ExecutorExit {
         match self {
             ExecutorExit::Stopped => 0,
             ExecutorExit::HeartbeatFailures(_) => 56,
+            ExecutorExit::AuthenticationFailed(_) => AUTHENTICATION_FAILED_CODE,
             ExecutorExit::RegistrationFailed(_)
             | ExecutorExit::DriverLost(_)
             | ExecutorExit::Error(_) => 1,
@@ -79,7 +90,9 @@ impl std::fmt::Display for ExecutorExit {
             ExecutorExit::RegistrationFailed(reason) => {
                 write!(f, "Slave registration failed: {reason}")
             }
-            ExecutorExit::DriverLost(text) | ExecutorExit::Error(text) => f.write_str(text),
+            ExecutorExit::DriverLost(text)
+            | ExecutorExit::AuthenticationFailed(text)
+            | ExecutorExit::Error(text) => f.write_str(text),
             ExecutorExit::HeartbeatFailures(max) => write!(
                 f,
                 "Exit as unable to send heartbeats to driver more than {max} times"
@@ -118,6 +131,21 @@ impl ExitSignal {
     }
 }
 
+/// Where the first registration stands, as the connection's end is to be read: before
+/// the driver accepted the executor, a closed connection is the registration's failure,
+/// whose ask carries the cause (an authentication refused, say); after, the driver is
+/// lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Registration {
+    /// The registration's ask is on its way.
+    Pending,
+    /// The connection closed while it was: the ask's outcome says why.
+    PendingDisconnected,
+    /// The registration's ask has its outcome: from now on a closed connection is the
+    /// driver's loss.
+    Answered,
+}
+
 /// What the executor's endpoint and the completions of its asks share.
 struct Backend {
     executor: Executor,
@@ -133,6 +161,7 @@ struct Backend {
     /// The largest chunk of a block served in one reply.
     max_chunk: usize,
     stopping: AtomicBool,
+    registration_state: Mutex<Registration>,
     exit: ExitSignal,
 }
 
@@ -522,6 +551,19 @@ impl Endpoint for ExecutorEndpoint {
         } else if backend.is_stopping() {
             info!("Driver from {remote} disconnected during shutdown");
         } else {
+            {
+                let mut state = backend
+                    .registration_state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if *state == Registration::Pending {
+                    // The registration's ask fails with the cause; its outcome ends the
+                    // executor (see Running::run).
+                    debug!("Driver {remote} disconnected before it answered the registration");
+                    *state = Registration::PendingDisconnected;
+                    return;
+                }
+            }
             backend.exit(ExecutorExit::DriverLost(format!(
                 "Driver {remote} disassociated! Shutting down."
             )));
@@ -661,6 +703,7 @@ fn start(
         heartbeater: Mutex::new(None),
         max_chunk,
         stopping: AtomicBool::new(false),
+        registration_state: Mutex::new(Registration::Pending),
         exit: ExitSignal::default(),
         executor,
     });
@@ -692,10 +735,28 @@ impl Running {
         let driver = backend.driver_address;
         info!("Connecting to driver: {driver}");
         let registration = Message::RegisterExecutor(backend.registration.clone());
-        match backend
+        let result = backend
             .driver
-            .ask_timeout(&registration, backend.ask_timeout)
-        {
+            .ask_timeout(&registration, backend.ask_timeout);
+        let disconnected = {
+            let mut state = backend
+                .registration_state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let disconnected = *state == Registration::PendingDisconnected;
+            *state = Registration::Answered;
+            disconnected
+        };
+        match result {
+            // Accepted, but the connection closed before this thread heard of it.
+            Ok(reply)
+                if disconnected
+                    && matches!(reply.message(), ArchivedMessage::RegisteredExecutor) =>
+            {
+                backend.exit(ExecutorExit::DriverLost(format!(
+                    "Driver {driver} disassociated! Shutting down."
+                )))
+            }
             Ok(reply) => match reply.message() {
                 ArchivedMessage::RegisteredExecutor => {
                     let me = self.env.handle().local_ref(EXECUTOR_ENDPOINT);
@@ -713,6 +774,11 @@ impl Running {
                     other.kind().name()
                 ))),
             },
+            Err(e @ RpcError::AuthenticationFailed { .. }) => {
+                backend.exit(ExecutorExit::AuthenticationFailed(format!(
+                    "Cannot register with driver: {driver}: {e}"
+                )))
+            }
             Err(e) => backend.exit(ExecutorExit::Error(format!(
                 "Cannot register with driver: {driver}: {e}"
             ))),

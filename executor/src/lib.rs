@@ -39,7 +39,10 @@
 //!    [`flint_wire::HEARTBEAT_ENDPOINT`] with a `Heartbeat` carrying its running tasks'
 //!    metrics; `executor.heartbeat.maxFailures` failures in a row end it with code 56.
 //! 5. The driver's connection closing ends it ([`ExecutorExit::DriverLost`]);
-//!    `StopExecutor` ends it with code 0.
+//!    `StopExecutor` ends it with code 0. A connection closed before the driver
+//!    answered the registration ends it with the registration's error; one whose
+//!    authentication failed (on either side) with code 77
+//!    ([`ExecutorExit::AuthenticationFailed`]), the cause in its last line.
 //!
 //! # Choices where the seeds are silent or do not fit
 //!
@@ -119,7 +122,7 @@ mod task;
 #[cfg(test)]
 mod testing;
 
-pub use backend::{run_executor, ExecutorExit};
+pub use backend::{run_executor, ExecutorExit, AUTHENTICATION_FAILED_CODE};
 pub use block_store::{BlockStore, BlockStoreError};
 pub use config::ExecutorConfig;
 pub use executor::{Executor, ExecutorError, STOP_GRACE, STOP_REASON};

@@ -768,6 +768,51 @@ fn failed_heartbeats_end_the_executor_with_code_56() {
     );
 }
 
+/// A driver that closes the connection before it answers the registration ends the
+/// executor with the registration's error, which says why the connection ended (for
+/// an authentication refused, the driver's words), not with "Driver ... disassociated",
+/// which would hide it.
+#[test]
+fn a_connection_closed_before_the_registration_is_answered_ends_with_the_ask_s_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let driver = listener.local_addr().unwrap();
+    let closer = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        // The registration's frame comes in; the connection closes without an answer.
+        let mut header = [0u8; 16];
+        std::io::Read::read_exact(&mut stream, &mut header).unwrap();
+        let payload = u32::from_le_bytes(header[12..16].try_into().unwrap()) as usize;
+        let mut rest = vec![0u8; payload.next_multiple_of(16)];
+        std::io::Read::read_exact(&mut stream, &mut rest).unwrap();
+    });
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let _ = tx.send(run_executor(
+            &Conf::from_pairs(["rpc.askTimeout=5s"]).unwrap(),
+            driver,
+            ExecutorConfig::new("1", "localhost", 1),
+            TaskRegistry::with_builtins(),
+        ));
+    });
+    let exit = rx
+        .recv_timeout(WAIT)
+        .expect("run_executor returned in time");
+    thread.join().unwrap();
+    closer.join().unwrap();
+    assert!(matches!(exit, ExecutorExit::Error(_)), "{exit:?}");
+    assert_eq!(exit.code(), 1);
+    let text = exit.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "Cannot register with driver: {driver}: connection to {driver} closed: "
+        )),
+        "{text}"
+    );
+}
+
 #[test]
 fn losing_the_driver_ends_the_executor() {
     let harness = Harness::start(Setup::default());

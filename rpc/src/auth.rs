@@ -80,6 +80,26 @@ pub enum AuthError {
     },
 }
 
+/// How the texts of [`AuthError`] and of a handshake that timed out begin, or what they
+/// hold: a peer's refusal carries only its text, and these tell an authentication
+/// refusal from any other.
+const AUTH_TEXTS: [&str; 4] = [
+    "authentication failed: ",
+    "authentication did not finish within ",
+    ", but authenticate is false here",
+    " after its authentication had ended",
+];
+
+/// Whether a peer's refusal (the text of its `Refused`) is about authentication: the
+/// peer is a flint process, which refuses with [`AuthError`]'s texts. Only the kind of
+/// a failure rests on it (an executor's exit code, say), never a decision to trust.
+pub fn is_auth_refusal(text: &str) -> bool {
+    text.starts_with(AUTH_TEXTS[0])
+        || text.starts_with(AUTH_TEXTS[1])
+        || text.contains(AUTH_TEXTS[2])
+        || text.contains(AUTH_TEXTS[3])
+}
+
 /// What the connection should do after feeding the handshake a message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
@@ -440,6 +460,35 @@ mod tests {
             assert_eq!(server.on_message(m, false), Err(AuthError::BadProof));
         });
         assert!(!server.is_done());
+    }
+
+    /// A refusal with any of the handshake's texts is known as one, so that the texts
+    /// and the check cannot drift apart; other refusals are not.
+    #[test]
+    fn every_authentication_text_is_known_as_an_authentication_refusal() {
+        for error in [
+            AuthError::BadProof,
+            AuthError::Unexpected {
+                expected: "AuthChallenge",
+                got: "RegisterExecutor",
+            },
+            AuthError::NotEnabled("AuthChallenge"),
+            AuthError::AfterHandshake("AuthProof"),
+            AuthError::Random("no entropy".into()),
+        ] {
+            assert!(is_auth_refusal(&error.to_string()), "{error}");
+        }
+        assert!(is_auth_refusal(
+            "authentication did not finish within 30s; the timeout is set by \
+             authenticate.timeout"
+        ));
+        for other in [
+            "end of stream",
+            "frame checksum mismatch: header carries 0x00000000, bytes give 0x00000001",
+            "the peer sent nothing for 120s; the timeout is set by rpc.io.idleTimeout",
+        ] {
+            assert!(!is_auth_refusal(other), "{other}");
+        }
     }
 
     #[test]

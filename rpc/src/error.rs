@@ -85,6 +85,19 @@ pub enum RpcError {
         /// authentication.
         reason: String,
     },
+    /// The connection closed because authentication failed on one side or the other:
+    /// this side found the peer's proof wrong, or the handshake did not finish in time,
+    /// or the peer turned this side away for its authentication (no secret where one is
+    /// required, a secret where none is, a wrong proof). Its text is the one
+    /// [`RpcError::Disconnected`] would have; the variant lets a caller tell a
+    /// misconfigured secret from a lost peer.
+    #[error("connection to {peer} closed: {reason}")]
+    AuthenticationFailed {
+        /// The peer.
+        peer: SocketAddr,
+        /// Why it closed, as logged.
+        reason: String,
+    },
     /// The connection's outbox holds as many bytes as it may.
     #[error(
         "outbox to {peer} is full: {queued} bytes queued, the limit ({key}) is {limit} bytes",

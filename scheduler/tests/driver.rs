@@ -1196,10 +1196,10 @@ fn an_executor_that_exited_is_removed_with_its_exit_and_replaced() {
     cluster.exits.lock().unwrap().push(ExitedExecutor {
         executor_id: "ex-1".into(),
         exit_code: 52,
-        message: "Command exited with code 52".into(),
+        message: "executor ex-1 exited with code 52".into(),
     });
     wait_until("the removal", || {
-        events.any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason } if &**executor_id == "ex-1" && reason == "Executor exited with code 52: Command exited with code 52"))
+        events.any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason } if &**executor_id == "ex-1" && reason == "executor ex-1 exited with code 52"))
     });
     assert!(
         events.any(|e| matches!(
@@ -1221,12 +1221,12 @@ fn an_executor_that_exited_is_removed_with_its_exit_and_replaced() {
     cluster.exits.lock().unwrap().push(ExitedExecutor {
         executor_id: "ex-2".into(),
         exit_code: 1,
-        message: "Command exited with code 1".into(),
+        message: "executor ex-2 exited with code 1".into(),
     });
     let err = handle.wait(WAIT).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "task set 0.0 failed: Max number of executor failures (2) reached (the last: executor ex-2: Command exited with code 1)"
+        "task set 0.0 failed: Max number of executor failures (2) reached (the last: executor ex-2 exited with code 1)"
     );
     assert!(matches!(
         driver.submit(TaskSet::new(1, 1, 1, noop())),
@@ -1756,5 +1756,71 @@ fn a_peer_that_stops_reading_is_back_pressure_and_is_removed_after_the_network_t
     assert_eq!(logs().count(Level::WARN, "Cannot launch task"), 0);
     let lost = logs().count(Level::WARN, "executor rogue): ExecutorLostFailure");
     assert!(lost <= 64, "{lost} tasks lost with it");
+    driver.stop().unwrap();
+}
+
+/// Over real sockets: an executor whose connection closes while the driver fetches its
+/// large result (a chunk asked, no answer yet) is removed with the seeds' reason, its
+/// task lost once and run again elsewhere; the fetch, which fails with the connection,
+/// neither fails the task a second time nor reports a lost result.
+#[test]
+fn an_executor_that_vanishes_mid_fetch_loses_its_task_once_and_it_runs_again() {
+    let (driver, _, events) = driver(&["rpc.message.maxSize=1"]);
+    let first = FakeExecutor::start(driver.address(), "vf-1");
+    first.register("h", 1);
+    let handle = driver.submit(TaskSet::new(0, 0, 1, noop())).unwrap();
+    wait_until("a launch", || first.inbox.launched().len() == 1);
+    let task_id = first.inbox.launched()[0];
+    first
+        .driver
+        .send(&Message::StatusUpdate(StatusUpdate {
+            executor_id: "vf-1".into(),
+            task_id,
+            state: TaskState::Finished,
+            outcome: TaskOutcome::Indirect {
+                block_id: flint_wire::BlockId::TaskResult { task_id },
+                size: 3 << 20,
+                metrics: TaskMetrics::default(),
+            },
+        }))
+        .unwrap();
+    wait_until("a chunk is asked for", || {
+        first
+            .inbox
+            .count(|m| matches!(m, Message::FetchBlockChunk { offset: 0, .. }))
+            == 1
+    });
+    first.env.stop();
+    wait_until("the removal", || {
+        events.any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason } if &**executor_id == "vf-1" && reason == DISASSOCIATED))
+    });
+    let second = FakeExecutor::start(driver.address(), "vf-2");
+    second.register("h", 1);
+    wait_until("the relaunch", || second.inbox.launched().len() == 1);
+    second.report(second.inbox.launched()[0], TaskState::Finished, b"again");
+    let outcome = handle.wait(WAIT).unwrap();
+    assert_eq!(outcome.results, [&b"again"[..]]);
+    let failures: Vec<String> = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            SchedulerEvent::TaskEnd {
+                reason: flint_scheduler::TaskEndReason::Failed { message, .. },
+                ..
+            } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcome.failed_attempts, 1,
+        "lost once, with its executor: {failures:?}"
+    );
+    barrier(&driver);
+    assert!(!logs().contains(
+        Level::WARN,
+        &format!("cannot fetch the result of task {task_id} from executor vf-1")
+    ));
     driver.stop().unwrap();
 }

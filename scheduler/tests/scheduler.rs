@@ -414,7 +414,7 @@ fn executor_loss_requeues_its_tasks_and_counts_unless_the_driver_or_the_cluster_
             _ => None,
         })
         .expect("aborted");
-    assert!(failure.starts_with("Task 0 in stage 0.0 failed 2 times, most recent failure: Lost task 0.11 in stage 0.0 (TID 11, h11, executor e11): ExecutorLostFailure (executor e11 exited caused by one of the running tasks) Reason: Executor exited with code 52: OOM"), "{failure}");
+    assert!(failure.starts_with("Task 0 in stage 0.0 failed 2 times, most recent failure: Lost task 0.11 in stage 0.0 (TID 11, h11, executor e11): ExecutorLostFailure (executor e11 exited caused by one of the running tasks) Reason: OOM"), "{failure}");
 
     // Losing an unknown executor again is only logged.
     s.executor_lost(base, "e11", slave_lost());
@@ -1257,4 +1257,168 @@ fn exclusion_thresholds_are_validated_as_spark_does() {
         "excludeOnFailure.task.maxTaskAttemptsPerNode=2",
     ])
     .is_ok());
+}
+
+/// The seeds' removeExecutor: "Unless reason is LossReasonPending, the executor is
+/// removed from executorIdToHost registry and TaskSetManagers get notified." A pending
+/// loss takes the executor out of the offers and holds its tasks (no copy is started,
+/// nothing is counted, nothing posted) until a later loss says why; that reason then
+/// decides whether the tasks' failures count.
+#[test]
+fn a_loss_whose_reason_is_pending_holds_its_tasks_until_the_reason_comes() {
+    let base = Instant::now();
+    for (reason, counted) in [
+        (
+            ExecutorLossReason::ExecutorExited {
+                exit_code: 3,
+                exit_caused_by_app: true,
+                reason: "executor 1 exited with code 3".into(),
+            },
+            true,
+        ),
+        (ExecutorLossReason::ExecutorKilled, false),
+    ] {
+        let mut s = TaskScheduler::new(config());
+        s.executor_added("1", "host-a", 1);
+        s.executor_added("2", "host-b", 1);
+        s.submit_tasks(base, TaskSet::new(0, 0, 2, payload()))
+            .unwrap();
+        let lost = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", 1)])[0][0].clone();
+        drain(&mut s);
+
+        s.executor_lost(at(base, 10), "1", ExecutorLossReason::LossReasonPending);
+        assert!(!s.is_executor_alive("1"), "no offers for it");
+        assert!(s.is_loss_reason_pending("1"));
+        let (events, actions) = drain(&mut s);
+        assert!(
+            !events.iter().any(|e| matches!(
+                e,
+                SchedulerEvent::ExecutorRemoved { .. } | SchedulerEvent::TaskEnd { .. }
+            )),
+            "{events:?}"
+        );
+        assert!(!actions.contains(&Action::ReviveOffers), "{actions:?}");
+        assert_eq!(
+            s.task_set(id(0, 0)).unwrap().running_tasks(),
+            1,
+            "its task set still counts the task running"
+        );
+        // Another executor gets the other task, not a second copy of the held one.
+        let other = s.resource_offers(at(base, 20), &[WorkerOffer::new("2", "host-b", 1)]);
+        assert_eq!(other[0].len(), 1);
+        assert_ne!(other[0][0].index, lost.index);
+        // Saying again that the reason is pending changes nothing.
+        s.executor_lost(at(base, 25), "1", ExecutorLossReason::LossReasonPending);
+        assert!(s.is_loss_reason_pending("1"));
+        drain(&mut s);
+
+        s.executor_lost(at(base, 30), "1", reason.clone());
+        assert!(!s.is_loss_reason_pending("1"));
+        let (events, actions) = drain(&mut s);
+        let expected = format!(
+            "ExecutorLostFailure (executor 1 {}) Reason: {reason}",
+            if counted {
+                "exited caused by one of the running tasks"
+            } else {
+                "exited unrelated to the running tasks"
+            }
+        );
+        assert!(
+            events.iter().any(|e| matches!(
+                e,
+                SchedulerEvent::TaskEnd {
+                    task_id,
+                    state: TaskState::Lost,
+                    reason: TaskEndReason::Failed { message, counted: c, .. },
+                    ..
+                } if *task_id == lost.task_id && *message == expected && *c == counted
+            )),
+            "{events:?}"
+        );
+        assert!(events.iter().any(|e| matches!(
+            e,
+            SchedulerEvent::ExecutorRemoved { executor_id, reason: r }
+                if &**executor_id == "1" && *r == reason.to_string()
+        )));
+        assert!(actions.contains(&Action::ReviveOffers));
+        // The task runs again, elsewhere.
+        let rerun = s.resource_offers(at(base, 40), &[WorkerOffer::new("3", "host-c", 1)]);
+        assert_eq!(rerun[0].len(), 1);
+        assert_eq!(rerun[0][0].index, lost.index);
+        // A later report of the same loss is only logged.
+        s.executor_lost(at(base, 50), "1", slave_lost());
+        assert!(!drain(&mut s)
+            .0
+            .iter()
+            .any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { .. })));
+    }
+}
+
+/// Spark's abortIfCompletelyBlacklisted counts a host the application excludes
+/// (`isNodeBlacklisted`) as one where nothing may run: with task 0 excluded from the
+/// only executor of the other host, the task set is aborted, not left waiting for ever
+/// on executors that get no offers. Lift the exclusion and the same state goes on.
+#[test]
+fn a_host_the_application_excludes_counts_towards_cannot_run_anywhere() {
+    let base = Instant::now();
+    let setup = |exclude: bool| {
+        let mut s = TaskScheduler::new(SchedulerConfig {
+            exclusion: ExclusionPolicy::default(),
+            ..config()
+        });
+        s.executor_added("1", "host-a", 1);
+        s.executor_added("2", "host-b", 1);
+        if exclude {
+            s.exclude_host("host-b");
+        }
+        s.submit_tasks(base, TaskSet::new(0, 0, 1, payload()))
+            .unwrap();
+        let t = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", 1)])[0][0].clone();
+        s.status_update(base, t.task_id, TaskState::Failed, failed("bad"));
+        drain(&mut s);
+        // Task 0 may not run on executor 1 again; executor 2 is on host-b.
+        let offers = [
+            WorkerOffer::new("1", "host-a", 1),
+            WorkerOffer::new("2", "host-b", 1),
+        ];
+        let launched = s.resource_offers(at(base, 10), &offers);
+        (s, launched)
+    };
+
+    let (mut s, launched) = setup(true);
+    assert!(launched.iter().all(Vec::is_empty));
+    let (events, _) = drain(&mut s);
+    let failure = events
+        .iter()
+        .find_map(|e| match e {
+            SchedulerEvent::StageCompleted {
+                failure: Some(f), ..
+            } => Some(f.clone()),
+            _ => None,
+        })
+        .expect("aborted");
+    assert!(
+        failure.starts_with(
+            "Aborting TaskSet 0.0 because task 0 (partition 0) cannot run anywhere due to node and executor exclusion. Most recent failure:\n"
+        ),
+        "{failure}"
+    );
+
+    let (_, launched) = setup(false);
+    assert_eq!(launched[1].len(), 1, "host-b runs it when not excluded");
+
+    // Without excludeOnFailure.enabled nothing is aborted, as in Spark.
+    let mut s = TaskScheduler::new(config());
+    s.executor_added("2", "host-b", 1);
+    s.exclude_host("host-b");
+    s.submit_tasks(base, TaskSet::new(0, 0, 1, payload()))
+        .unwrap();
+    s.resource_offers(base, &[WorkerOffer::new("2", "host-b", 1)]);
+    assert!(!drain(&mut s).0.iter().any(|e| matches!(
+        e,
+        SchedulerEvent::StageCompleted {
+            failure: Some(_),
+            ..
+        }
+    )));
 }

@@ -2,8 +2,8 @@
 
 use std::io::{self, Read};
 
+use crate::check_error::CheckError;
 use bytes::{Bytes, BytesMut};
-use rkyv::rancor;
 
 use crate::error::{WireError, MAX_SIZE_KEY};
 use crate::header::{
@@ -74,9 +74,10 @@ pub fn validate_envelope(
     payload: &[u8],
 ) -> Result<&ArchivedEnvelope, WireError> {
     // The low-level validator: no archived type here uses shared pointers, so the
-    // bookkeeping of the high-level one buys nothing.
+    // bookkeeping of the high-level one buys nothing. CheckError says which check failed
+    // and where, in every build.
     let envelope =
-        rkyv::api::low::access::<ArchivedEnvelope, rancor::Error>(payload).map_err(|error| {
+        rkyv::api::low::access::<ArchivedEnvelope, CheckError>(payload).map_err(|error| {
             WireError::InvalidPayload {
                 kind: kind.name(),
                 reason: error.to_string(),

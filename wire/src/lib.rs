@@ -75,7 +75,8 @@
 //!    [`WireError::Forged`]); the padding is zero ([`WireError::BadPadding`]) and, for a
 //!    frame in clear, the CRC matches ([`WireError::ChecksumMismatch`]).
 //! 3. When the receiver reads the message ([`Frame::envelope`]): the payload is a valid
-//!    archive (bytecheck; [`WireError::InvalidPayload`]) whose message is of the header's
+//!    archive (bytecheck; [`WireError::InvalidPayload`], naming the message kind, the
+//!    check that failed and the field it was in, see [`CheckError`]) whose message is of the header's
 //!    kind ([`WireError::KindMismatch`]).
 //!
 //! A failure at step 1 or 2 closes the decoder: it yields nothing more, so nothing the
@@ -105,6 +106,7 @@
 // with its safety argument.
 #![deny(unsafe_code)]
 
+mod check_error;
 mod decoded_size;
 mod decoder;
 mod encoder;
@@ -129,6 +131,7 @@ mod task_payload;
 mod tests;
 mod units;
 
+pub use check_error::CheckError;
 pub use decoded_size::{check_decoded_size, DecodedSize, Owned};
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder, FrameOpener};
 pub use encoder::Encoder;

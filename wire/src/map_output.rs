@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use rkyv::{rancor, Archive, Deserialize, Serialize};
 
+use crate::check_error::CheckError;
 use crate::decoded_size::{check_decoded_size, DecodedSize, Owned};
 use crate::error::WireError;
 use crate::header::FRAME_ALIGN;
@@ -64,16 +65,16 @@ impl KnownStatuses {
     pub fn decode(bytes: &[u8], max_decoded: usize) -> Result<KnownStatuses, WireError> {
         let mut aligned = rkyv::util::AlignedVec::<FRAME_ALIGN>::with_capacity(bytes.len());
         aligned.extend_from_slice(bytes);
-        let invalid = |error: rancor::Error| WireError::InvalidPayload {
+        let invalid = |error: CheckError| WireError::InvalidPayload {
             kind: "KnownStatuses",
             reason: error.to_string(),
         };
         let archived =
-            rkyv::access::<ArchivedKnownStatuses, rancor::Error>(&aligned).map_err(invalid)?;
+            rkyv::access::<ArchivedKnownStatuses, CheckError>(&aligned).map_err(invalid)?;
         // The aligned copy above is the frame's bytes again, which the frame limit bounds.
         let size = archived.shuffles.decoded_size();
         check_decoded_size("the map statuses of a task", size, max_decoded)?;
-        rkyv::deserialize::<KnownStatuses, rancor::Error>(archived).map_err(invalid)
+        rkyv::deserialize::<KnownStatuses, CheckError>(archived).map_err(invalid)
     }
 }
 
@@ -100,13 +101,12 @@ impl MapStatus {
     pub fn decode(bytes: &[u8]) -> Result<MapStatus, WireError> {
         let mut aligned = rkyv::util::AlignedVec::<FRAME_ALIGN>::with_capacity(bytes.len());
         aligned.extend_from_slice(bytes);
-        let invalid = |error: rancor::Error| WireError::InvalidPayload {
+        let invalid = |error: CheckError| WireError::InvalidPayload {
             kind: "MapStatus",
             reason: error.to_string(),
         };
-        let archived =
-            rkyv::access::<ArchivedMapStatus, rancor::Error>(&aligned).map_err(invalid)?;
-        rkyv::deserialize::<MapStatus, rancor::Error>(archived).map_err(invalid)
+        let archived = rkyv::access::<ArchivedMapStatus, CheckError>(&aligned).map_err(invalid)?;
+        rkyv::deserialize::<MapStatus, CheckError>(archived).map_err(invalid)
     }
 }
 

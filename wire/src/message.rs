@@ -186,9 +186,14 @@ impl ExecutorLossReason {
 impl std::fmt::Display for ExecutorLossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            // As Spark's: the cluster manager's text, which names the code
+            // ("executor 2 exited with code 3").
             ExecutorLossReason::ExecutorExited {
                 exit_code, reason, ..
-            } => write!(f, "Executor exited with code {exit_code}: {reason}"),
+            } if reason.is_empty() => {
+                write!(f, "Executor exited with code {exit_code}")
+            }
+            ExecutorLossReason::ExecutorExited { reason, .. } => f.write_str(reason),
             ExecutorLossReason::ExecutorKilled => f.write_str("Executor killed by driver."),
             ExecutorLossReason::LossReasonPending => f.write_str("Pending loss reason."),
             ExecutorLossReason::SlaveLost { message, .. } => f.write_str(message),

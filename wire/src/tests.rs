@@ -1166,3 +1166,65 @@ fn a_frame_the_opener_refuses_closes_the_decoder() {
         "{error}"
     );
 }
+
+/// A payload that fails validation says which message kind it was and which check failed
+/// where, in every build: rkyv's own error keeps nothing without debug assertions.
+#[test]
+fn an_invalid_payload_names_its_kind_the_failed_check_and_the_field() {
+    let marker = "a-host-name-long-enough-to-stand-out-of-line";
+    let message = Message::RegisterExecutor(crate::RegisterExecutor {
+        executor_id: "7".into(),
+        executor_address: String::new(),
+        endpoint_name: "Executor".into(),
+        hostname: marker.into(),
+        cores: 1,
+        log_urls: Vec::new(),
+    });
+    let mut out = BytesMut::new();
+    encode_one_way(LIMIT, &message, &mut out).unwrap();
+    let mut stream = out.to_vec();
+    let at = stream
+        .windows(marker.len())
+        .position(|w| w == marker.as_bytes())
+        .expect("the host name is in the payload");
+    stream[at + 3] = 0xFF; // no UTF-8 sequence starts with 0xFF
+    let payload_len = u32::from_le_bytes(stream[12..16].try_into().unwrap()) as usize;
+    let crc = crate::header::frame_crc(&stream[8..16 + payload_len]);
+    stream[4..8].copy_from_slice(&crc.to_le_bytes());
+    let frames = decode_chunked(&stream, &[]).unwrap();
+    let error = frames[0].envelope().unwrap_err();
+    let WireError::InvalidPayload { kind, reason } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(*kind, "RegisterExecutor");
+    assert!(
+        reason.starts_with("invalid UTF-8 while checking field 'hostname' of struct "),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("of variant 'RegisterExecutor' of enum 'ArchivedMessage'")
+            && reason.ends_with("while checking field 'message' of struct 'ArchivedEnvelope'"),
+        "{reason}"
+    );
+    assert!(!error.to_string().contains("debug assertions"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("invalid RegisterExecutor payload: invalid UTF-8 while checking"),
+        "{error}"
+    );
+}
+
+/// A map status a task returns is checked as a frame is, and says as much.
+#[test]
+fn an_invalid_map_status_names_the_failed_check() {
+    let error = crate::MapStatus::decode(&[0xFF; 3]).unwrap_err();
+    let WireError::InvalidPayload { kind, reason } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(*kind, "MapStatus");
+    assert!(
+        !reason.is_empty() && !reason.contains("debug assertions"),
+        "{reason}"
+    );
+}

@@ -89,6 +89,16 @@ impl CloseReason {
                 timeout: *timeout,
             },
             CloseReason::Stopping => RpcError::Stopped,
+            CloseReason::Auth(_) | CloseReason::AuthTimeout(_) => RpcError::AuthenticationFailed {
+                peer,
+                reason: self.to_string(),
+            },
+            CloseReason::Refused(text) if crate::auth::is_auth_refusal(text) => {
+                RpcError::AuthenticationFailed {
+                    peer,
+                    reason: self.to_string(),
+                }
+            }
             _ => RpcError::Disconnected {
                 peer,
                 reason: self.to_string(),

@@ -115,7 +115,10 @@ fn authentication_passes_with_the_secret_and_fails_without() {
     ]);
     let remote = stranger.handle().endpoint_ref(server.address(), "probe");
     let error = remote.ask(&custom(2)).unwrap_err();
-    assert!(matches!(error, RpcError::Disconnected { .. }), "{error:?}");
+    assert!(
+        matches!(error, RpcError::AuthenticationFailed { .. }),
+        "{error:?}"
+    );
     // The client checks the server's proof first: it learns why.
     let text = error.to_string();
     assert!(
@@ -127,7 +130,10 @@ fn authentication_passes_with_the_secret_and_fails_without() {
     let plain = env(&["rpc.askTimeout=5s"]);
     let remote = plain.handle().endpoint_ref(server.address(), "probe");
     let error = remote.ask(&custom(3)).unwrap_err();
-    assert!(matches!(error, RpcError::Disconnected { .. }), "{error:?}");
+    assert!(
+        matches!(error, RpcError::AuthenticationFailed { .. }),
+        "{error:?}"
+    );
     let text = error.to_string();
     assert!(
         text.contains("the peer closed the connection, saying: authentication failed: expected AuthChallenge, got Custom"),
@@ -147,7 +153,12 @@ fn authentication_passes_with_the_secret_and_fails_without() {
     // And one that authenticates with a side that does not.
     let (open_server, _) = server_with_probe(&["rpc.askTimeout=5s"]);
     let remote = friend.handle().endpoint_ref(open_server.address(), "probe");
-    let text = remote.ask(&custom(4)).unwrap_err().to_string();
+    let error = remote.ask(&custom(4)).unwrap_err();
+    assert!(
+        matches!(error, RpcError::AuthenticationFailed { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
     assert!(
         text.contains("saying: the peer sent AuthChallenge, but authenticate is false here"),
         "{text}"

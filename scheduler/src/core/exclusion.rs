@@ -139,6 +139,11 @@ impl TaskSetExclusion {
         self.by_executor.is_empty()
     }
 
+    /// Whether the policy is on (`excludeOnFailure.enabled`).
+    pub fn is_enabled(&self) -> bool {
+        self.policy.enabled
+    }
+
     pub fn latest_failure(&self) -> Option<&str> {
         self.latest_failure.as_deref()
     }

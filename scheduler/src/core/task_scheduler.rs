@@ -71,6 +71,18 @@ pub struct TaskScheduler {
     excluded_hosts: FxHashSet<SharedStr>,
     /// Whether launches post TaskStart events.
     task_start_events: bool,
+    /// Executors lost with [`ExecutorLossReason::LossReasonPending`], until the reason
+    /// comes (the seeds keep them in `executorIdToHost` meanwhile): their host and the
+    /// tasks they were running, which their task sets still count as running.
+    pending_loss: FxHashMap<SharedStr, PendingLoss>,
+}
+
+/// An executor lost before the reason was known (see [`TaskScheduler::executor_lost`]).
+#[derive(Debug)]
+struct PendingLoss {
+    host: SharedStr,
+    /// Its running tasks when it was lost, with their task set's key.
+    tasks: Vec<(u64, u32)>,
 }
 
 impl TaskScheduler {
@@ -102,6 +114,7 @@ impl TaskScheduler {
             slot_scratch: Vec::new(),
             excluded_hosts: FxHashSet::default(),
             task_start_events: true,
+            pending_loss: FxHashMap::default(),
         }
     }
 
@@ -762,7 +775,11 @@ impl TaskScheduler {
                 }
             }
             if !launched_for_set {
-                manager.abort_if_completely_excluded(&self.registry, &mut self.actions);
+                manager.abort_if_completely_excluded(
+                    &self.registry,
+                    &self.excluded_hosts,
+                    &mut self.actions,
+                );
                 self.after_task_set_change(key);
             }
             launched_any_task |= launched_for_set;
@@ -863,9 +880,30 @@ impl TaskScheduler {
     /// again. They count towards `task.maxFailures` unless the driver asked for the loss
     /// or the application did not cause it
     /// ([`ExecutorLossReason::counts_towards_task_failures`]).
+    ///
+    /// With [`ExecutorLossReason::LossReasonPending`] the executor gets no more offers
+    /// and its tasks leave the running list, but, as in the seeds ("unless reason is
+    /// LossReasonPending, the executor is removed from executorIdToHost registry and
+    /// TaskSetManagers get notified"), it is kept until a later call says why it was
+    /// lost: only then do its task sets hear of it, the reason deciding whether its
+    /// tasks' failures count, and is ExecutorRemoved posted. Whoever passes the pending
+    /// reason must pass the final one in time (the driver waits for its cluster
+    /// manager's report of the exit, for a bounded time).
     pub fn executor_lost(&mut self, now: Instant, executor_id: &str, reason: ExecutorLossReason) {
+        let pending = reason == ExecutorLossReason::LossReasonPending;
+        if !pending {
+            if let Some(lost) = self.pending_loss.remove(executor_id) {
+                error!("Lost executor {executor_id} on {}: {reason}", lost.host);
+                self.fail_lost_tasks(now, executor_id, &reason, lost.tasks);
+                return;
+            }
+        }
         let Some(record) = self.registry.remove(executor_id) else {
-            error!("Lost an executor {executor_id} (already removed): {reason}");
+            if pending && self.pending_loss.contains_key(executor_id) {
+                debug!("Executor {executor_id} is already waiting for the reason of its loss");
+            } else {
+                error!("Lost an executor {executor_id} (already removed): {reason}");
+            }
             return;
         };
         // Spark's logExecutorLoss: a loss the driver asked for is no error.
@@ -882,6 +920,37 @@ impl TaskScheduler {
             }
             _ => error!("Lost executor {executor_id} on {}: {reason}", record.host),
         }
+        // Its slot is free for the next executor added: its tasks leave the list now.
+        let task_ids: Vec<u64> = self.running.on_executor(record.slot).collect();
+        let tasks: Vec<(u64, u32)> = task_ids
+            .into_iter()
+            .filter_map(|task_id| Some((task_id, self.running.remove(task_id)?)))
+            .collect();
+        if pending {
+            for manager in self.task_sets.values_mut() {
+                manager.recompute_locality(&self.registry);
+            }
+            self.pending_loss.insert(
+                SharedStr::from(executor_id),
+                PendingLoss {
+                    host: record.host,
+                    tasks,
+                },
+            );
+            return;
+        }
+        self.fail_lost_tasks(now, executor_id, &reason, tasks);
+    }
+
+    /// The task sets hear that `tasks` were lost with their executor, for `reason`;
+    /// ExecutorRemoved is posted and offers revived.
+    fn fail_lost_tasks(
+        &mut self,
+        now: Instant,
+        executor_id: &str,
+        reason: &ExecutorLossReason,
+        tasks: Vec<(u64, u32)>,
+    ) {
         let counts = reason.counts_towards_task_failures();
         let message = format!(
             "ExecutorLostFailure (executor {executor_id} {}) Reason: {reason}",
@@ -891,12 +960,7 @@ impl TaskScheduler {
                 "exited unrelated to the running tasks"
             }
         );
-        // Its slot is free for the next executor added: its tasks leave the list now.
-        let task_ids: Vec<u64> = self.running.on_executor(record.slot).collect();
-        for task_id in task_ids {
-            let Some(key) = self.running.remove(task_id) else {
-                continue;
-            };
+        for (task_id, key) in tasks {
             if let Some(manager) = self.task_sets.get_mut(&key) {
                 manager.handle_failed_task(
                     now,
@@ -922,6 +986,12 @@ impl TaskScheduler {
                 reason: reason.to_string(),
             }));
         self.actions.push_back(Action::ReviveOffers);
+    }
+
+    /// Whether an executor was lost with [`ExecutorLossReason::LossReasonPending`] and
+    /// the reason has not come yet.
+    pub fn is_loss_reason_pending(&self, executor_id: &str) -> bool {
+        self.pending_loss.contains_key(executor_id)
     }
 
     /// A worker (host) was removed (the seeds' `workerRemoved`). Its executors are

@@ -16,7 +16,7 @@ use tracing::{debug, error, info, warn};
 use crate::core::config::SpeculationConfig;
 use crate::core::events::{Action, SchedulerEvent, TaskEndReason, TaskResult};
 use crate::core::exclusion::{ExclusionPolicy, TaskSetExclusion};
-use crate::core::fx_hash::FxHashMap;
+use crate::core::fx_hash::{FxHashMap, FxHashSet};
 use crate::core::id_window::Attempts;
 use crate::core::locality::{TaskLocality, TaskLocation};
 use crate::core::pending::{any_pending, dequeue, PendingTasks};
@@ -897,13 +897,21 @@ impl TaskSetManager {
     }
 
     /// Spark's `abortIfCompletelyBlacklisted`: aborts if a pending task may run on none
-    /// of the live executors. Cheap unless some failure was recorded.
+    /// of the live executors, for this task set's exclusions or because its host is one
+    /// the application excludes (`app_excluded`, Spark's `isNodeBlacklisted`; such a
+    /// host's executors stay registered but get no offers). As in Spark, only with
+    /// `excludeOnFailure.enabled`. Cheap unless some failure or host was recorded.
     pub(crate) fn abort_if_completely_excluded(
         &mut self,
         registry: &ExecutorRegistry,
+        app_excluded: &FxHashSet<SharedStr>,
         actions: &mut VecDeque<Action>,
     ) {
-        if self.zombie || self.exclusion.is_empty() || registry.len() == 0 {
+        if self.zombie
+            || !self.exclusion.is_enabled()
+            || (self.exclusion.is_empty() && app_excluded.is_empty())
+            || registry.len() == 0
+        {
             return;
         }
         let tasks = &self.tasks;
@@ -921,7 +929,8 @@ impl TaskSetManager {
             .executors_by_host()
             .iter()
             .all(|(host, executors)| {
-                exclusion.is_host_excluded(host)
+                app_excluded.contains(host)
+                    || exclusion.is_host_excluded(host)
                     || executors.iter().all(|e| {
                         exclusion.is_executor_excluded(e)
                             || exclusion.is_task_excluded(index, e, host)

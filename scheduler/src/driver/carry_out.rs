@@ -15,7 +15,9 @@ use flint_rpc::{EndpointRef, Reply, RpcError};
 use flint_wire::{ArchivedMessage, Message, TaskDescription, WireError};
 use tracing::debug;
 
-use crate::core::driver_core::{ChunkReply, DriverCore, LaunchRefused, Output, PeerId};
+use crate::core::driver_core::{
+    ChunkFailure, ChunkReply, DriverCore, LaunchRefused, Output, PeerId,
+};
 use crate::core::events::{SchedulerEvent, SchedulerListener, TaskEndReason, TaskResult};
 use crate::core::fx_hash::FxHashMap;
 use crate::core::task_set::TaskSetId;
@@ -201,6 +203,7 @@ impl DriverState {
                     }
                 }
                 Output::KillExecutors(executor_ids) => self.supply.kill(executor_ids),
+                Output::LookForExits => self.supply.look_for_exits(),
                 Output::SupplyStopping { registered } => self.supply.stopping(registered),
                 Output::Event(event) => self.on_event(now, event),
                 Output::JobEnded {
@@ -278,7 +281,8 @@ impl DriverState {
             })
         });
         if let Err(e) = asked {
-            self.core.chunk_received(now, task_id, Err(e.to_string()));
+            self.core
+                .chunk_received(now, task_id, Err(chunk_failure(&e)));
         }
     }
 
@@ -321,7 +325,17 @@ impl DriverState {
 }
 
 /// A block fetch's reply as the core reads it.
-fn chunk_reply(reply: &Result<Reply, RpcError>) -> Result<ChunkReply<'_>, String> {
+/// A failed chunk ask, as the core reads it: whether the executor's connection is gone.
+fn chunk_failure(error: &RpcError) -> ChunkFailure {
+    match error {
+        RpcError::Disconnected { .. } | RpcError::AuthenticationFailed { .. } => {
+            ChunkFailure::ConnectionClosed(error.to_string())
+        }
+        other => ChunkFailure::Other(other.to_string()),
+    }
+}
+
+fn chunk_reply(reply: &Result<Reply, RpcError>) -> Result<ChunkReply<'_>, ChunkFailure> {
     match reply {
         Ok(reply) => Ok(match reply.message() {
             ArchivedMessage::BlockChunk {
@@ -336,6 +350,6 @@ fn chunk_reply(reply: &Result<Reply, RpcError>) -> Result<ChunkReply<'_>, String
             },
             other => ChunkReply::Other(other.kind()),
         }),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(chunk_failure(e)),
     }
 }

@@ -62,12 +62,15 @@ fn exit_of(executor_id: &str, status: ExitStatus) -> ExitedExecutor {
     #[cfg(not(unix))]
     let signal: Option<i32> = None;
     let (exit_code, message) = match (status.code(), signal) {
-        (Some(code), _) => (code, format!("Command exited with code {code}")),
+        (Some(code), _) => (
+            code,
+            format!("executor {executor_id} exited with code {code}"),
+        ),
         (None, Some(signal)) => (
             128 + signal,
-            format!("Command was killed by signal {signal}"),
+            format!("executor {executor_id} was killed by signal {signal}"),
         ),
-        (None, None) => (-1, format!("Command ended: {status}")),
+        (None, None) => (-1, format!("executor {executor_id} ended: {status}")),
     };
     ExitedExecutor {
         executor_id: executor_id.to_owned(),
@@ -100,6 +103,15 @@ pub trait ClusterManager: Send {
     /// closed connections and missing heartbeats alone.
     fn exited_executors(&mut self) -> Vec<ExitedExecutor> {
         Vec::new()
+    }
+
+    /// Whether [`ClusterManager::exited_executors`] reports every executor it started
+    /// that exits. If so, the driver holds an executor whose connection closed (no
+    /// offers, its tasks not yet re-run) until that report says why, for a few polls
+    /// at most, and its exit is the reason of the loss ("executor 2 exited with code
+    /// 3"); if not (the default), the closed connection is the reason, at once.
+    fn reports_exits(&self) -> bool {
+        false
     }
 
     /// The driver is about to ask its executors to stop; `registered` are those
@@ -396,6 +408,10 @@ impl ClusterManager for LocalClusterManager {
         std::mem::take(&mut self.exited)
     }
 
+    fn reports_exits(&self) -> bool {
+        true
+    }
+
     fn stopping(&mut self, registered: &[String]) {
         self.stopping = true;
         let (registered, unregistered) = std::mem::take(&mut self.children)
@@ -526,7 +542,7 @@ mod tests {
             [ExitedExecutor {
                 executor_id: "1".into(),
                 exit_code: 3,
-                message: "Command exited with code 3".into(),
+                message: "executor 1 exited with code 3".into(),
             }]
         );
         assert!(exits[0].is_failure());
@@ -535,7 +551,7 @@ mod tests {
             ExecutorLossReason::ExecutorExited {
                 exit_code: 3,
                 exit_caused_by_app: true,
-                reason: "Command exited with code 3".into(),
+                reason: "executor 1 exited with code 3".into(),
             }
         );
         assert!(exits[0].loss_reason().counts_towards_task_failures());
@@ -567,7 +583,7 @@ mod tests {
         let exits = exits(&mut manager, 1);
         assert_eq!(exits[0].executor_id, "1");
         assert_eq!(exits[0].exit_code, 137);
-        assert_eq!(exits[0].message, "Command was killed by signal 9");
+        assert_eq!(exits[0].message, "executor 1 was killed by signal 9");
         std::thread::sleep(Duration::from_millis(20));
         assert!(
             manager.exited_executors().is_empty(),
@@ -578,7 +594,7 @@ mod tests {
         let normal = ExitedExecutor {
             executor_id: "3".into(),
             exit_code: 0,
-            message: "Command exited with code 0".into(),
+            message: "executor 3 exited with code 0".into(),
         };
         assert!(!normal.is_failure());
         assert!(normal.loss_reason().counts_towards_task_failures());

@@ -54,6 +54,10 @@ const EXECUTOR_STOP_GRACE: Duration = Duration::from_secs(10);
 /// How often [`Driver::wait_backend_ready`] looks again.
 const READY_POLL: Duration = Duration::from_millis(10);
 
+/// Polls of the cluster manager for exits that the reason of a lost executor is waited
+/// for (see [`ClusterManager::reports_exits`]).
+const LOSS_REASON_POLLS: u32 = 3;
+
 /// What the driver could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -196,8 +200,15 @@ impl Driver {
             outbox_limit: settings.outbox_limit,
         };
         let revive_interval = config.revive_interval;
-        let core = DriverCore::new(config, limits, scheduler, Instant::now());
+        let mut core = DriverCore::new(config, limits, scheduler, Instant::now());
         let poll_every = core.heartbeats().check_interval();
+        if cluster_manager.reports_exits() {
+            // The exit is reaped at the supply thread's next poll; a few polls, and at
+            // least a second, leave room for a poll that waits behind a slow request.
+            core.wait_for_loss_reasons(
+                (poll_every * LOSS_REASON_POLLS).max(Duration::from_secs(1)),
+            );
+        }
         let (queue, inbox) = supply::channel();
         let state = DriverState::new(core, queue.clone(), settings.ask_timeout);
         let supply = supply::spawn(

@@ -27,12 +27,20 @@ enum Command {
         answer: Option<SyncSender<Result<bool, ClusterManagerError>>>,
     },
     Kill(Vec<String>),
+    /// Look for exited executors soon (see [`LOOK_AGAIN`]).
+    LookForExits,
     Stopping(Vec<String>),
     /// Answered once everything asked before is done.
     Barrier(SyncSender<Result<bool, ClusterManagerError>>),
     /// Stop every executor (given this long to exit on their own) and end the thread.
     Stop(Duration),
 }
+
+/// When to look for exited executors after being asked to
+/// ([`SupplyQueue::look_for_exits`]): an executor's connection closes as its process
+/// ends, a moment before the process can be reaped, so the first look comes a little
+/// later and a second one after that, before the periodic polls take over.
+const LOOK_AGAIN: [Duration; 2] = [Duration::from_millis(20), Duration::from_millis(200)];
 
 /// What the driver program waits for, with the driver's lock let go: the cluster
 /// manager's answer to its request, or word that everything asked before was done.
@@ -83,6 +91,11 @@ impl SupplyQueue {
     /// Kills these executors.
     pub fn kill(&self, executor_ids: Vec<String>) {
         let _ = self.0.send(Command::Kill(executor_ids));
+    }
+
+    /// Looks for exited executors soon, not only at the next periodic poll.
+    pub fn look_for_exits(&self) {
+        let _ = self.0.send(Command::LookForExits);
     }
 
     /// The driver is stopping; `registered` are the executors registered with it.
@@ -145,9 +158,12 @@ fn run(
     poll_every: Duration,
 ) {
     let mut next_poll = Instant::now() + poll_every;
+    // Looks asked for ahead of the periodic polls, soonest last.
+    let mut early: Vec<Instant> = Vec::new();
     let mut events = Vec::new();
     loop {
-        let wait = next_poll.saturating_duration_since(Instant::now());
+        let due = early.last().map_or(next_poll, |&at| at.min(next_poll));
+        let wait = due.saturating_duration_since(Instant::now());
         match inbox.recv_timeout(wait) {
             Ok(Command::RequestTotal {
                 total,
@@ -170,6 +186,15 @@ fn run(
                     },
                 }
             }
+            Ok(Command::LookForExits) => {
+                let now = Instant::now();
+                early.extend(LOOK_AGAIN.iter().map(|after| now + *after));
+                early.sort_unstable_by(|a, b| b.cmp(a));
+                // Many losses at once need no more than a few looks, the soonest; the
+                // periodic polls find the rest.
+                let extra = early.len().saturating_sub(LOOK_AGAIN.len() * 2);
+                early.drain(..extra);
+            }
             Ok(Command::Kill(executor_ids)) => {
                 if let Err(e) = cluster_manager.kill_executors(&executor_ids) {
                     error!("Cannot kill executor(s) {}: {e}", executor_ids.join(", "));
@@ -188,9 +213,16 @@ fn run(
             // what it started.
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        let poll = Instant::now() >= next_poll;
+        let now = Instant::now();
+        let looked = early.last().is_some_and(|&at| now >= at);
+        while early.last().is_some_and(|&at| now >= at) {
+            early.pop();
+        }
+        let poll = now >= next_poll;
         if poll {
-            next_poll = Instant::now() + poll_every;
+            next_poll = now + poll_every;
+        }
+        if poll || looked {
             events.extend(
                 cluster_manager
                     .exited_executors()

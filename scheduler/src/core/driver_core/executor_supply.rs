@@ -24,7 +24,8 @@ pub struct ExitedExecutor {
     /// Its exit code; 128 + the signal's number for a process killed by a signal, as a
     /// shell reports it (137 for `kill -9`).
     pub exit_code: i32,
-    /// How it ended, e.g. "Command exited with code 3".
+    /// How it ended, e.g. "executor 2 exited with code 3" or "executor 2 was killed by
+    /// signal 9": the reason of its loss, and of the failure it counts as.
     pub message: String,
 }
 
@@ -144,11 +145,13 @@ impl DriverCore {
             ..
         } = &exit;
         if exit.is_failure() {
-            self.executor_failed(format!("executor {executor_id}: {message}"));
+            self.executor_failed(message.clone());
         } else {
             info!("Executor {executor_id} exited: {message}");
         }
-        if self.executors.contains_key(executor_id.as_str()) {
+        if self.executors.contains_key(executor_id.as_str())
+            || self.pending_loss.contains_key(executor_id.as_str())
+        {
             self.lose_executor(now, executor_id, exit.loss_reason());
         }
     }

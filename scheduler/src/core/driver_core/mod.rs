@@ -39,6 +39,13 @@
 //! that message. Executors that never start nor exit are not counted; the caller's
 //! timeouts bound those.
 //!
+//! With a cluster manager that reports exits ([`DriverCore::wait_for_loss_reasons`]),
+//! a closed connection does not remove its executor at once: as the seeds' YARN backend
+//! does (`disableExecutor`, `LossReasonPending`), the executor is disabled (no offers;
+//! its tasks held, not yet re-run) until the report of its exit gives the reason
+//! ("executor 2 exited with code 3"), or the wait ends and the closed connection is the
+//! reason ([`DISASSOCIATED`]).
+//!
 //! # Executors that do not take what they are sent
 //!
 //! A launch that finds the executor's connection full ([`LaunchRefused::Backlogged`])
@@ -83,7 +90,7 @@ pub(crate) use executors::Registration;
 use executors::{Backlog, ExecutorData, Peers};
 use jobs::Jobs;
 pub use jobs::FIRST_JOB_ID;
-pub use output::{ChunkReply, IfRefused, JobStats, LaunchRefused, Output, PeerId};
+pub use output::{ChunkFailure, ChunkReply, IfRefused, JobStats, LaunchRefused, Output, PeerId};
 use result_fetch::ResultFetch;
 
 /// The seeds' reason for an executor whose connection closed.
@@ -154,6 +161,13 @@ pub(crate) struct DriverCore {
     offer_rounds: usize,
     /// Jobs of stages: the DAG scheduler, fed by the task scheduler's events.
     jobs: Jobs,
+    /// How long the reason of a lost executor is waited for, when the cluster manager
+    /// reports how its executors exit ([`DriverCore::wait_for_loss_reasons`]); `None`:
+    /// a closed connection is the reason.
+    loss_reason_wait: Option<Duration>,
+    /// Executors whose connection closed, waiting for the cluster manager's report of
+    /// their exit until the deadline (the seeds' `executorsPendingLossReason`).
+    pending_loss: FxHashMap<SharedStr, Instant>,
 }
 
 impl std::fmt::Debug for DriverCore {
@@ -199,7 +213,25 @@ impl DriverCore {
             revive: false,
             offer_rounds: 0,
             jobs,
+            loss_reason_wait: None,
+            pending_loss: FxHashMap::default(),
         }
+    }
+
+    /// The cluster manager reports how its executors exit
+    /// ([`crate::ClusterManager::exited_executors`]): an executor whose connection closes
+    /// is disabled (no offers, its tasks held) and its loss waits up to `wait` for that
+    /// report, whose exit code is then the reason ("executor 2 exited with code 3")
+    /// rather than the seeds' guess for a closed connection ([`DISASSOCIATED`]), which
+    /// is the reason once `wait` has passed without a report.
+    pub fn wait_for_loss_reasons(&mut self, wait: Duration) {
+        self.loss_reason_wait = Some(wait);
+    }
+
+    /// Whether an executor's connection closed and the reason of its loss is awaited.
+    #[cfg(test)]
+    pub fn is_loss_reason_pending(&self, executor_id: &str) -> bool {
+        self.pending_loss.contains_key(executor_id)
     }
 
     pub fn heartbeats(&self) -> &HeartbeatTracker {
@@ -387,7 +419,9 @@ impl DriverCore {
                 "Executor {executor_id} registered with {cores} cores, more than {MAX_CORES_KEY} ({max_cores})"
             ));
         }
-        if self.executors.contains_key(&executor_id) {
+        // One whose loss is pending is still known, as in the seeds' executorDataMap.
+        if self.executors.contains_key(&executor_id) || self.pending_loss.contains_key(&executor_id)
+        {
             return Err(format!("Duplicate executor ID: {executor_id}"));
         }
         // After StopExecutors it would get no StopExecutor, and be killed at the end of
@@ -963,6 +997,10 @@ impl DriverCore {
                 interrupt_thread,
                 reason,
             }),
+            // Its connection is gone: the task went with it.
+            None if self.pending_loss.contains_key(executor_id) => debug!(
+                "Not killing task {task_id}: executor {executor_id} is gone, the reason pending"
+            ),
             None => warn!("Attempted to kill task {task_id} for unknown executor {executor_id}."),
         }
     }
@@ -985,6 +1023,11 @@ impl DriverCore {
         reason: ExecutorLossReason,
     ) -> bool {
         debug!("Asked to remove executor {executor_id} with reason {reason}");
+        if self.pending_loss.remove(executor_id).is_some() {
+            // Disabled when its connection closed: the reason has come.
+            self.scheduler.executor_lost(now, executor_id, reason);
+            return true;
+        }
         let Some(executor) = self.forget_executor(executor_id) else {
             info!("Asked to remove non-existent executor {executor_id}");
             return false;
@@ -1014,7 +1057,10 @@ impl DriverCore {
     }
 
     /// The driver endpoint's `onDisconnected`: an executor whose connection closed is
-    /// removed (killed on purpose: ExecutorKilled; else the seeds' disassociation text).
+    /// removed (killed on purpose: ExecutorKilled; else the seeds' disassociation text),
+    /// or, when the cluster manager reports exits ([`DriverCore::wait_for_loss_reasons`]),
+    /// disabled until its report or the wait's end (the seeds' `disableExecutor` and
+    /// LossReasonPending).
     pub fn disconnected(&mut self, now: Instant, remote: SocketAddr) {
         let Some(executor_id) = self.address_to_executor.get(&remote).cloned() else {
             return;
@@ -1027,6 +1073,9 @@ impl DriverCore {
         }
         let reason = if self.supply.pending_to_remove.contains(&executor_id) {
             ExecutorLossReason::ExecutorKilled
+        } else if let Some(wait) = self.loss_reason_wait {
+            self.disable_executor(now, &executor_id, wait);
+            return;
         } else {
             ExecutorLossReason::SlaveLost {
                 message: DISASSOCIATED.to_owned(),
@@ -1034,6 +1083,53 @@ impl DriverCore {
             }
         };
         self.remove_executor(now, &executor_id, reason);
+    }
+
+    /// The seeds' `disableExecutor`: the executor leaves the driver's registries (it
+    /// gets no offers, its connection is gone) and the scheduler loses it with
+    /// LossReasonPending, holding its tasks; the reason is awaited until `now + wait`.
+    fn disable_executor(&mut self, now: Instant, executor_id: &SharedStr, wait: Duration) {
+        if self.forget_executor(executor_id).is_none() {
+            return;
+        }
+        info!("Disabling executor {executor_id}.");
+        self.pending_loss.insert(
+            executor_id.clone(),
+            flint_rpc::timer::deadline_after(now, wait),
+        );
+        self.outputs.push_back(Output::LookForExits);
+        self.scheduler
+            .executor_lost(now, executor_id, ExecutorLossReason::LossReasonPending);
+    }
+
+    /// Removes, with the seeds' reason for a closed connection, the executors whose
+    /// loss reason did not come in time.
+    fn expire_pending_losses(&mut self, now: Instant) {
+        if self.pending_loss.is_empty() {
+            return;
+        }
+        let expired: Vec<SharedStr> = self
+            .pending_loss
+            .iter()
+            .filter(|(_, &deadline)| deadline <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            // Any peer can register an executor and leave: within the budget.
+            flint_rpc::peer_warn!(
+                self.peer_warnings,
+                now,
+                "No exit was reported for executor {id} in time: taking its closed connection as the reason of its loss"
+            );
+            self.remove_executor(
+                now,
+                &id,
+                ExecutorLossReason::SlaveLost {
+                    message: DISASSOCIATED.to_owned(),
+                    worker_lost: false,
+                },
+            );
+        }
     }
 
     /// The RemoveWorker handler.
@@ -1066,6 +1162,7 @@ impl DriverCore {
     /// Removes the executors silent for longer than `network.timeout`; their processes
     /// are killed and replaced (Spark's `killAndReplaceExecutor`).
     pub fn expire_dead_executors(&mut self, now: Instant) {
+        self.expire_pending_losses(now);
         let timeout = self.heartbeats.timeout();
         for expired in self.heartbeats.expire(now) {
             let id = expired.executor_id.to_string();
@@ -1096,7 +1193,12 @@ impl DriverCore {
     pub fn reset(&mut self, now: Instant) {
         self.supply.num_pending_executors = 0;
         self.supply.pending_to_remove.clear();
-        let ids: Vec<SharedStr> = self.executors.keys().cloned().collect();
+        let ids: Vec<SharedStr> = self
+            .executors
+            .keys()
+            .chain(self.pending_loss.keys())
+            .cloned()
+            .collect();
         for id in ids {
             self.lose_executor(
                 now,

@@ -108,6 +108,11 @@ pub enum Output {
     },
     /// Ask the cluster manager to kill these executors (the seeds' `doKillExecutors`).
     KillExecutors(Vec<String>),
+    /// An executor's connection closed and its loss waits for the cluster manager's
+    /// report of its exit: look for exited executors soon, rather than at the next
+    /// periodic poll, so that its tasks are not held longer than its process takes to
+    /// end.
+    LookForExits,
     /// The driver is stopping: the cluster manager starts no more executors and kills
     /// those it started that never registered (`registered` are those that did).
     SupplyStopping {
@@ -168,6 +173,25 @@ pub enum LaunchRefused {
     },
     /// Anything else (the connection is gone): the task is pending again.
     Other(String),
+}
+
+/// Why an [`Output::FetchChunk`] got no answer, as the glue saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkFailure {
+    /// The executor's connection closed, before the reply came or as the ask was made:
+    /// the executor is gone (news of the closed connection follows the asks' failures).
+    ConnectionClosed(String),
+    /// Anything else: the ask timed out, could not be queued (a full outbox), or the
+    /// executor answered with an error.
+    Other(String),
+}
+
+impl std::fmt::Display for ChunkFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChunkFailure::ConnectionClosed(why) | ChunkFailure::Other(why) => f.write_str(why),
+        }
+    }
 }
 
 /// An answer to an [`Output::FetchChunk`], as the glue read it.

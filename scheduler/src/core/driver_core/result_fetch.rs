@@ -10,7 +10,7 @@ use flint_wire::{
 };
 use tracing::{debug, warn};
 
-use super::output::{ChunkReply, Output, PeerId};
+use super::output::{ChunkFailure, ChunkReply, Output, PeerId};
 use super::DriverCore;
 
 /// Room left in a message around a result or a chunk of one.
@@ -132,12 +132,13 @@ impl DriverCore {
     /// What came of an [`Output::FetchChunk`]: the reply, or why there is none (the ask
     /// could not be sent, timed out, or its connection closed). The next chunk is asked
     /// for, or the result is complete and recorded, or the fetch failed and the task runs
-    /// again (TaskResultLost).
+    /// again (TaskResultLost). A closed connection is the executor's loss first
+    /// ([`DriverCore::disconnected`]): the task is lost with it, once.
     pub fn chunk_received(
         &mut self,
         now: Instant,
         task_id: u64,
-        reply: Result<ChunkReply<'_>, String>,
+        reply: Result<ChunkReply<'_>, ChunkFailure>,
     ) {
         let max_len = self.chunk_size() as usize;
         let Some(fetch) = self.fetches.get_mut(&task_id) else {
@@ -152,7 +153,22 @@ impl DriverCore {
             Ok(ChunkReply::Other(kind)) => {
                 return self.fetch_failed(now, task_id, format!("the executor answered {kind}"))
             }
-            Err(e) => return self.fetch_failed(now, task_id, e),
+            Err(ChunkFailure::ConnectionClosed(why)) => {
+                // The connection's end reaches the driver endpoint only after the asks
+                // on it failed: the executor is lost now, and the task with it, rather
+                // than the fetch's failure being read first as a lost result (a second
+                // failure, and the task offered again to the executor that is gone).
+                let address = self
+                    .executors
+                    .get(&fetch.executor_id)
+                    .filter(|e| e.peer == fetch.peer)
+                    .and_then(|e| e.address);
+                if let Some(address) = address {
+                    self.disconnected(now, address);
+                }
+                return self.fetch_failed(now, task_id, why);
+            }
+            Err(ChunkFailure::Other(why)) => return self.fetch_failed(now, task_id, why),
         };
         let expected = fetch.received.len() as u64;
         let bad = if offset != expected {
@@ -220,6 +236,12 @@ impl DriverCore {
             .as_ref()
             .map_or_else(String::new, |f| format!(" from executor {}", f.executor_id));
         let message = format!("TaskResultLost (result lost from block manager): cannot fetch the result of task {task_id}{from}: {reason}");
+        if self.scheduler.task_set_of(task_id).is_none() {
+            // Lost with its executor (whose connection the fetch's failure is likely
+            // the news of), or its task set is gone: the task has had its ending.
+            debug!("{message} (the task is no longer running)");
+            return;
+        }
         warn!("{message}");
         let outcome = TaskOutcome::Failure {
             kind: TaskFailureKind::ResultLost,
