@@ -14,7 +14,7 @@ use flint_wire::{Encoder, Message, Route, FLAG_SEALED, TAG_LEN};
 
 use crate::crypto::Sealer;
 use crate::error::RpcError;
-use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// The socket a write-through writes to: the connection's own (a duplicate descriptor),
 /// or under loom a model of one.
@@ -77,6 +77,9 @@ pub struct Outbox {
     state: Mutex<OutboxState>,
     /// Bytes queued and not yet written: in `state.buf` or taken by the loop.
     queued: AtomicUsize,
+    /// Bytes written to the socket over the connection's life: whether a peer with bytes
+    /// queued to it takes any of them ([`Outbox::written_total`]).
+    written_total: AtomicU64,
     /// Whether a sender has taken it upon itself to get what is queued written: by
     /// telling the loop, or by writing it through. Cleared when the loop takes the outbox
     /// and when a write-through empties it.
@@ -111,6 +114,7 @@ impl Outbox {
                 sealer: None,
             }),
             queued: AtomicUsize::new(0),
+            written_total: AtomicU64::new(0),
             flush_requested: AtomicBool::new(false),
             spare: Mutex::new(None),
         }
@@ -229,6 +233,14 @@ impl Outbox {
     /// Notes that `n` taken bytes left for the socket (or were delivered locally).
     pub fn written(&self, n: usize) {
         self.queued.fetch_sub(n, Ordering::AcqRel);
+        self.written_total.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes written to the socket so far, by the loop and by write-throughs: a sender
+    /// that finds bytes queued reads it again later to tell a peer that takes them
+    /// slowly from one that takes none.
+    pub fn written_total(&self) -> u64 {
+        self.written_total.load(Ordering::Relaxed)
     }
 
     /// Counts `n` bytes the loop queued itself (handshake frames) until `written`.
@@ -307,6 +319,8 @@ impl Outbox {
         }
         buf.advance(written);
         self.queued.fetch_sub(written, Ordering::AcqRel);
+        self.written_total
+            .fetch_add(written as u64, Ordering::Relaxed);
         if !buf.is_empty() {
             return false;
         }

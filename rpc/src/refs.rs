@@ -251,8 +251,19 @@ impl EndpointRef {
     /// stays within `rpc.outbox.maxBytes` plus one frame.
     pub fn queued_bytes(&self) -> usize {
         match &self.target {
-            RefTarget::Remote(address) => self.env.shared.queued_to(*address),
+            RefTarget::Remote(address) => self.env.shared.queued_to(*address).0,
             RefTarget::Connection(outbox) => outbox.queued(),
+        }
+    }
+
+    /// Bytes written to this endpoint's connection's socket over its life (0 where
+    /// [`EndpointRef::queued_bytes`] is 0 for want of a connection). Read twice with
+    /// bytes queued in between, it tells a peer that takes what it is sent slowly (it
+    /// grew) from one that takes nothing (it did not).
+    pub fn bytes_written(&self) -> u64 {
+        match &self.target {
+            RefTarget::Remote(address) => self.env.shared.queued_to(*address).1,
+            RefTarget::Connection(outbox) => outbox.written_total(),
         }
     }
 

@@ -257,10 +257,13 @@ impl Shared {
         }
     }
 
-    /// Bytes queued on the connection to `address`, if one is open; none is opened.
-    pub(crate) fn queued_to(&self, address: SocketAddr) -> usize {
+    /// Bytes queued on the connection to `address` and bytes written to it so far, if
+    /// one is open; none is opened.
+    pub(crate) fn queued_to(&self, address: SocketAddr) -> (usize, u64) {
         let outgoing = self.outgoing.lock().unwrap_or_else(|e| e.into_inner());
-        outgoing.get(&address).map_or(0, |outbox| outbox.queued())
+        outgoing
+            .get(&address)
+            .map_or((0, 0), |outbox| (outbox.queued(), outbox.written_total()))
     }
 
     /// The outbox of the connection to `address`, opened on first use.

@@ -1739,11 +1739,11 @@ fn a_peer_that_stops_reading_is_back_pressure_and_is_removed_after_the_network_t
     // killed (it had none the cluster manager started).
     assert!(events.any(
         |e| matches!(e, SchedulerEvent::ExecutorRemoved { executor_id, reason }
-        if &**executor_id == "rogue" && reason.contains("Executor's connection has not drained for "))
+        if &**executor_id == "rogue" && reason.contains("Executor's connection has taken nothing for "))
     ), "{}", logs().dump());
     assert!(logs().contains(
         Level::WARN,
-        "Removing executor rogue whose connection has not drained: "
+        "Removing executor rogue whose connection has not taken a byte for "
     ));
     assert_eq!(driver.executor_ids(), ["honest"]);
     // Every line the rogue caused is within the budget: the backlog's at most a budget's

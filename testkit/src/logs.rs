@@ -32,6 +32,9 @@ thread_local! {
 }
 
 static EVERYWHERE: OnceLock<LogCapture> = OnceLock::new();
+/// The most verbose level [`LogCapture::everywhere`] records, once set by
+/// [`LogCapture::everywhere_at`]; every level until then.
+static EVERYWHERE_LEVEL: OnceLock<Level> = OnceLock::new();
 static INSTALL: Once = Once::new();
 
 /// The global subscriber: interested in every event, it records each in the captures that
@@ -62,13 +65,16 @@ impl Subscriber for Router {
             .try_with(|stack| stack.borrow().last().cloned())
             .ok()
             .flatten();
-        let everywhere = EVERYWHERE.get();
+        let level = *event.metadata().level();
+        let everywhere = EVERYWHERE
+            .get()
+            .filter(|_| EVERYWHERE_LEVEL.get().is_none_or(|&most| level <= most));
         if current.is_none() && everywhere.is_none() {
             return;
         }
         let mut visitor = MessageVisitor(String::new());
         event.record(&mut visitor);
-        let line = (*event.metadata().level(), visitor.0);
+        let line = (level, visitor.0);
         for capture in current.iter().chain(everywhere) {
             capture.lines.lock().unwrap().push(line.clone());
         }
@@ -107,6 +113,15 @@ impl LogCapture {
     pub fn everywhere() -> &'static LogCapture {
         install();
         EVERYWHERE.get_or_init(LogCapture::default)
+    }
+
+    /// [`LogCapture::everywhere`], recording only lines at `level` or less verbose (WARN:
+    /// warnings and errors), for tests that measure the process while it logs: a capture
+    /// of every DEBUG line of every thread costs CPU and memory of its own. The first
+    /// call of the process sets the level; later ones get the capture as it is.
+    pub fn everywhere_at(level: Level) -> &'static LogCapture {
+        let _ = EVERYWHERE_LEVEL.set(level);
+        Self::everywhere()
     }
 
     /// The lines at `level`, in the order they were logged.

@@ -254,6 +254,17 @@ fn a_full_outbox_is_reported_to_the_sender() {
     };
     assert!(queued > 48 * 1024, "{queued}");
     assert!(remote.queued_bytes() > 48 * 1024);
+    // A peer that reads nothing takes nothing more: what was written stops growing once
+    // the kernel's buffers are full.
+    std::thread::sleep(Duration::from_millis(200));
+    let (stalled, left) = (remote.bytes_written(), remote.queued_bytes());
+    assert!(stalled > 0);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        remote.bytes_written(),
+        stalled,
+        "written while nobody reads"
+    );
     let mut socket = holder.join().unwrap().unwrap();
     // The peer reads again: the queue drains to nothing.
     let reader = std::thread::spawn(move || {
@@ -265,6 +276,8 @@ fn a_full_outbox_is_reported_to_the_sender() {
         "still {} bytes queued",
         remote.queued_bytes()
     );
+    // What was left queued was written once the peer read.
+    assert!(remote.bytes_written() >= stalled + left as u64);
     drop(client);
     reader.join().unwrap();
 }

@@ -114,6 +114,9 @@ pub struct TaskSetManager {
     delay: DelayScheduling,
     exclusion: TaskSetExclusion,
     settings: ManagerSettings,
+    /// "Lost task" warnings: an executor lost with many tasks (one that registered
+    /// with many cores and never ran them, say) would otherwise log one line each.
+    lost_task_warnings: flint_rpc::log_budget::LogBudget,
 }
 
 impl TaskSetManager {
@@ -157,6 +160,7 @@ impl TaskSetManager {
             zombie: false,
             failure: None,
             completion_reported: false,
+            lost_task_warnings: Default::default(),
             delay: DelayScheduling {
                 levels: Vec::new(),
                 current: 0,
@@ -733,7 +737,7 @@ impl TaskSetManager {
         } else if already_successful || failure.kind == TaskFailureKind::TaskKilled {
             info!("{lost_task}");
         } else {
-            warn!("{lost_task}");
+            flint_rpc::peer_warn!(self.lost_task_warnings, now, "{lost_task}");
         }
         let counts =
             failure.counts && !already_successful && failure.kind != TaskFailureKind::TaskKilled;

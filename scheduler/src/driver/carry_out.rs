@@ -220,13 +220,15 @@ impl DriverState {
     }
 
     /// Tells the core how many bytes are queued on the connection of each executor it
-    /// holds backlogged: drained ones get offers again, ones backlogged for longer than
-    /// `network.timeout` are removed. A connection gone counts as drained: its loss is
-    /// the disconnection's to report.
+    /// holds backlogged, and how many it has taken: drained ones get offers again, ones
+    /// that took nothing for longer than `network.timeout` are removed. A connection
+    /// gone counts as drained: its loss is the disconnection's to report.
     pub fn check_backlogs(&mut self, now: Instant) {
         for (executor_id, peer) in self.core.backlogged_executors() {
-            let queued = self.endpoint(peer).map_or(0, EndpointRef::queued_bytes);
-            self.core.outbox_backlog(now, &executor_id, queued);
+            let (queued, written) = self
+                .endpoint(peer)
+                .map_or((0, 0), |e| (e.queued_bytes(), e.bytes_written()));
+            self.core.outbox_backlog(now, &executor_id, queued, written);
         }
         self.core.flush_offers(now);
     }

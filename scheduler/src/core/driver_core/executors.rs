@@ -33,9 +33,13 @@ pub(crate) struct ExecutorData {
 /// A connection that was found full, and has not been seen empty since.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Backlog {
-    /// When it was first found full: the executor is removed once `network.timeout` has
-    /// passed since then without the connection being seen empty.
-    pub since: Instant,
+    /// When the peer was last seen taking bytes (or, until it has been, when its
+    /// connection was found full): the
+    /// executor is removed once `network.timeout` has passed since then with bytes
+    /// still queued. A peer that takes what it is sent, however slowly, is not.
+    pub progress_at: Instant,
+    /// The connection's bytes written when last looked at, if it has been.
+    pub written: Option<u64>,
     /// Whether the executor gets no offers: from a launch that found the connection
     /// full until fewer than the low-water mark of bytes are queued on it.
     pub paused: bool,

@@ -53,9 +53,10 @@
 //! are withdrawn unsent, and the executor gets no offers until the glue reports its
 //! connection under half of `rpc.outbox.maxBytes` ([`DriverCore::outbox_backlog`]).
 //! Retrying instead would hand a peer that stopped reading every pending task, round
-//! after round, with a new task id each time. A connection not seen empty within
-//! `network.timeout` of being found full loses its executor, as silence does: the
-//! tasks queued to it would otherwise never come back.
+//! after round, with a new task id each time. A connection that, found full and not
+//! seen empty since, takes no byte for longer than `network.timeout` loses its
+//! executor, as silence does: the tasks queued to it would otherwise never come back.
+//! One that takes its bytes slowly keeps it.
 
 mod executor_supply;
 mod executors;
@@ -846,7 +847,8 @@ impl DriverCore {
                 .free_slots
                 .saturating_add(others.saturating_mul(cpus));
             let backlog = executor.backlog.get_or_insert(Backlog {
-                since: now,
+                progress_at: now,
+                written: None,
                 paused: false,
             });
             if !std::mem::replace(&mut backlog.paused, true) {
@@ -884,15 +886,17 @@ impl DriverCore {
     }
 
     /// `queued` bytes are queued on the connection of the backlogged `executor_id` at
-    /// `now`. Below the low-water mark (half of `rpc.outbox.maxBytes`) it is offered
-    /// tasks again (with the next [`DriverCore::flush_offers`] or round of offers); seen
-    /// empty, its backlog is over. Not seen empty within `network.timeout` of being
-    /// found full, it is removed as lost, as an executor silent for that long is: its
-    /// tasks (those queued to it among them) run again elsewhere, and its process is
-    /// killed and replaced. A peer that stops reading is removed so even when what it
-    /// was sent fits under the mark: the tasks queued to it would otherwise never come
-    /// back. Nothing for an executor that is not backlogged.
-    pub fn outbox_backlog(&mut self, now: Instant, executor_id: &str, queued: usize) {
+    /// `now`, and `written` bytes have been written to it over its life. Below the
+    /// low-water mark (half of `rpc.outbox.maxBytes`) it is offered tasks again (with the
+    /// next [`DriverCore::flush_offers`] or round of offers); seen empty, its backlog is
+    /// over. With bytes queued and none of them taken for longer than `network.timeout`
+    /// (`written` has not grown since it was found full, or since it last grew), it is
+    /// removed as lost, as an executor silent for that long is: its tasks (those queued
+    /// to it among them) run again elsewhere, and its process is killed and replaced. A
+    /// peer that stops reading is removed so even when what it was sent fits under the
+    /// mark: the tasks queued to it would otherwise never come back; one that reads
+    /// slowly, never. Nothing for an executor that is not backlogged.
+    pub fn outbox_backlog(&mut self, now: Instant, executor_id: &str, queued: usize, written: u64) {
         let low_water = self.low_water_mark();
         let timeout = self.limits.network_timeout;
         let Some(executor) = self.executors.get_mut(executor_id) else {
@@ -901,31 +905,46 @@ impl DriverCore {
         let Some(backlog) = &mut executor.backlog else {
             return;
         };
-        let since = backlog.since;
-        if queued < low_water && std::mem::take(&mut backlog.paused) {
+        let resumed = queued < low_water && std::mem::take(&mut backlog.paused);
+        if queued == 0 {
+            executor.backlog = None;
+        }
+        if resumed {
             debug!("The connection of executor {executor_id} drained to {queued} bytes queued: it is offered tasks again");
             Self::offer_later_to(executor, &mut self.pending_offers);
         }
-        if queued == 0 {
-            executor.backlog = None;
+        let Some(backlog) = &mut executor.backlog else {
             return;
+        };
+        if backlog.written.is_some_and(|before| written > before) {
+            backlog.progress_at = now;
         }
-        let backlogged_for = now.saturating_duration_since(since);
-        if backlogged_for <= timeout {
+        backlog.written = Some(written);
+        let stalled_for = now.saturating_duration_since(backlog.progress_at);
+        if stalled_for <= timeout {
             return;
         }
         let id = executor.id.to_string();
-        warn!(
-            "Removing executor {id} whose connection has not drained: {} ms exceeds timeout {} ms",
-            backlogged_for.as_millis(),
+        flint_rpc::peer_warn!(
+            self.launch_warnings,
+            now,
+            "Removing executor {id} whose connection has not taken a byte for {} ms: exceeds timeout {} ms",
+            stalled_for.as_millis(),
             timeout.as_millis()
         );
         let message = format!(
-            "Executor's connection has not drained for {} ms ({queued} bytes still queued on it since it reached rpc.outbox.maxBytes {}), exceeding network.timeout ({} ms)",
-            backlogged_for.as_millis(),
+            "Executor's connection has taken nothing for {} ms ({queued} bytes queued on it since it reached rpc.outbox.maxBytes {}), exceeding network.timeout ({} ms)",
+            stalled_for.as_millis(),
             self.limits.outbox_limit,
             timeout.as_millis()
         );
+        self.expire_executor(now, id, message);
+    }
+
+    /// Removes `id` as lost for `message` (silent, or not taking what it is sent) and
+    /// has its process killed and replaced: the seeds' `SlaveLost`, as the heartbeat
+    /// receiver's expiry does.
+    fn expire_executor(&mut self, now: Instant, id: String, message: String) {
         self.kill_executors(std::slice::from_ref(&id), true, true);
         self.remove_executor(
             now,
@@ -1045,6 +1064,12 @@ impl DriverCore {
         }
         self.total_core_count = self.total_core_count.saturating_sub(executor.total_cores);
         self.heartbeats.executor_removed(executor_id);
+        // Launches to it not yet carried out are not: their attempts end with its loss
+        // and run elsewhere, and one sent still, on a connection left open, would run
+        // twice.
+        self.outputs.retain(|output| {
+            !matches!(output, Output::Launch { task, .. } if &*task.executor_id == executor_id)
+        });
         self.release_peer(executor.peer);
         Some(executor)
     }
@@ -1171,15 +1196,7 @@ impl DriverCore {
                 expired.silent_for.as_millis(),
                 timeout.as_millis()
             );
-            self.kill_executors(std::slice::from_ref(&id), true, true);
-            self.remove_executor(
-                now,
-                &id,
-                ExecutorLossReason::SlaveLost {
-                    message: expired.reason(),
-                    worker_lost: false,
-                },
-            );
+            self.expire_executor(now, id, expired.reason());
             // Its tasks are offered elsewhere before the next is removed.
             self.process_actions(now);
         }

@@ -844,7 +844,7 @@ fn a_backlogged_executor_gets_no_offers_and_no_new_attempts_until_its_connection
     // No offers, by any path, while it is backlogged; nor once still over the mark.
     let t1 = t0 + Duration::from_secs(1);
     core.make_offers(t1);
-    core.outbox_backlog(t1, "slow", OUTBOX_LIMIT / 2);
+    core.outbox_backlog(t1, "slow", OUTBOX_LIMIT / 2, 0);
     core.flush_offers(t1);
     core.make_offers(t1);
     assert_eq!(launches(&drain(&mut core, t1)), []);
@@ -861,7 +861,7 @@ fn a_backlogged_executor_gets_no_offers_and_no_new_attempts_until_its_connection
     // Drained below half of rpc.outbox.maxBytes: offered again, and watched until its
     // connection is seen empty.
     let t2 = t1 + Duration::from_secs(1);
-    core.outbox_backlog(t2, "slow", OUTBOX_LIMIT / 2 - 1);
+    core.outbox_backlog(t2, "slow", OUTBOX_LIMIT / 2 - 1, 1);
     assert_eq!(
         core.backlogged_executors(),
         [(SharedStr::from("slow"), slow)]
@@ -873,14 +873,14 @@ fn a_backlogged_executor_gets_no_offers_and_no_new_attempts_until_its_connection
         [slow, slow, slow, slow]
     );
     assert_eq!(counted_failures(&core, 0), 0);
-    core.outbox_backlog(t2, "slow", 0);
+    core.outbox_backlog(t2, "slow", 0, 2);
     assert_eq!(
         core.backlogged_executors(),
         [],
         "seen empty: the backlog is over"
     );
     // Long after, nothing holds against it.
-    core.outbox_backlog(t2 + Duration::from_secs(600), "slow", OUTBOX_LIMIT);
+    core.outbox_backlog(t2 + Duration::from_secs(600), "slow", OUTBOX_LIMIT, 2);
     assert_eq!(core.executor_ids(), ["fast", "slow"]);
 }
 
@@ -898,7 +898,7 @@ fn withdrawn_launches_end_uncounted_and_are_logged_once_per_backlog_within_the_b
         // A peer that drains just enough, and fills up again, 100 times.
         for round in 0..100 {
             let now = t0 + Duration::from_millis(round);
-            core.outbox_backlog(now, "slow", 0);
+            core.outbox_backlog(now, "slow", 0, round);
             core.make_offers(now);
             while let Some(output) = core.poll_output(now) {
                 match output {
@@ -1007,14 +1007,15 @@ fn an_executor_backlogged_past_the_network_timeout_is_lost_and_its_tasks_run_els
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].0, other);
     // Drained under the low-water mark, so offered again, but never seen empty (what
-    // was queued to it stays there): kept for network.timeout, no longer.
+    // was queued to it stays there) and taking nothing more: kept for network.timeout,
+    // no longer.
     let timeout = limits().network_timeout;
-    core.outbox_backlog(t0 + Duration::from_secs(1), "stuck", 1000);
-    core.outbox_backlog(t0 + timeout, "stuck", 1000);
+    core.outbox_backlog(t0 + Duration::from_secs(1), "stuck", 1000, 7);
+    core.outbox_backlog(t0 + timeout, "stuck", 1000, 7);
     assert_eq!(core.executor_ids(), ["other", "stuck"]);
     // Past it: removed as lost, its process killed and replaced.
     let late = t0 + timeout + Duration::from_millis(1);
-    core.outbox_backlog(late, "stuck", 1000);
+    core.outbox_backlog(late, "stuck", 1000, 7);
     assert_eq!(core.executor_ids(), ["other"]);
     let outputs = drain(&mut core, late);
     assert!(outputs
@@ -1024,7 +1025,7 @@ fn an_executor_backlogged_past_the_network_timeout_is_lost_and_its_tasks_run_els
         .iter()
         .any(|o| matches!(o, Output::ForgetPeer(p) if *p == stuck)));
     let expected = format!(
-        "Executor's connection has not drained for 120001 ms (1000 bytes still queued on it since it reached rpc.outbox.maxBytes {OUTBOX_LIMIT}), exceeding network.timeout (120000 ms)"
+        "Executor's connection has taken nothing for 120001 ms (1000 bytes queued on it since it reached rpc.outbox.maxBytes {OUTBOX_LIMIT}), exceeding network.timeout (120000 ms)"
     );
     let removed = events(&outputs).find_map(|e| match e {
         SchedulerEvent::ExecutorRemoved {
@@ -1400,4 +1401,119 @@ fn an_indirect_result_whose_executor_vanishes_mid_fetch_runs_its_task_again_once
         );
         assert_eq!(launches(&outputs).len(), 1, "it runs again, on executor 2");
     }
+}
+
+/// An executor lost with a thousand tasks running (one that registered with many cores
+/// and never ran them, say) logs "Lost task" within the log budget, not once per task:
+/// the rest go to DEBUG, counted in the next warning. Every task is lost all the same.
+#[test]
+fn an_executor_lost_with_a_thousand_tasks_logs_them_within_the_budget() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    core.register_executor(t0, remote_with("greedy", 1, 1000))
+        .unwrap();
+    core.submit(t0, TaskSet::new(0, 0, 1000, noop())).unwrap();
+    core.make_offers(t0);
+    let mut launched = 0;
+    while let Some(output) = core.poll_output(t0) {
+        launched += usize::from(matches!(output, Output::Launch { .. }));
+    }
+    assert_eq!(launched, 1000);
+    let capture = flint_testkit::logs::LogCapture::default();
+    let mut lost = 0;
+    capture.run(|| {
+        core.remove_executor(t0, "greedy", ExecutorLossReason::ExecutorKilled);
+        while let Some(output) = core.poll_output(t0) {
+            lost += usize::from(matches!(
+                output,
+                Output::Event(SchedulerEvent::TaskEnd {
+                    reason: TaskEndReason::Failed { .. },
+                    ..
+                })
+            ));
+        }
+    });
+    assert_eq!(lost, 1000, "each running task is lost");
+    let budget = flint_rpc::log_budget::PEER_LINES_PER_WINDOW as usize;
+    assert_eq!(capture.count(tracing::Level::WARN, "Lost task"), budget);
+    assert_eq!(
+        capture.count(tracing::Level::DEBUG, "Lost task"),
+        1000 - budget
+    );
+}
+
+/// An executor on a slow link takes what it is sent, slowly: however long its
+/// connection stays backlogged, it is not removed while it takes bytes, and it is once
+/// it stops taking them for longer than `network.timeout`.
+#[test]
+fn a_backlogged_executor_that_keeps_taking_bytes_is_kept_and_one_that_stops_is_not() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    core.register_executor(t0, remote_with("slow", 1, 1))
+        .unwrap();
+    core.submit(t0, TaskSet::new(0, 0, 4, noop())).unwrap();
+    core.make_offers(t0);
+    while let Some(output) = core.poll_output(t0) {
+        if let Output::Launch { task, .. } = output {
+            let refused = LaunchRefused::Backlogged {
+                queued: OUTBOX_LIMIT,
+                limit: OUTBOX_LIMIT,
+            };
+            core.launch_failed(t0, "slow", task.task_id, task.index, refused);
+        }
+    }
+    let timeout = limits().network_timeout;
+    let second = Duration::from_secs(1);
+    // Ten network timeouts of a connection never empty, taking a byte a second.
+    let mut now = t0;
+    for written in 1..=10 * timeout.as_secs() {
+        now += second;
+        core.outbox_backlog(now, "slow", OUTBOX_LIMIT, written);
+    }
+    assert_eq!(core.executor_ids(), ["slow"], "it takes bytes: kept");
+    // Then it takes nothing more.
+    let stopped = now;
+    let written = 10 * timeout.as_secs();
+    core.outbox_backlog(stopped + timeout, "slow", OUTBOX_LIMIT, written);
+    assert_eq!(core.executor_ids(), ["slow"]);
+    core.outbox_backlog(stopped + timeout + second, "slow", OUTBOX_LIMIT, written);
+    assert_eq!(core.executor_ids(), Vec::<String>::new(), "removed as lost");
+}
+
+/// Launches to an executor that is removed before the glue carried them out are not
+/// carried out: their attempts end with its loss and run elsewhere, where sending them
+/// still, on a connection left open, would run each task twice.
+#[test]
+fn launches_queued_to_an_executor_removed_before_they_are_sent_are_dropped() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    core.register_executor(t0, remote_with("gone", 1, 2))
+        .unwrap();
+    core.submit(t0, TaskSet::new(0, 0, 2, noop())).unwrap();
+    core.make_offers(t0);
+    // The launches are queued, not yet polled, when the executor is removed.
+    core.remove_executor(t0, "gone", ExecutorLossReason::ExecutorKilled);
+    let outputs = drain(&mut core, t0);
+    assert_eq!(launches(&outputs), []);
+    let lost = events(&outputs)
+        .filter(|e| {
+            matches!(
+                e,
+                SchedulerEvent::TaskEnd {
+                    reason: TaskEndReason::Failed { .. },
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(lost, 2, "both attempts end with the loss");
+    let other = core
+        .register_executor(t0, remote_with("other", 2, 2))
+        .unwrap();
+    core.offer_after_registration(t0);
+    let again = launches(&drain(&mut core, t0));
+    assert_eq!(
+        again.iter().map(|l| l.0).collect::<Vec<_>>(),
+        [other, other]
+    );
 }
