@@ -36,6 +36,9 @@ pub const STARVATION_WARNING: &str = "Initial job has not accepted any resources
 pub struct TaskScheduler {
     /// Lines about updates for tasks that are not running (a peer decides how many).
     ignored_updates: LogBudget,
+    /// "Lost executor" lines: a peer that registers executor after executor, and is
+    /// removed each time, decides how many.
+    lost_executors: LogBudget,
     config: SchedulerConfig,
     rng: SplitMix64,
     registry: ExecutorRegistry,
@@ -91,6 +94,7 @@ impl TaskScheduler {
         let pools = Pools::new(config.mode, &config.pools);
         TaskScheduler {
             ignored_updates: LogBudget::default(),
+            lost_executors: LogBudget::default(),
             rng: SplitMix64::new(config.seed),
             config,
             registry: ExecutorRegistry::default(),
@@ -876,6 +880,20 @@ impl TaskScheduler {
         alive
     }
 
+    /// The seeds' ERROR line for a lost executor, within a log budget: past it, at DEBUG,
+    /// counted in the next one.
+    fn log_lost_executor(&mut self, now: Instant, line: &str) {
+        match self.lost_executors.spend(now) {
+            Spend::Log { held_back } => {
+                if held_back > 0 {
+                    warn!("{held_back} more lost executor line(s) were logged at DEBUG");
+                }
+                error!("{line}");
+            }
+            Spend::HoldBack => debug!("{line}"),
+        }
+    }
+
     /// An executor is gone (the seeds' `executorLost`): its running tasks are pending
     /// again. They count towards `task.maxFailures` unless the driver asked for the loss
     /// or the application did not cause it
@@ -893,7 +911,8 @@ impl TaskScheduler {
         let pending = reason == ExecutorLossReason::LossReasonPending;
         if !pending {
             if let Some(lost) = self.pending_loss.remove(executor_id) {
-                error!("Lost executor {executor_id} on {}: {reason}", lost.host);
+                let line = format!("Lost executor {executor_id} on {}: {reason}", lost.host);
+                self.log_lost_executor(now, &line);
                 self.fail_lost_tasks(now, executor_id, &reason, lost.tasks);
                 return;
             }
@@ -902,7 +921,8 @@ impl TaskScheduler {
             if pending && self.pending_loss.contains_key(executor_id) {
                 debug!("Executor {executor_id} is already waiting for the reason of its loss");
             } else {
-                error!("Lost an executor {executor_id} (already removed): {reason}");
+                let line = format!("Lost an executor {executor_id} (already removed): {reason}");
+                self.log_lost_executor(now, &line);
             }
             return;
         };
@@ -918,7 +938,10 @@ impl TaskScheduler {
                     record.host
                 )
             }
-            _ => error!("Lost executor {executor_id} on {}: {reason}", record.host),
+            _ => {
+                let line = format!("Lost executor {executor_id} on {}: {reason}", record.host);
+                self.log_lost_executor(now, &line);
+            }
         }
         // Its slot is free for the next executor added: its tasks leave the list now.
         let task_ids: Vec<u64> = self.running.on_executor(record.slot).collect();

@@ -1517,3 +1517,37 @@ fn launches_queued_to_an_executor_removed_before_they_are_sent_are_dropped() {
         [other, other]
     );
 }
+
+/// A peer that registers executor after executor, each lost in turn, makes the driver
+/// log "Lost executor" within the log budget: the rest at DEBUG.
+#[test]
+fn executors_lost_one_after_another_are_logged_within_the_budget() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    let capture = flint_testkit::logs::LogCapture::default();
+    capture.run(|| {
+        for i in 0..100u16 {
+            let id = format!("e{i}");
+            core.register_executor(t0, remote_with(&id, 1000 + i, 1))
+                .unwrap();
+            core.remove_executor(
+                t0,
+                &id,
+                ExecutorLossReason::SlaveLost {
+                    message: "gone".to_owned(),
+                    worker_lost: false,
+                },
+            );
+        }
+    });
+    assert_eq!(core.executor_ids(), Vec::<String>::new());
+    let budget = flint_rpc::log_budget::PEER_LINES_PER_WINDOW as usize;
+    assert_eq!(
+        capture.count(tracing::Level::ERROR, "Lost executor"),
+        budget
+    );
+    assert_eq!(
+        capture.count(tracing::Level::DEBUG, "Lost executor"),
+        100 - budget
+    );
+}
