@@ -346,7 +346,8 @@ fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
 /// With `network.crypto.enabled=true` a job runs on executor processes over sealed
 /// connections, to the driver and between executors: small results, and large ones
 /// fetched from an executor's block server, arrive whole and once. An executor that does
-/// not encrypt is turned away by such a driver at the handshake, and says why.
+/// not encrypt is turned away by such a driver at the handshake, says why, and exits with
+/// the code of a failed authentication.
 #[test]
 fn a_job_runs_over_sealed_connections_and_an_executor_in_clear_is_told_why_not() {
     let sealed = [
@@ -387,7 +388,11 @@ fn a_job_runs_over_sealed_connections_and_an_executor_in_clear_is_told_why_not()
         Stdio::piped(),
     )]);
     let status = wait_exit(&mut processes.0[0], REGISTER_TIMEOUT);
-    assert_eq!(status.code(), Some(1));
+    // Refused at the handshake: an authentication failure, not to be retried as is.
+    assert_eq!(
+        status.code(),
+        Some(flint_executor::AUTHENTICATION_FAILED_CODE)
+    );
     let mut stderr = String::new();
     std::io::Read::read_to_string(processes.0[0].stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert!(
