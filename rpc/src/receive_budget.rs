@@ -29,7 +29,11 @@
 //!   [`PROBATION_TIMEOUTS`] times `network.timeout` from its last such cut. Its
 //!   connections wait behind those of every host not on probation, the hosts on
 //!   probation together hold at most half the budget, and it never holds more than its
-//!   share. Probation goes by host, not by connection: reconnecting does not end it.
+//!   share. The one exception is a frame larger than half the budget (when
+//!   `rpc.message.maxSize` is): it goes in only when its host is the only one waiting
+//!   and no host on probation holds anything (else it would never go in), and is passed
+//!   over, holding up nobody, until then. Probation goes by host, not by connection:
+//!   reconnecting does not end it.
 //!   A connection its peer ends itself (it closes or resets it, or breaks the protocol)
 //!   with its frame unfinished, while that frame holds room or waits for it, counts as
 //!   cut off too ([`ReceiveBudget::ended_unfinished`]) when the frame was under way for
@@ -348,7 +352,8 @@ impl ReceiveBudget {
     /// any may. Hosts not on probation come first, in turn order: one at its share while
     /// another of them waits is passed over; the first other one goes in if its frame
     /// fits, and holds up everyone behind it if not. Then the hosts on probation, in turn
-    /// order, within half the budget among them.
+    /// order, within half the budget among them; a frame larger than that half is passed
+    /// over unless its host is the only one waiting and no host on probation holds any.
     fn next_admissible(&self, now: Instant) -> Option<usize> {
         let share = self.limit / SHARE_DIVISOR;
         let front = |host: &IpAddr| {
@@ -384,14 +389,27 @@ impl ReceiveBudget {
             .filter(|(host, _)| self.host_on_probation(host, now))
             .map(|(_, &bytes)| bytes)
             .sum();
-        let (at, host) = self
-            .turns
-            .iter()
-            .enumerate()
-            .find(|(_, host)| self.host_on_probation(host, now))?;
-        let bytes = front(host);
-        // Within what the hosts on probation hold together, the host's own share too.
-        (fits(on_probation, share, bytes) && fits(self.in_use, self.limit, bytes)).then_some(at)
+        for (at, host) in self.turns.iter().enumerate() {
+            if !self.host_on_probation(host, now) {
+                continue;
+            }
+            let bytes = front(host);
+            if bytes > share {
+                // More than the hosts on probation may hold together: only alone, with
+                // nothing else waiting and nothing on probation held, or it would never
+                // go in. Passed over otherwise, so that it holds up nobody.
+                if self.turns.len() == 1 && on_probation == 0 {
+                    return fits(self.in_use, self.limit, bytes).then_some(at);
+                }
+                continue;
+            }
+            // Within what the hosts on probation hold together, the host's own share too;
+            // the first that does not fit holds up those behind it.
+            return (on_probation.saturating_add(bytes) <= share
+                && fits(self.in_use, self.limit, bytes))
+            .then_some(at);
+        }
+        None
     }
 }
 
@@ -677,6 +695,35 @@ mod tests {
         assert!(!budget.on_probation(B, t0 + 102 * SEC));
         // Alone in its turn and in good standing, it may go past its share again.
         assert_eq!(release(&mut budget, 30, t0 + 150 * SEC), [(7, 25), (8, 25)]);
+    }
+
+    #[test]
+    fn a_frame_larger_than_half_from_a_host_on_probation_goes_in_only_alone() {
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, B, 40, t0));
+        budget.cut_off(A, t0);
+        budget.cut_off(C, t0);
+        assert!(!reserve(&mut budget, 2, A, 70, t0), "does not fit");
+        // C's frame, within half, goes past A's, which may not go in while another waits
+        // and holds up nobody.
+        assert!(reserve(&mut budget, 3, C, 20, t0));
+        assert!(
+            !reserve(&mut budget, 4, C, 40, t0),
+            "C holds 20 of the half"
+        );
+        assert_eq!(
+            release(&mut budget, 1, t0),
+            [],
+            "A's 70 would take the hosts on probation past half the budget"
+        );
+        assert_eq!(release(&mut budget, 3, t0), [(4, 40)], "A's is passed over");
+        // Alone, with nothing on probation held: the one exception, lest it wait for good.
+        assert_eq!(release(&mut budget, 4, t0), [(2, 70)]);
+        assert_eq!(budget.held_by(A), 70);
+        // Beside it, a host on probation gets nothing, one in good standing what fits.
+        assert!(!reserve(&mut budget, 5, C, 10, t0));
+        assert!(reserve(&mut budget, 6, B, 30, t0));
+        assert_eq!(release(&mut budget, 2, t0), [(5, 10)]);
     }
 
     #[test]
