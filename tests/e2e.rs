@@ -185,7 +185,9 @@ fn a_killed_executor_s_tasks_run_again_and_its_removal_carries_the_reason() {
     // The driver started the process: its exit is the reason, not the seeds' guess for
     // a closed connection.
     let removed = recorder.removed();
-    let killed = format!("executor {victim} was killed by signal 9");
+    // The loss names the exit code too (128 + 9), which the cluster manager's text
+    // does not.
+    let killed = format!("executor {victim} was killed by signal 9 (exit code 137)");
     assert!(
         removed
             .iter()
@@ -346,7 +348,8 @@ fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
 /// With `network.crypto.enabled=true` a job runs on executor processes over sealed
 /// connections, to the driver and between executors: small results, and large ones
 /// fetched from an executor's block server, arrive whole and once. An executor that does
-/// not encrypt is turned away by such a driver at the handshake, and says why.
+/// not encrypt is turned away by such a driver at the handshake, says why, and exits with
+/// the code of a failed authentication.
 #[test]
 fn a_job_runs_over_sealed_connections_and_an_executor_in_clear_is_told_why_not() {
     let sealed = [
@@ -387,7 +390,11 @@ fn a_job_runs_over_sealed_connections_and_an_executor_in_clear_is_told_why_not()
         Stdio::piped(),
     )]);
     let status = wait_exit(&mut processes.0[0], REGISTER_TIMEOUT);
-    assert_eq!(status.code(), Some(1));
+    // Refused at the handshake: an authentication failure, not to be retried as is.
+    assert_eq!(
+        status.code(),
+        Some(flint_executor::AUTHENTICATION_FAILED_CODE)
+    );
     let mut stderr = String::new();
     std::io::Read::read_to_string(processes.0[0].stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert!(
@@ -942,9 +949,8 @@ fn a_job_whose_only_executor_is_killed_completes_on_a_replacement() {
     assert!(recorder.added() >= 2, "a replacement registered");
     let removed = recorder.removed();
     assert!(
-        removed
-            .iter()
-            .any(|(id, reason)| id == "1" && reason == "executor 1 was killed by signal 9"),
+        removed.iter().any(|(id, reason)| id == "1"
+            && reason == "executor 1 was killed by signal 9 (exit code 137)"),
         "{removed:?}"
     );
     wait_until(

@@ -82,12 +82,16 @@ pub enum AuthError {
 
 /// How the texts of [`AuthError`] and of a handshake that timed out begin, or what they
 /// hold: a peer's refusal carries only its text, and these tell an authentication
-/// refusal from any other.
-const AUTH_TEXTS: [&str; 4] = [
+/// refusal from any other. The last is [`AuthError::CryptoMismatch`]'s (its key is
+/// `CRYPTO_KEY`, which a test holds it to): a mismatch is refused during the handshake,
+/// so that both sides, not only the one that found it, see it as an authentication
+/// failure (an executor exits with code 77 for it either way).
+const AUTH_TEXTS: [&str; 5] = [
     "authentication failed: ",
     "authentication did not finish within ",
     ", but authenticate is false here",
     " after its authentication had ended",
+    " here: both sides must set network.crypto.enabled the same",
 ];
 
 /// Whether a peer's refusal (the text of its `Refused`) is about authentication: the
@@ -96,8 +100,7 @@ const AUTH_TEXTS: [&str; 4] = [
 pub fn is_auth_refusal(text: &str) -> bool {
     text.starts_with(AUTH_TEXTS[0])
         || text.starts_with(AUTH_TEXTS[1])
-        || text.contains(AUTH_TEXTS[2])
-        || text.contains(AUTH_TEXTS[3])
+        || AUTH_TEXTS[2..].iter().any(|held| text.contains(held))
 }
 
 /// What the connection should do after feeding the handshake a message.
@@ -475,6 +478,8 @@ mod tests {
             AuthError::NotEnabled("AuthChallenge"),
             AuthError::AfterHandshake("AuthProof"),
             AuthError::Random("no entropy".into()),
+            AuthError::CryptoMismatch { ours: true },
+            AuthError::CryptoMismatch { ours: false },
         ] {
             assert!(is_auth_refusal(&error.to_string()), "{error}");
         }
@@ -486,6 +491,10 @@ mod tests {
             "end of stream",
             "frame checksum mismatch: header carries 0x00000000, bytes give 0x00000001",
             "the peer sent nothing for 120s; the timeout is set by rpc.io.idleTimeout",
+            // A sealed frame's own failures are not the handshake's.
+            "sealed Custom frame out of sequence: it carries sequence number 2 where 1 was \
+             due, so a frame was replayed, reordered or dropped on the way \
+             (network.crypto.enabled=true)",
         ] {
             assert!(!is_auth_refusal(other), "{other}");
         }

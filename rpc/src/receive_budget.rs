@@ -29,7 +29,22 @@
 //!   [`PROBATION_TIMEOUTS`] times `network.timeout` from its last such cut. Its
 //!   connections wait behind those of every host not on probation, the hosts on
 //!   probation together hold at most half the budget, and it never holds more than its
-//!   share. Probation goes by host, not by connection: reconnecting does not end it.
+//!   share. The one exception is a frame larger than half the budget (when
+//!   `rpc.message.maxSize` is): it goes in only when its host is the only one waiting
+//!   and no host on probation holds anything (else it would never go in), and is passed
+//!   over, holding up nobody, until then. Probation goes by host, not by connection:
+//!   reconnecting does not end it.
+//!   A connection its peer ends itself (it closes or resets it, or breaks the protocol)
+//!   with its frame unfinished, while that frame holds room or waits for it, counts as
+//!   cut off too ([`ReceiveBudget::ended_unfinished`]) when the frame was under way for
+//!   half of `network.timeout` or more (from its first bytes, or from when the budget
+//!   let it in), or when another host waits for room as it ends: otherwise a host could
+//!   hold room for just under `network.timeout`, close, reconnect and hold it again,
+//!   never cut off. What is spared is a peer that fails early in a frame while no other
+//!   host waits (an executor that crashes mid-result on a quiet driver): its frame held
+//!   nobody up. A connection this side ends for its own reasons (it stops, or evicts the
+//!   connection to make room for another, which a third party can bring about) never
+//!   counts.
 //!
 //! What this costs: a host holding room can hold up other hosts' large frames, and what
 //! follows them on their connections (an executor's heartbeats). Without authentication
@@ -38,7 +53,8 @@
 //! frame clock's 1 MiB/s (248 s for a 128 MiB frame with the defaults), however many
 //! connections it opens. So it holds up another host's frame by at most
 //! `network.timeout` (or the time its own frames take at 1 MiB/s) per turn, and a host
-//! that only trickles gets that turn once: from its first cut on, it is on probation,
+//! that only trickles gets that turn once, whether it waits to be cut off or closes its
+//! connections itself: from its first cut on, it is on probation,
 //! behind everyone else and within half the budget, for as long as it keeps attacking
 //! (each cut renews it), and half the budget stays open to the others. Each further
 //! host an attacker controls (each IPv4 address, each IPv6 /64) buys it one more turn.
@@ -74,6 +90,23 @@ pub const SHARE_DIVISOR: usize = 2;
 /// stays on probation, long before it ends.
 pub const PROBATION_TIMEOUTS: u32 = 10;
 
+/// How a connection whose frame held room in the budget, or waited for it, ended before
+/// the frame was whole: what decides whether its host goes on probation (see
+/// [`ReceiveBudget::ended_unfinished`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfinished {
+    /// This side cut it off for its frame's pace: nothing came for `network.timeout` in
+    /// the middle of it, or it came slower than 1 MiB/s after that.
+    CutOff,
+    /// Its peer ended it (closed or reset it, or sent what breaks the protocol), the
+    /// frame having been under way for `under_way`: since its first bytes, or since the
+    /// budget let it in after a wait.
+    PeerEnded { under_way: Duration },
+    /// This side ended it for reasons of its own: it stops, or it made room for another
+    /// connection. Not held against the peer.
+    NotThePeers,
+}
+
 /// Whether `bytes` more fit beside `in_use` of a budget of `limit`: always when nothing
 /// is reserved, so that a frame larger than the budget does not wait for good.
 fn fits(in_use: usize, limit: usize, bytes: usize) -> bool {
@@ -95,6 +128,8 @@ enum Place {
 pub struct ReceiveBudget {
     limit: usize,
     in_use: usize,
+    /// `network.timeout`: a frame its peer ends after half of it counts as cut off.
+    network_timeout: Duration,
     /// How long a cut puts its host on probation.
     probation: Duration,
     /// Hosts (see [`host_of`]) with connections waiting, in the order their turns come.
@@ -114,12 +149,14 @@ pub struct ReceiveBudget {
 }
 
 impl ReceiveBudget {
-    /// A budget of `limit` bytes, whose hosts cut off stay on probation for `probation`.
-    pub fn new(limit: usize, probation: Duration) -> Self {
+    /// A budget of `limit` bytes, whose hosts cut off stay on probation for
+    /// [`PROBATION_TIMEOUTS`] times `network_timeout` (`network.timeout`).
+    pub fn new(limit: usize, network_timeout: Duration) -> Self {
         ReceiveBudget {
             limit,
             in_use: 0,
-            probation,
+            network_timeout,
+            probation: network_timeout.saturating_mul(PROBATION_TIMEOUTS),
             turns: VecDeque::new(),
             queues: HashMap::new(),
             held: HashMap::new(),
@@ -258,6 +295,29 @@ impl ReceiveBudget {
             .is_none_or(|ended| ended <= now)
     }
 
+    /// A connection from `peer`, whose frame held room or waited for it, ended at `now`
+    /// before the frame was whole, as `how` says: whether that counts as a cut (see the
+    /// module's docs), which [`ReceiveBudget::cut_off`] is then called for. Call it
+    /// before [`ReceiveBudget::release`], while the connection still holds its room or
+    /// place, so that whether another host waits is seen as it was. Returns whether the
+    /// host was in good standing until now and is on probation from now.
+    pub fn ended_unfinished(&mut self, peer: IpAddr, how: Unfinished, now: Instant) -> bool {
+        let counts = match how {
+            Unfinished::CutOff => true,
+            Unfinished::NotThePeers => false,
+            Unfinished::PeerEnded { under_way } => {
+                under_way >= self.network_timeout / 2 || self.another_host_waits(peer)
+            }
+        };
+        counts && self.cut_off(peer, now)
+    }
+
+    /// Whether a host other than `peer`'s has a connection waiting for room.
+    fn another_host_waits(&self, peer: IpAddr) -> bool {
+        let host = host_of(peer);
+        self.turns.iter().any(|&waiting| waiting != host)
+    }
+
     /// Admits the waiting connections that may go in at `now`, one at a time, each time
     /// the first of them in the order of [`ReceiveBudget::next_admissible`]; the host
     /// admitted goes to the back of the turns.
@@ -292,7 +352,8 @@ impl ReceiveBudget {
     /// any may. Hosts not on probation come first, in turn order: one at its share while
     /// another of them waits is passed over; the first other one goes in if its frame
     /// fits, and holds up everyone behind it if not. Then the hosts on probation, in turn
-    /// order, within half the budget among them.
+    /// order, within half the budget among them; a frame larger than that half is passed
+    /// over unless its host is the only one waiting and no host on probation holds any.
     fn next_admissible(&self, now: Instant) -> Option<usize> {
         let share = self.limit / SHARE_DIVISOR;
         let front = |host: &IpAddr| {
@@ -328,14 +389,27 @@ impl ReceiveBudget {
             .filter(|(host, _)| self.host_on_probation(host, now))
             .map(|(_, &bytes)| bytes)
             .sum();
-        let (at, host) = self
-            .turns
-            .iter()
-            .enumerate()
-            .find(|(_, host)| self.host_on_probation(host, now))?;
-        let bytes = front(host);
-        // Within what the hosts on probation hold together, the host's own share too.
-        (fits(on_probation, share, bytes) && fits(self.in_use, self.limit, bytes)).then_some(at)
+        for (at, host) in self.turns.iter().enumerate() {
+            if !self.host_on_probation(host, now) {
+                continue;
+            }
+            let bytes = front(host);
+            if bytes > share {
+                // More than the hosts on probation may hold together: only alone, with
+                // nothing else waiting and nothing on probation held, or it would never
+                // go in. Passed over otherwise, so that it holds up nobody.
+                if self.turns.len() == 1 && on_probation == 0 {
+                    return fits(self.in_use, self.limit, bytes).then_some(at);
+                }
+                continue;
+            }
+            // Within what the hosts on probation hold together, the host's own share too;
+            // the first that does not fit holds up those behind it.
+            return (on_probation.saturating_add(bytes) <= share
+                && fits(self.in_use, self.limit, bytes))
+            .then_some(at);
+        }
+        None
     }
 }
 
@@ -351,9 +425,10 @@ mod tests {
     const SEC: Duration = Duration::from_secs(1);
     const MIB: usize = 1 << 20;
 
-    /// A budget of `limit` whose probation lasts 100 s, and the instant its tests start.
+    /// A budget of `limit` whose `network.timeout` is 10 s (so its probation lasts
+    /// 100 s), and the instant its tests start.
     fn budget(limit: usize) -> (ReceiveBudget, Instant) {
-        (ReceiveBudget::new(limit, 100 * SEC), Instant::now())
+        (ReceiveBudget::new(limit, 10 * SEC), Instant::now())
     }
 
     /// Reserves at `now`, expecting nobody else to be admitted by it.
@@ -623,6 +698,35 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_larger_than_half_from_a_host_on_probation_goes_in_only_alone() {
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, B, 40, t0));
+        budget.cut_off(A, t0);
+        budget.cut_off(C, t0);
+        assert!(!reserve(&mut budget, 2, A, 70, t0), "does not fit");
+        // C's frame, within half, goes past A's, which may not go in while another waits
+        // and holds up nobody.
+        assert!(reserve(&mut budget, 3, C, 20, t0));
+        assert!(
+            !reserve(&mut budget, 4, C, 40, t0),
+            "C holds 20 of the half"
+        );
+        assert_eq!(
+            release(&mut budget, 1, t0),
+            [],
+            "A's 70 would take the hosts on probation past half the budget"
+        );
+        assert_eq!(release(&mut budget, 3, t0), [(4, 40)], "A's is passed over");
+        // Alone, with nothing on probation held: the one exception, lest it wait for good.
+        assert_eq!(release(&mut budget, 4, t0), [(2, 70)]);
+        assert_eq!(budget.held_by(A), 70);
+        // Beside it, a host on probation gets nothing, one in good standing what fits.
+        assert!(!reserve(&mut budget, 5, C, 10, t0));
+        assert!(reserve(&mut budget, 6, B, 30, t0));
+        assert_eq!(release(&mut budget, 2, t0), [(5, 10)]);
+    }
+
+    #[test]
     fn a_host_whose_probation_ended_is_admitted_when_anything_is_asked() {
         let (mut budget, t0) = budget(100);
         assert!(reserve(&mut budget, 1, B, 10, t0));
@@ -638,6 +742,130 @@ mod tests {
         assert!(budget.reserve(4, C, 5, t0 + 100 * SEC, &mut others));
         assert_eq!(others, [(3, 20)]);
         assert_eq!(budget.in_use(), 75);
+    }
+
+    #[test]
+    fn a_frame_its_peer_abandons_counts_as_cut_off_after_half_the_timeout() {
+        // network.timeout is 10 s: 5 s under way is half of it.
+        let under_way = |secs: u64| Unfinished::PeerEnded {
+            under_way: Duration::from_millis(secs),
+        };
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, A, 60, t0));
+        assert!(
+            !budget.ended_unfinished(A, under_way(4_999), t0 + 5 * SEC),
+            "an early end, nobody waiting, is spared"
+        );
+        assert!(!budget.on_probation(A, t0 + 5 * SEC));
+        assert!(budget.ended_unfinished(A, under_way(5_000), t0 + 5 * SEC));
+        assert!(budget.on_probation(A, t0 + 5 * SEC));
+        assert!(
+            !budget.ended_unfinished(A, under_way(9_000), t0 + 9 * SEC),
+            "already on probation: renewed, not newly put on it"
+        );
+        assert!(budget.on_probation(A, t0 + 108 * SEC), "renewed at 9 s");
+        // This side's own reasons never count, however long the frame took.
+        assert!(!budget.ended_unfinished(B, Unfinished::NotThePeers, t0 + 9 * SEC));
+        assert!(!budget.on_probation(B, t0 + 9 * SEC));
+        // A cut for the frame's pace always does.
+        assert!(budget.ended_unfinished(C, Unfinished::CutOff, t0 + 9 * SEC));
+        assert!(budget.on_probation(C, t0 + 9 * SEC));
+    }
+
+    #[test]
+    fn a_frame_its_peer_abandons_while_another_host_waits_counts_however_early() {
+        let (mut budget, t0) = budget(100);
+        assert!(reserve(&mut budget, 1, A, 60, t0));
+        assert!(!reserve(&mut budget, 2, A, 60, t0), "A's own wait");
+        let early = Unfinished::PeerEnded { under_way: SEC };
+        assert!(
+            !budget.ended_unfinished(A, early, t0 + SEC),
+            "only A's own connection waits"
+        );
+        assert!(!reserve(&mut budget, 3, B, 60, t0 + SEC));
+        // B waits for the room A holds: A's early end held B up.
+        assert!(budget.ended_unfinished(A, early, t0 + SEC));
+        assert_eq!(release(&mut budget, 1, t0 + SEC), [(3, 60)], "B goes first");
+        assert!(budget.on_probation(A, t0 + SEC));
+    }
+
+    /// The attack of the reconnecting trickler, but closing its own connections just
+    /// before `network.timeout` rather than being cut off: on made-up instants, an
+    /// attacker that fills a budget of four frames, each connection ending itself 119 s
+    /// after it is let in (the timeout is 120 s), against an honest host's frames of
+    /// 1 MiB; the honest host is held up once, not per frame.
+    #[test]
+    fn a_trickler_that_closes_its_own_connections_is_put_on_probation_all_the_same() {
+        const TIMEOUT: u64 = 120;
+        const LARGE: usize = (128 << 20) + UNBUDGETED_FRAME;
+        const SMALL: usize = MIB + UNBUDGETED_FRAME;
+        let t0 = Instant::now();
+        let limit = 4 * LARGE;
+        let mut budget = ReceiveBudget::new(limit, SEC * TIMEOUT as u32);
+        let mut holding: HashMap<ConnKey, u64> = HashMap::new();
+        let mut admitted = Vec::new();
+        let mut next_key: ConnKey = 0;
+        for _ in 0..8 {
+            next_key += 1;
+            if budget.reserve(next_key, A, LARGE, t0, &mut admitted) {
+                holding.insert(next_key, 0);
+            }
+        }
+        let honest: ConnKey = 1 << 40;
+        let (mut waits, mut delivered, mut asked_at) = (Vec::new(), 0, None::<u64>);
+        let mut now = t0;
+        for second in 10..20 * TIMEOUT {
+            now = t0 + SEC * second as u32;
+            let closing: Vec<ConnKey> = holding
+                .iter()
+                .filter(|&(_, &since)| second >= since + TIMEOUT - 1)
+                .map(|(&key, _)| key)
+                .collect();
+            for key in closing {
+                let since = holding.remove(&key).expect("held");
+                let how = Unfinished::PeerEnded {
+                    under_way: SEC * (second - since) as u32,
+                };
+                budget.ended_unfinished(A, how, now);
+                budget.release(key, now, &mut admitted);
+                next_key += 1;
+                if budget.reserve(next_key, A, LARGE, now, &mut admitted) {
+                    holding.insert(next_key, second);
+                }
+            }
+            loop {
+                for (key, _) in std::mem::take(&mut admitted) {
+                    if key == honest {
+                        waits.push(second - asked_at.take().expect("asked"));
+                        delivered += 1;
+                        budget.release(honest, now, &mut admitted);
+                    } else {
+                        holding.insert(key, second);
+                    }
+                }
+                if !admitted.is_empty() {
+                    continue;
+                }
+                if delivered == 40 || asked_at.is_some() {
+                    break;
+                }
+                if budget.reserve(honest, H, SMALL, now, &mut admitted) {
+                    delivered += 1;
+                    budget.release(honest, now, &mut admitted);
+                } else {
+                    asked_at = Some(second);
+                }
+            }
+            if delivered == 40 {
+                break;
+            }
+        }
+        assert_eq!(delivered, 40);
+        let held_up: Vec<u64> = waits.into_iter().filter(|&w| w > 0).collect();
+        assert_eq!(held_up.len(), 1, "held up {held_up:?}");
+        assert!(held_up[0] <= TIMEOUT, "{held_up:?}");
+        assert!(budget.on_probation(A, now));
+        assert!(budget.held_by(A) <= limit / 2);
     }
 
     #[test]
@@ -669,7 +897,7 @@ mod tests {
         const LARGE: usize = (128 << 20) + UNBUDGETED_FRAME;
         const SMALL: usize = MIB + UNBUDGETED_FRAME;
         let t0 = Instant::now();
-        let mut budget = ReceiveBudget::new(limit, SEC * TIMEOUT as u32 * PROBATION_TIMEOUTS);
+        let mut budget = ReceiveBudget::new(limit, SEC * TIMEOUT as u32);
         // The attacker's connections holding room, with the second they were admitted.
         let mut holding: HashMap<ConnKey, u64> = HashMap::new();
         let mut next_key: ConnKey = 1000;

@@ -475,3 +475,76 @@ fn a_reconnecting_trickler_holds_an_honest_host_up_once_for_one_network_timeout_
         .all(|&(tag, len)| tag == 2 && len == SMALL));
     env.stop();
 }
+
+/// The same attack, but the attacker closes each of its connections itself 800 ms after
+/// it connected, before `network.timeout` (1 s) cuts it off, and reconnects: its closes
+/// are ends of stream, not cuts, yet each frame was under way for more than half of
+/// `network.timeout`, so its host goes on probation all the same. The honest host is
+/// held up at most once; before, each of its frames waited for the next attacker
+/// connection to close.
+#[test]
+fn a_trickler_that_closes_its_own_connections_before_the_timeout_holds_an_honest_host_up_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    // Room for the machine being slow, which a loaded CI runner is.
+    const SLACK: Duration = Duration::from_millis(1500);
+    const LARGE: usize = (4 << 20) - 4096;
+    const SMALL: usize = (1 << 20) - 4096;
+    let conf = Conf::from_pairs([
+        "rpc.message.maxSize=4m",
+        // Four of the attacker's frames, each reserved with one read beyond it.
+        "rpc.io.maxReceiveBytes=17m",
+        "network.timeout=1s",
+        "executor.heartbeatInterval=100ms",
+        "rpc.io.idleTimeout=0",
+    ])
+    .unwrap();
+    let env = RpcEnv::new(&conf).unwrap();
+    let sink = Sink::default();
+    env.handle().register("sink", sink.clone()).unwrap();
+    let trickler = Reconnector::closing_after(
+        loopback_host(2),
+        env.address(),
+        8,
+        LARGE as u32,
+        Duration::from_millis(200),
+        Duration::from_millis(800),
+    );
+    wait_until(
+        "the attacker fills the budget",
+        Duration::from_secs(10),
+        || env.handle().stats().budget_waits >= 4,
+    );
+    let mut honest = connect_from(&env, [127, 0, 0, 3]);
+    let small = frame(2, SMALL);
+    let started = Instant::now();
+    let mut held_up = Vec::new();
+    let mut sent = 0;
+    // Frames for four timeouts, through many of the attacker's closes and reconnections.
+    while started.elapsed() < 4 * TIMEOUT {
+        let asked = Instant::now();
+        honest.write_all(&small).unwrap();
+        sent += 1;
+        sink.wait_for(sent, 2 * TIMEOUT + SLACK);
+        let took = asked.elapsed();
+        if took > TIMEOUT / 4 {
+            held_up.push(took);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (self_closes, reconnections) = (trickler.self_closes(), trickler.reconnections());
+    drop(trickler);
+    assert!(
+        held_up.len() <= 1,
+        "the honest host's frames were held up {held_up:?}, {sent} sent"
+    );
+    let total: Duration = held_up.iter().sum();
+    assert!(total <= TIMEOUT + SLACK, "held up {held_up:?}");
+    assert!(sent >= 10, "{sent} frames in {:?}", started.elapsed());
+    assert!(
+        self_closes >= 8 && reconnections >= 8,
+        "the attacker closed {self_closes} connections itself and reconnected \
+         {reconnections} times"
+    );
+    env.stop();
+}

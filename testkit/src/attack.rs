@@ -173,11 +173,14 @@ impl IdleConnections {
 
 /// Connections from one host that each announce a frame of `payload_len` bytes and then
 /// send one byte of it every `interval`, never finishing it; a connection cut off is
-/// replaced at once by a new one, so the host always tries to hold `connections`.
-/// Stops (and closes everything) when dropped.
+/// replaced at once by a new one, so the host always tries to hold `connections`. Made
+/// with [`Reconnector::closing_after`], it also closes each connection itself once it has
+/// been open for a given time (just before the peer would cut it off, say) and opens
+/// another in its place. Stops (and closes everything) when dropped.
 pub struct Reconnector {
     stop: Arc<AtomicBool>,
     reconnections: Arc<AtomicU64>,
+    self_closes: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -190,17 +193,65 @@ impl Reconnector {
         payload_len: u32,
         interval: Duration,
     ) -> Reconnector {
+        Reconnector::run(host, to, connections, payload_len, interval, None)
+    }
+
+    /// Starts trickling from `host` to `to` as [`Reconnector::start`] does, each
+    /// connection closed by the trickler itself `close_after` after it connected (give or
+    /// take 10 ms), unless the peer cut it off first.
+    pub fn closing_after(
+        host: Ipv4Addr,
+        to: SocketAddr,
+        connections: usize,
+        payload_len: u32,
+        interval: Duration,
+        close_after: Duration,
+    ) -> Reconnector {
+        Reconnector::run(
+            host,
+            to,
+            connections,
+            payload_len,
+            interval,
+            Some(close_after),
+        )
+    }
+
+    fn run(
+        host: Ipv4Addr,
+        to: SocketAddr,
+        connections: usize,
+        payload_len: u32,
+        interval: Duration,
+        close_after: Option<Duration>,
+    ) -> Reconnector {
         let stop = Arc::new(AtomicBool::new(false));
         let reconnections = Arc::new(AtomicU64::new(0));
+        let self_closes = Arc::new(AtomicU64::new(0));
         let thread = {
             let stop = stop.clone();
             let reconnections = reconnections.clone();
+            let self_closes = self_closes.clone();
             std::thread::spawn(move || {
                 let header = header_announcing(payload_len);
-                let mut open: Vec<TcpStream> = Vec::new();
+                // Each connection, with when it connected.
+                let mut open: Vec<(TcpStream, Instant)> = Vec::new();
                 let mut first = true;
+                let mut next_byte = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    open.retain_mut(|c| c.write_all(&[0]).is_ok());
+                    if let Some(close_after) = close_after {
+                        open.retain(|(_, since)| {
+                            let keep = since.elapsed() < close_after;
+                            if !keep {
+                                self_closes.fetch_add(1, Ordering::Relaxed);
+                            }
+                            keep
+                        });
+                    }
+                    if Instant::now() >= next_byte {
+                        open.retain_mut(|(c, _)| c.write_all(&[0]).is_ok());
+                        next_byte = Instant::now() + interval;
+                    }
                     while open.len() < connections && !stop.load(Ordering::Relaxed) {
                         let Ok(mut c) = connect_from(host, to) else {
                             break;
@@ -212,26 +263,30 @@ impl Reconnector {
                         if !first {
                             reconnections.fetch_add(1, Ordering::Relaxed);
                         }
-                        open.push(c);
+                        open.push((c, Instant::now()));
                     }
                     first = false;
-                    let until = Instant::now() + interval;
-                    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
+                    std::thread::sleep(Duration::from_millis(10));
                 }
             })
         };
         Reconnector {
             stop,
             reconnections,
+            self_closes,
             thread: Some(thread),
         }
     }
 
-    /// Connections opened after the first round, to replace ones that were cut off.
+    /// Connections opened after the first round, to replace ones that were cut off or
+    /// that the trickler closed itself.
     pub fn reconnections(&self) -> u64 {
         self.reconnections.load(Ordering::Relaxed)
+    }
+
+    /// Connections the trickler closed itself (see [`Reconnector::closing_after`]).
+    pub fn self_closes(&self) -> u64 {
+        self.self_closes.load(Ordering::Relaxed)
     }
 }
 
@@ -316,6 +371,34 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         while trickler.reconnections() == 0 {
             assert!(Instant::now() < deadline, "no reconnection");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_reconnector_closing_after_a_time_closes_its_connections_itself_and_reconnects() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let trickler = Reconnector::closing_after(
+            loopback_host(8),
+            to,
+            1,
+            1 << 20,
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        );
+        // The listener keeps each connection: the trickler ends them, within about
+        // 200 ms of connecting, and opens the next.
+        for _ in 0..2 {
+            let (mut c, _) = listener.accept().unwrap();
+            let accepted = Instant::now();
+            assert!(closed_by_peer(&mut c, Duration::from_secs(10)));
+            let lasted = accepted.elapsed();
+            assert!(lasted < Duration::from_secs(2), "open for {lasted:?}");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while trickler.self_closes() < 2 || trickler.reconnections() == 0 {
+            assert!(Instant::now() < deadline, "no close or reconnection");
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -186,14 +186,20 @@ impl ExecutorLossReason {
 impl std::fmt::Display for ExecutorLossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            // As Spark's: the cluster manager's text, which names the code
-            // ("executor 2 exited with code 3").
+            // As Spark's, the cluster manager's text ("executor 2 exited with code 3"),
+            // and the code after it when the text does not name it ("executor 2 was
+            // killed by signal 9 (exit code 137)"): a log of the loss always shows it.
             ExecutorLossReason::ExecutorExited {
                 exit_code, reason, ..
             } if reason.is_empty() => {
                 write!(f, "Executor exited with code {exit_code}")
             }
-            ExecutorLossReason::ExecutorExited { reason, .. } => f.write_str(reason),
+            ExecutorLossReason::ExecutorExited {
+                exit_code, reason, ..
+            } if names_exit_code(reason, *exit_code) => f.write_str(reason),
+            ExecutorLossReason::ExecutorExited {
+                exit_code, reason, ..
+            } => write!(f, "{reason} (exit code {exit_code})"),
             ExecutorLossReason::ExecutorKilled => f.write_str("Executor killed by driver."),
             ExecutorLossReason::LossReasonPending => f.write_str("Pending loss reason."),
             ExecutorLossReason::SlaveLost { message, .. } => f.write_str(message),
@@ -202,6 +208,18 @@ impl std::fmt::Display for ExecutorLossReason {
             }
         }
     }
+}
+
+/// Whether `reason` says "exited with code `code`" (that code, not one it begins: 13 is
+/// not 1), so that the loss's text need not repeat it.
+fn names_exit_code(reason: &str, code: i32) -> bool {
+    const SAYS: &str = "exited with code ";
+    let code = code.to_string();
+    reason.match_indices(SAYS).any(|(at, _)| {
+        let rest = &reason[at + SAYS.len()..];
+        rest.strip_prefix(code.as_str())
+            .is_some_and(|after| !after.starts_with(|c: char| c.is_ascii_digit()))
+    })
 }
 
 /// A file or jar a task needs, with the time it was added (Spark's `addedFiles` entries).

@@ -6,8 +6,8 @@ use rkyv::rancor;
 
 use crate::fuzzing::{sample_frames, sample_message, sample_route, sample_task};
 use crate::{
-    ArchivedMessage, Encoder, Envelope, Frame, FrameDecoder, Message, MessageKind, Route,
-    WireError, FRAME_ALIGN, HEADER_LEN,
+    ArchivedMessage, Encoder, Envelope, ExecutorLossReason, Frame, FrameDecoder, Message,
+    MessageKind, Route, WireError, FRAME_ALIGN, HEADER_LEN,
 };
 
 const LIMIT: usize = 1 << 20;
@@ -1226,5 +1226,38 @@ fn an_invalid_map_status_names_the_failed_check() {
     assert!(
         !reason.is_empty() && !reason.contains("debug assertions"),
         "{reason}"
+    );
+}
+
+/// A loss by exit always shows its code: the cluster manager's text when it names it,
+/// the code after the text when it does not, and the code alone with no text.
+#[test]
+fn an_executor_exit_shows_its_code_once() {
+    let exited = |exit_code: i32, reason: &str| {
+        ExecutorLossReason::ExecutorExited {
+            exit_code,
+            exit_caused_by_app: true,
+            reason: reason.into(),
+        }
+        .to_string()
+    };
+    assert_eq!(
+        exited(3, "executor 2 exited with code 3"),
+        "executor 2 exited with code 3"
+    );
+    assert_eq!(
+        exited(137, "executor 2 was killed by signal 9"),
+        "executor 2 was killed by signal 9 (exit code 137)"
+    );
+    assert_eq!(exited(52, "OOM"), "OOM (exit code 52)");
+    assert_eq!(exited(52, ""), "Executor exited with code 52");
+    // Another code, or one the code only begins, is not this one.
+    assert_eq!(
+        exited(1, "executor 2 exited with code 13"),
+        "executor 2 exited with code 13 (exit code 1)"
+    );
+    assert_eq!(
+        exited(-1, "executor 2 exited with code -1; ended"),
+        "executor 2 exited with code -1; ended"
     );
 }

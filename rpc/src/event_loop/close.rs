@@ -16,6 +16,7 @@ use crate::auth::AuthError;
 use crate::crypto::Sealer;
 use crate::error::RpcError;
 use crate::outbox::{ConnKey, Outbox, OutboxKind};
+use crate::receive_budget::Unfinished;
 
 /// Why a connection is being closed: decides the log level and what pending asks see.
 pub(super) enum CloseReason {
@@ -68,14 +69,27 @@ impl CloseReason {
         )
     }
 
-    /// Whether the connection is cut off for a frame that stalled or came too slowly: if
-    /// that frame held room in the receive budget or waited for it, its host is put on
-    /// probation there.
-    fn is_for_a_slow_frame(&self) -> bool {
-        matches!(
-            self,
-            CloseReason::StalledFrame { .. } | CloseReason::SlowFrame { .. }
-        )
+    /// How a connection whose frame held room in the receive budget, or waited for it,
+    /// ended before the frame was whole, for the budget to decide whether its host goes
+    /// on probation: cut off for the frame's pace; ended by what its peer did (the frame
+    /// having been under way for `under_way`); or ended by this side for reasons of its
+    /// own, which a peer cannot be blamed for (an eviction can be a third party's doing).
+    fn unfinished(&self, under_way: Duration) -> Unfinished {
+        match self {
+            CloseReason::StalledFrame { .. } | CloseReason::SlowFrame { .. } => Unfinished::CutOff,
+            // A connection not yet connected holds no room; listed for completeness.
+            CloseReason::Stopping
+            | CloseReason::Evicted { .. }
+            | CloseReason::ConnectFailed(_)
+            | CloseReason::ConnectTimeout(_) => Unfinished::NotThePeers,
+            CloseReason::EndOfStream
+            | CloseReason::Io(_)
+            | CloseReason::Wire(_)
+            | CloseReason::Auth(_)
+            | CloseReason::AuthTimeout(_)
+            | CloseReason::Idle(_)
+            | CloseReason::Refused(_) => Unfinished::PeerEnded { under_way },
+        }
     }
 
     fn ask_error(&self, peer: SocketAddr) -> RpcError {
@@ -173,15 +187,18 @@ impl EventLoop {
             // Not `self.now`: a close outside a turn (a failed write in `flush_queued`)
             // gets here with the time of the last turn that worked.
             let now = Instant::now();
-            if reason.is_for_a_slow_frame() {
-                // Before its room is given back, so that it goes to the others first.
-                if self.receive_budget.cut_off(conn.peer.ip(), now) {
-                    debug!(
+            let how = reason.unfinished(conn.state.frame_under_way(now));
+            // Before its room is given back, so that it goes to the others first, and
+            // while its place shows whether others wait.
+            if self
+                .receive_budget
+                .ended_unfinished(conn.peer.ip(), how, now)
+            {
+                debug!(
                         peer = %conn.peer,
                         "its host is on probation for the receive budget (rpc.io.maxReceiveBytes): \
                          its large frames wait behind other hosts'"
-                    );
-                }
+                );
             }
             self.release_budget(key, now);
         }

@@ -216,6 +216,16 @@ impl ConnState {
         std::mem::take(&mut self.reserved)
     }
 
+    /// How long, at `now`, the frame under way has been: since its first bytes, or since
+    /// the receive budget let it in after a wait (zero between frames). A frame its peer
+    /// abandons after long enough holding room counts against its host (see
+    /// [`Unfinished`](crate::receive_budget::Unfinished)).
+    pub(super) fn frame_under_way(&self, now: Instant) -> Duration {
+        self.frame_clock.map_or(Duration::ZERO, |clock| {
+            now.saturating_duration_since(clock.started)
+        })
+    }
+
     /// Bytes of the receive budget held for the frame under way (0: none).
     pub(super) fn reserved(&self) -> usize {
         self.reserved
@@ -588,6 +598,30 @@ mod tests {
         // Its peer sent nothing more: cut off at the frame deadline.
         assert!(!state.waiting_peer_sent_more(at(start, 31), 0, &settings));
         assert_eq!(overdue(&state, at(start, 31), &settings), Some("stalled"));
+    }
+
+    /// What the receive budget weighs when a peer abandons a frame: how long it has
+    /// been under way, from its first bytes, or from its admission after a wait.
+    #[test]
+    fn a_frame_is_under_way_from_its_first_bytes_or_its_admission() {
+        let (start, settings) = (Instant::now(), settings());
+        let mut state = accepted(start, &settings);
+        assert_eq!(state.frame_under_way(at(start, 5)), Duration::ZERO);
+        state.partial_frame(at(start, 1), 64, &settings);
+        // More bytes do not move its start.
+        state.partial_frame(at(start, 3), 4096, &settings);
+        assert_eq!(state.frame_under_way(at(start, 4)), 3 * SEC);
+        state.wait_for_budget();
+        assert_eq!(
+            state.frame_under_way(at(start, 9)),
+            8 * SEC,
+            "while it waits"
+        );
+        state.admitted(4 * MIB);
+        state.read_on_after_wait(at(start, 10), 4096, &settings);
+        assert_eq!(state.frame_under_way(at(start, 12)), 2 * SEC);
+        state.frame_arrived();
+        assert_eq!(state.frame_under_way(at(start, 13)), Duration::ZERO);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::admission::Admission;
 use crate::ask::PendingAsk;
 use crate::log_budget::LogBudget;
 use crate::outbox::ConnKey;
-use crate::receive_budget::{ReceiveBudget, PROBATION_TIMEOUTS};
+use crate::receive_budget::ReceiveBudget;
 use crate::refs::RpcEnvHandle;
 use crate::shared::{AskCompletion, Command, Shared};
 use crate::timer::TimerQueue;
@@ -163,10 +163,7 @@ impl EventLoop {
         }
         let max_payload = shared.settings.max_payload;
         let max_receive_bytes = shared.settings.max_receive_bytes;
-        let probation = shared
-            .settings
-            .stalled_frame_timeout
-            .saturating_mul(PROBATION_TIMEOUTS);
+        let network_timeout = shared.settings.stalled_frame_timeout;
         let admission = Admission::new(
             shared.settings.max_connections,
             shared.settings.max_connections_per_host,
@@ -198,7 +195,7 @@ impl EventLoop {
             commands: Vec::new(),
             ended_asks: Vec::new(),
             unfinished_reads: Vec::new(),
-            receive_budget: ReceiveBudget::new(max_receive_bytes, probation),
+            receive_budget: ReceiveBudget::new(max_receive_bytes, network_timeout),
             admitted: Vec::new(),
             queued_keys: Vec::new(),
             resumed_reads: Vec::new(),
