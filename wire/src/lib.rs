@@ -106,6 +106,7 @@
 // with its safety argument.
 #![deny(unsafe_code)]
 
+mod aligned_bytes;
 mod check_error;
 mod decoded_size;
 mod decoder;
@@ -131,6 +132,7 @@ mod task_payload;
 mod tests;
 mod units;
 
+pub use aligned_bytes::{AlignedBytes, BODY_ALIGN};
 pub use check_error::CheckError;
 pub use decoded_size::{check_decoded_size, DecodedSize, Owned};
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder, FrameOpener};
