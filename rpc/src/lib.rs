@@ -86,6 +86,7 @@ mod refs;
 mod settings;
 mod shared;
 mod turns;
+mod typed;
 
 // What the layers are built from: state machines and primitives that know none of them.
 pub(crate) mod admission;
@@ -120,3 +121,11 @@ pub use socket::raise_descriptor_limit;
 pub use socket::SocketOptions;
 pub use timer::TimerId;
 pub use turns::LoopLease;
+pub use typed::{decode, encode, Request, Service, TypedReply, UserMessage};
+
+// What the API exposes, so that one dependency is enough: messages and frames
+// (flint-wire), their blobs (bytes), and rkyv, to derive user messages (with
+// `#[rkyv(crate = flint_rpc::rkyv)]`) and read their archives.
+pub use bytes::{self, Bytes};
+pub use flint_wire::{self as wire, ArchivedMessage, CheckError, Frame, Message};
+pub use rkyv::{self, Archive, Archived, Deserialize, Serialize};
