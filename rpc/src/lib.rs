@@ -134,7 +134,9 @@ pub use socket::raise_descriptor_limit;
 pub use socket::SocketOptions;
 pub use timer::TimerId;
 pub use turns::LoopLease;
-pub use typed::{decode, encode, Request, Service, TypedReply, UserMessage};
+pub use typed::{
+    decode, encode, Request, Service, TypedReply, UserMessage, MAX_USER_MESSAGE_DEPTH,
+};
 
 // What the API exposes, so that one dependency is enough: messages and frames
 // (flint-wire), their blobs (bytes), and rkyv, to derive user messages (with

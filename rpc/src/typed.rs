@@ -27,6 +27,9 @@ use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
 use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
+use rkyv::validation::archive::ArchiveValidator;
+use rkyv::validation::shared::SharedValidator;
+use rkyv::validation::Validator;
 use rkyv::{Archive, Archived, Deserialize, Serialize};
 
 use crate::ask::Reply;
@@ -42,6 +45,8 @@ use crate::refs::EndpointRef;
 /// `Serialize` qualifies (bytecheck, which validates what arrives, is derived with
 /// `Archive`); its archived form must need an alignment of at most
 /// [`flint_wire::BODY_ALIGN`] (16, that of `u128`), which every type rkyv derives does.
+/// What arrives is validated at most [`MAX_USER_MESSAGE_DEPTH`] levels deep, so a
+/// recursive type (derived as rkyv documents, with `omit_bounds`) is safe to receive.
 pub trait UserMessage:
     Archive<Archived: for<'a> CheckBytes<HighValidator<'a, CheckError>>>
     + for<'a> Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>
@@ -98,13 +103,32 @@ pub fn decode<M: UserMessage>(message: &ArchivedMessage) -> Result<&Archived<M>,
     }
 }
 
+/// How many levels deep validation follows a user message before it refuses it: the
+/// root is one, and each `Box`, `Vec` or out-of-line `String` one more.
+///
+/// Validation recurses once per level. The catalogue's types bound their own depth, but
+/// a user's type may be recursive (a list, a tree), and a peer could then send a body of
+/// a million levels within `rpc.message.maxSize` to overflow the stack of the thread
+/// that validates it. 128 levels take a few tens of KiB of stack, and are deeper than
+/// data that is not itself an attack.
+pub const MAX_USER_MESSAGE_DEPTH: usize = 128;
+
 /// Validates `body` as the archive of an `M` and reads it in place.
 fn validate<M: UserMessage>(body: &[u8]) -> Result<&Archived<M>, RpcError> {
-    rkyv::access::<Archived<M>, CheckError>(body).map_err(|error| RpcError::InvalidMessage {
-        id: M::ID,
-        type_name: type_name::<M>(),
-        reason: error.to_string(),
-    })
+    // rkyv refuses the push that would bring the count to 0: one more lets the root
+    // and MAX_USER_MESSAGE_DEPTH - 1 levels under it through.
+    let depth = std::num::NonZeroUsize::new(MAX_USER_MESSAGE_DEPTH + 1);
+    let mut validator = Validator::new(
+        ArchiveValidator::with_max_depth(body, depth),
+        SharedValidator::new(),
+    );
+    rkyv::api::access_with_context::<Archived<M>, _, CheckError>(body, &mut validator).map_err(
+        |error| RpcError::InvalidMessage {
+            id: M::ID,
+            type_name: type_name::<M>(),
+            reason: error.to_string(),
+        },
+    )
 }
 
 /// The reply to [`EndpointRef::ask_typed`]: the frame it came in, its body validated as
@@ -279,16 +303,21 @@ impl<S: Send + 'static> Service<S> {
         self,
         mut handler: impl FnMut(&mut S, &Archived<Req>) -> Result<Req::Reply, String> + Send + 'static,
     ) -> Result<Self, RpcError> {
-        self.on_message::<Req>(move |state, _ctx, request, incoming| {
+        // A peer that reads nothing fills its outbox, and every reply to it fails.
+        let mut warnings = LogBudget::default();
+        self.on_message::<Req>(move |state, ctx, request, incoming| {
             let outcome = match handler(state, request) {
                 Ok(reply) => incoming.reply_typed(&reply),
                 Err(error) => incoming.reply_error(error),
             };
             if let Err(error) = outcome {
-                // The reply could not be encoded or queued: the asker times out or
-                // loses the connection; tell it why if the transport still can.
+                // The reply could not be encoded or queued: tell the asker why if the
+                // transport still can; else it times out or loses the connection.
                 let _ = incoming.reply_error(error.to_string());
-                tracing::warn!(
+                crate::peer_warn!(
+                    warnings,
+                    ctx.now(),
+                    sender = ?incoming.sender(),
                     "cannot answer user message id {} ({}): {error}",
                     Req::ID,
                     type_name::<Req>()

@@ -312,6 +312,64 @@ fn a_body_that_does_not_validate_is_refused_with_the_id_and_the_check_and_reache
     assert_eq!(seen.handled.load(Ordering::SeqCst), 1);
 }
 
+/// A recursive type: how deep validation follows it is bounded.
+#[derive(rkyv::Archive, rkyv::Serialize, Debug)]
+#[rkyv(crate = flint_rpc::rkyv)]
+#[rkyv(serialize_bounds(
+    __S: rkyv::ser::Writer + rkyv::ser::Allocator,
+    __S::Error: rkyv::rancor::Source,
+))]
+#[rkyv(bytecheck(bounds(__C: rkyv::validation::ArchiveContext)))]
+enum List {
+    Nil,
+    Cons(u32, #[rkyv(omit_bounds)] Box<List>),
+}
+impl UserMessage for List {
+    const ID: u32 = 6;
+}
+impl Request for List {
+    type Reply = BlobSeen;
+}
+
+fn list(depth: u32) -> List {
+    (0..depth).fold(List::Nil, |tail, i| List::Cons(i, Box::new(tail)))
+}
+
+#[test]
+fn a_message_nested_deeper_than_the_bound_is_refused_before_it_is_followed() {
+    let server = env();
+    let handled = Arc::new(AtomicUsize::new(0));
+    let service = Service::new(handled.clone())
+        .on_ask::<List>(|handled, list| {
+            handled.fetch_add(1, Ordering::SeqCst);
+            let mut len = 0;
+            let mut at = list;
+            while let ArchivedList::Cons(_, tail) = at {
+                len += 1;
+                at = tail;
+            }
+            Ok(BlobSeen {
+                len,
+                in_place: true,
+            })
+        })
+        .unwrap();
+    server.handle().register(ECHO, service).unwrap();
+    let client = env();
+    let lists = client.handle().endpoint_ref(server.address(), ECHO);
+
+    // Each Box is one level; the root is one more.
+    let fits = flint_rpc::MAX_USER_MESSAGE_DEPTH as u32 - 1;
+    let reply = lists.ask_typed(&list(fits)).unwrap();
+    assert_eq!(reply.archived().len, u64::from(fits));
+    let error = lists.ask_typed(&list(fits + 1)).unwrap_err().to_string();
+    assert!(
+        error.contains("user message id 6") && error.contains("depth"),
+        "{error}"
+    );
+    assert_eq!(handled.load(Ordering::SeqCst), 1);
+}
+
 #[derive(rkyv::Archive, rkyv::Serialize)]
 #[rkyv(crate = flint_rpc::rkyv)]
 struct Impostor(u64);
