@@ -27,9 +27,6 @@ use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
 use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
-use rkyv::validation::archive::ArchiveValidator;
-use rkyv::validation::shared::SharedValidator;
-use rkyv::validation::Validator;
 use rkyv::{Archive, Archived, Deserialize, Serialize};
 
 use crate::ask::Reply;
@@ -103,32 +100,18 @@ pub fn decode<M: UserMessage>(message: &ArchivedMessage) -> Result<&Archived<M>,
     }
 }
 
-/// How many levels deep validation follows a user message before it refuses it: the
-/// root is one, and each `Box`, `Vec` or out-of-line `String` one more.
-///
-/// Validation recurses once per level. The catalogue's types bound their own depth, but
-/// a user's type may be recursive (a list, a tree), and a peer could then send a body of
-/// a million levels within `rpc.message.maxSize` to overflow the stack of the thread
-/// that validates it. 128 levels take a few tens of KiB of stack, and are deeper than
-/// data that is not itself an attack.
-pub const MAX_USER_MESSAGE_DEPTH: usize = 128;
+/// How many levels deep a user message is validated before it is refused: the root is
+/// one, and each `Box`, `Vec` or out-of-line `String` one more (see
+/// [`flint_wire::MAX_BODY_DEPTH`], why).
+pub const MAX_USER_MESSAGE_DEPTH: usize = flint_wire::MAX_BODY_DEPTH;
 
 /// Validates `body` as the archive of an `M` and reads it in place.
 fn validate<M: UserMessage>(body: &[u8]) -> Result<&Archived<M>, RpcError> {
-    // rkyv refuses the push that would bring the count to 0: one more lets the root
-    // and MAX_USER_MESSAGE_DEPTH - 1 levels under it through.
-    let depth = std::num::NonZeroUsize::new(MAX_USER_MESSAGE_DEPTH + 1);
-    let mut validator = Validator::new(
-        ArchiveValidator::with_max_depth(body, depth),
-        SharedValidator::new(),
-    );
-    rkyv::api::access_with_context::<Archived<M>, _, CheckError>(body, &mut validator).map_err(
-        |error| RpcError::InvalidMessage {
-            id: M::ID,
-            type_name: type_name::<M>(),
-            reason: error.to_string(),
-        },
-    )
+    flint_wire::access_body::<Archived<M>>(body).map_err(|error| RpcError::InvalidMessage {
+        id: M::ID,
+        type_name: type_name::<M>(),
+        reason: error.to_string(),
+    })
 }
 
 /// The reply to [`EndpointRef::ask_typed`]: the frame it came in, its body validated as

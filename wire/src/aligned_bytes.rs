@@ -10,7 +10,15 @@
 //! the body are padding nobody points at, which a decoder of any version accepts.
 
 use bytes::Bytes;
+use rkyv::api::high::HighValidator;
+use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor::Fallible;
+use rkyv::validation::archive::ArchiveValidator;
+use rkyv::validation::shared::SharedValidator;
+use rkyv::validation::Validator;
+use rkyv::Portable;
+
+use crate::CheckError;
 use rkyv::ser::{Writer, WriterExt};
 use rkyv::vec::{ArchivedVec, VecResolver};
 use rkyv::with::{ArchiveWith, DeserializeWith, SerializeWith};
@@ -19,6 +27,33 @@ use rkyv::Place;
 /// The alignment of a [`Message::Custom`](crate::Message::Custom) body inside its frame's
 /// payload, in bytes: that of the most aligned archived primitive (`u128`).
 pub const BODY_ALIGN: usize = 16;
+
+/// How many levels deep [`access_body`] follows an archive before it refuses it: the
+/// root is one, and each `Box`, `Vec` or out-of-line `String` one more.
+///
+/// Validation recurses once per level. The catalogue's types bound their own depth, but
+/// an application's type may be recursive (a list, a tree), and a peer could then send a
+/// body a million levels deep within `rpc.message.maxSize` to overflow the stack of the
+/// thread that validates it. 128 levels take a few tens of KiB of stack, and are deeper
+/// than data that is not itself an attack.
+pub const MAX_BODY_DEPTH: usize = 128;
+
+/// Validates `body` (an application's archive, as a [`Message::Custom`](crate::Message::Custom)
+/// carries) as a `T` and reads it in place, following it at most [`MAX_BODY_DEPTH`]
+/// levels deep. A body not at a multiple of `T`'s alignment is an error, not a copy.
+pub fn access_body<T>(body: &[u8]) -> Result<&T, CheckError>
+where
+    T: Portable + for<'a> CheckBytes<HighValidator<'a, CheckError>>,
+{
+    // rkyv refuses the push that would bring the count to 0: one more lets the root and
+    // MAX_BODY_DEPTH - 1 levels under it through.
+    let depth = std::num::NonZeroUsize::new(MAX_BODY_DEPTH + 1);
+    let mut validator = Validator::new(
+        ArchiveValidator::with_max_depth(body, depth),
+        SharedValidator::new(),
+    );
+    rkyv::api::access_with_context::<T, _, CheckError>(body, &mut validator)
+}
 
 /// rkyv wrapper that archives [`Bytes`] as an `ArchivedVec<u8>` whose bytes start at a
 /// multiple of [`BODY_ALIGN`].

@@ -135,7 +135,7 @@ mod task_payload;
 mod tests;
 mod units;
 
-pub use aligned_bytes::{AlignedBytes, BODY_ALIGN};
+pub use aligned_bytes::{access_body, AlignedBytes, BODY_ALIGN, MAX_BODY_DEPTH};
 pub use check_error::CheckError;
 pub use decoded_size::{check_decoded_size, DecodedSize, Owned};
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder, FrameOpener};
