@@ -87,11 +87,12 @@
 #![forbid(unsafe_code)]
 
 // The transport's layers. Top to bottom: typed (user messages, over endpoint and refs),
-// env (RpcEnv), turns (who turns the loop),
+// builder (RpcEnv::builder), env (RpcEnv), turns (who turns the loop),
 // event_loop, endpoint (what endpoints implement and are handed), refs (handles and
 // endpoint refs), shared (the state every thread shares), settings. Each uses only those
 // below it (tests/module_layers.rs holds this), so that each can be read, and tested,
 // without the ones above.
+mod builder;
 mod endpoint;
 mod env;
 mod event_loop;
@@ -123,6 +124,7 @@ pub mod timer;
 pub use tracing as __tracing;
 
 pub use ask::Reply;
+pub use builder::RpcEnvBuilder;
 pub use conf::Conf;
 pub use endpoint::{Endpoint, EndpointContext, Incoming, ReplyHandle};
 pub use env::RpcEnv;

@@ -470,3 +470,47 @@ fn a_request_trickled_in_byte_by_byte_is_read_in_place() {
         }
     }
 }
+
+#[test]
+fn environments_from_the_builder_authenticate_with_their_secret() {
+    let built = |secret: &str| {
+        RpcEnv::builder()
+            .bind_address([127, 0, 0, 1].into())
+            .port(0)
+            .secret(secret)
+            .ask_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    };
+    let (server, seen, _noted) = {
+        let server = built("correct horse");
+        let seen = Arc::new(Seen::default());
+        let (notes, noted) = mpsc::channel();
+        server
+            .handle()
+            .register(ECHO, echo_service(seen.clone(), notes))
+            .unwrap();
+        (server, seen, noted)
+    };
+    let friend = built("correct horse");
+    let record = sample_record(4);
+    let echo = friend.handle().endpoint_ref(server.address(), ECHO);
+    assert_eq!(echo.ask_typed(&record).unwrap().deserialize(), record);
+
+    let stranger = RpcEnv::builder()
+        .client_only()
+        .secret("wrong")
+        .conf_pairs(["rpc.askTimeout=10s"])
+        .build()
+        .unwrap();
+    let error = stranger
+        .handle()
+        .endpoint_ref(server.address(), ECHO)
+        .ask_typed(&record)
+        .unwrap_err();
+    assert!(
+        matches!(error, RpcError::AuthenticationFailed { .. }),
+        "{error:?}"
+    );
+    assert_eq!(seen.handled.load(Ordering::SeqCst), 1);
+}
