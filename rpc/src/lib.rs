@@ -47,7 +47,10 @@
 //! implementing [`UserMessage`] is sent with [`EndpointRef::send_typed`], asked with
 //! [`EndpointRef::ask_typed`] and handled by a [`Service`] (or read with
 //! [`Incoming::typed`] in an endpoint of one's own), validated and read in place on
-//! either side.
+//! either side. [`RpcEnv::builder`] sets an environment up in code rather than with
+//! `key=value` strings, and callers inside an async runtime await
+//! [`EndpointRef::ask_async`] or [`EndpointRef::ask_typed_async`], futures the event
+//! loop completes through their waker (no runtime in the transport).
 //!
 //! How it is put together:
 //!
@@ -86,7 +89,8 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-// The transport's layers. Top to bottom: typed (user messages, over endpoint and refs),
+// The transport's layers. Top to bottom: future (asks as futures, over typed and refs),
+// typed (user messages, over endpoint and refs),
 // builder (RpcEnv::builder), env (RpcEnv), turns (who turns the loop),
 // event_loop, endpoint (what endpoints implement and are handed), refs (handles and
 // endpoint refs), shared (the state every thread shares), settings. Each uses only those
@@ -96,6 +100,7 @@ mod builder;
 mod endpoint;
 mod env;
 mod event_loop;
+mod future;
 mod refs;
 mod settings;
 mod shared;
@@ -129,6 +134,7 @@ pub use conf::Conf;
 pub use endpoint::{Endpoint, EndpointContext, Incoming, ReplyHandle};
 pub use env::RpcEnv;
 pub use error::{RpcError, Target, TimeoutSource};
+pub use future::{AskFuture, TypedAskFuture};
 pub use refs::{EndpointRef, RpcEnvHandle, RpcStats, CLIENT_ADDRESS};
 pub use settings::Settings;
 #[cfg(unix)]

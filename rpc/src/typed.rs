@@ -122,7 +122,7 @@ pub struct TypedReply<M> {
 }
 
 impl<M: UserMessage> TypedReply<M> {
-    fn new(reply: Reply) -> Result<Self, RpcError> {
+    pub(crate) fn new(reply: Reply) -> Result<Self, RpcError> {
         decode::<M>(reply.message())?;
         Ok(TypedReply {
             reply,

@@ -514,3 +514,88 @@ fn environments_from_the_builder_authenticate_with_their_secret() {
     );
     assert_eq!(seen.handled.load(Ordering::SeqCst), 1);
 }
+
+/// Wakes the thread that polls, and counts the wake-ups.
+struct ThreadWaker {
+    thread: std::thread::Thread,
+    wakes: AtomicUsize,
+}
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+}
+
+/// A minimal executor without a runtime: polls, then sleeps until woken. Its sleeps are
+/// long (5 s), so that a future that completes sooner was completed by its waker.
+fn block_on<F: std::future::Future>(future: F) -> (F::Output, usize) {
+    let mut future = std::pin::pin!(future);
+    let waker = Arc::new(ThreadWaker {
+        thread: std::thread::current(),
+        wakes: AtomicUsize::new(0),
+    });
+    let as_waker = std::task::Waker::from(waker.clone());
+    let mut cx = std::task::Context::from_waker(&as_waker);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return (output, waker.wakes.load(Ordering::SeqCst));
+        }
+        assert!(Instant::now() < deadline, "the future never completed");
+        std::thread::park_timeout(Duration::from_secs(5));
+    }
+}
+
+#[test]
+fn asks_as_futures_are_completed_through_their_waker_by_the_loop() {
+    let server = env();
+    // Answers a note 200 ms later, from another thread; drops one that says "never".
+    let service = Service::new(())
+        .on_message::<Note>(|_, _ctx, note, incoming| {
+            let Some(reply) = incoming.reply_handle() else {
+                return;
+            };
+            if note.0 == "never" {
+                return;
+            }
+            let text = note.0.to_string();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                let _ = reply.reply_typed(&Note(format!("re: {text}")));
+            });
+        })
+        .unwrap();
+    server.handle().register(ECHO, service).unwrap();
+    let client = env();
+    let echo = client.handle().endpoint_ref(server.address(), ECHO);
+
+    let started = Instant::now();
+    let (reply, wakes) = block_on(echo.ask_typed_async(&Note("hello".into())));
+    assert_eq!(reply.unwrap().archived().0.as_str(), "re: hello");
+    assert!(wakes >= 1, "completed without a wake-up");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Several under way at once, awaited in turn.
+    let futures: Vec<_> = (0..5)
+        .map(|i| echo.ask_typed_async(&Note(format!("n{i}"))))
+        .collect();
+    for (i, future) in futures.into_iter().enumerate() {
+        let (reply, _) = block_on(future);
+        assert_eq!(reply.unwrap().archived().0.as_str(), format!("re: n{i}"));
+    }
+
+    // The loop's timer ends one that is never answered.
+    let never = flint_rpc::encode(&Note("never".into())).unwrap();
+    let (outcome, wakes) = block_on(echo.ask_async_timeout(&never, Duration::from_millis(300)));
+    assert!(
+        matches!(outcome, Err(RpcError::AskTimeout { .. })),
+        "{outcome:?}"
+    );
+    assert!(wakes >= 1);
+}
