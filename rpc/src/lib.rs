@@ -91,7 +91,7 @@
 
 // The transport's layers. Top to bottom: future (asks as futures, over typed and refs),
 // typed (user messages, over endpoint and refs),
-// builder (RpcEnv::builder), env (RpcEnv), turns (who turns the loop),
+// builder (RpcEnv::builder), serve (RpcEnv::serve), env (RpcEnv), turns (who turns the loop),
 // event_loop, endpoint (what endpoints implement and are handed), refs (handles and
 // endpoint refs), shared (the state every thread shares), settings. Each uses only those
 // below it (tests/module_layers.rs holds this), so that each can be read, and tested,
@@ -102,6 +102,7 @@ mod env;
 mod event_loop;
 mod future;
 mod refs;
+mod serve;
 mod settings;
 mod shared;
 mod turns;
@@ -136,6 +137,7 @@ pub use env::RpcEnv;
 pub use error::{RpcError, Target, TimeoutSource};
 pub use future::{AskFuture, TypedAskFuture};
 pub use refs::{EndpointRef, RpcEnvHandle, RpcStats, CLIENT_ADDRESS};
+pub use serve::ServeEnd;
 pub use settings::Settings;
 #[cfg(unix)]
 pub use socket::raise_descriptor_limit;
