@@ -102,7 +102,9 @@ mod env;
 mod event_loop;
 mod future;
 mod refs;
+#[cfg(unix)]
 mod serve;
+mod service_macro;
 mod settings;
 mod shared;
 mod turns;
@@ -137,6 +139,7 @@ pub use env::RpcEnv;
 pub use error::{RpcError, Target, TimeoutSource};
 pub use future::{AskFuture, TypedAskFuture};
 pub use refs::{EndpointRef, RpcEnvHandle, RpcStats, CLIENT_ADDRESS};
+#[cfg(unix)]
 pub use serve::ServeEnd;
 pub use settings::Settings;
 #[cfg(unix)]

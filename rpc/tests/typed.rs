@@ -599,3 +599,81 @@ fn asks_as_futures_are_completed_through_their_waker_by_the_loop() {
     );
     assert!(wakes >= 1);
 }
+
+flint_rpc::service! {
+    /// Echoes records and shapes; refuses empty records.
+    mod echoes {
+        /// The record back.
+        fn record(Record) -> Record;
+        /// The shape back.
+        fn shape(Shape) -> Shape;
+    }
+}
+
+flint_rpc::service! {
+    /// Two methods for one request type: its id is taken twice.
+    mod twice {
+        fn first(Record) -> Record;
+        fn second(Record) -> Record;
+    }
+}
+
+struct Echoes;
+
+impl echoes::Handler for Echoes {
+    fn record(&mut self, record: &ArchivedRecord) -> Result<Record, String> {
+        if record.name.is_empty() {
+            return Err("an empty name".into());
+        }
+        rkyv::deserialize::<Record, rancor::Error>(record).map_err(|e| e.to_string())
+    }
+
+    fn shape(&mut self, shape: &ArchivedShape) -> Result<Shape, String> {
+        rkyv::deserialize::<Shape, rancor::Error>(shape).map_err(|e| e.to_string())
+    }
+}
+
+struct Twice;
+
+impl twice::Handler for Twice {
+    fn first(&mut self, _: &ArchivedRecord) -> Result<Record, String> {
+        Err("unused".into())
+    }
+
+    fn second(&mut self, _: &ArchivedRecord) -> Result<Record, String> {
+        Err("unused".into())
+    }
+}
+
+#[test]
+fn a_declared_service_gives_a_handler_trait_and_a_typed_client() {
+    let server = env();
+    server
+        .handle()
+        .register(ECHO, echoes::service(Echoes).unwrap())
+        .unwrap();
+    let client = env();
+    let echoes = echoes::Client::new(client.handle().endpoint_ref(server.address(), ECHO));
+    let record = sample_record(9);
+    assert_eq!(echoes.record(&record).unwrap().deserialize(), record);
+    let shape = Shape::Path(vec![(3, 4)]);
+    assert_eq!(echoes.shape(&shape).unwrap().deserialize(), shape);
+    // The handler's Err is the asker's remote error.
+    let empty = Record {
+        name: String::new(),
+        ..sample_record(1)
+    };
+    let error = echoes.record(&empty).unwrap_err();
+    assert!(
+        matches!(&error, RpcError::Remote { message, .. } if message == "an empty name"),
+        "{error:?}"
+    );
+    // A request type named by two methods is refused when the service is made.
+    let Err(error) = twice::service(Twice) else {
+        panic!("one id served twice");
+    };
+    assert!(
+        matches!(error, RpcError::DuplicateMessageId { id: 1, .. }),
+        "{error:?}"
+    );
+}
