@@ -299,6 +299,12 @@ fn a_body_that_does_not_validate_is_refused_with_the_id_and_the_check_and_reache
 
     // Too short to hold its root.
     let error = echo.ask(&forged(vec![1, 2, 3])).unwrap_err().to_string();
+    // Where the check failed is told as offsets into the body, not as this process's
+    // addresses.
+    assert!(
+        error.contains("+0..+3") && !error.contains("0x0000"),
+        "{error}"
+    );
     assert!(
         error.contains("user message id 3") && error.contains("failed validation"),
         "{error}"

@@ -41,6 +41,8 @@ pub const MAX_BODY_DEPTH: usize = 128;
 /// Validates `body` (an application's archive, as a [`Message::Custom`](crate::Message::Custom)
 /// carries) as a `T` and reads it in place, following it at most [`MAX_BODY_DEPTH`]
 /// levels deep. A body not at a multiple of `T`'s alignment is an error, not a copy.
+/// The error's addresses are offsets into `body` ([`CheckError::relative_to`]): its text
+/// goes back to the peer that sent it.
 pub fn access_body<T>(body: &[u8]) -> Result<&T, CheckError>
 where
     T: Portable + for<'a> CheckBytes<HighValidator<'a, CheckError>>,
@@ -53,6 +55,7 @@ where
         SharedValidator::new(),
     );
     rkyv::api::access_with_context::<T, _, CheckError>(body, &mut validator)
+        .map_err(|error| error.relative_to(body.as_ptr()))
 }
 
 /// rkyv wrapper that archives [`Bytes`] as an `ArchivedVec<u8>` whose bytes start at a
