@@ -223,6 +223,17 @@ fn payloads_are_aligned_at_every_position_and_chunking() {
 }
 
 #[test]
+fn an_invalid_payload_s_reason_tells_offsets_not_addresses() {
+    // Too short for an envelope's root: the check names the range it overran.
+    let mut payload = rkyv::util::AlignedVec::<FRAME_ALIGN>::new();
+    payload.extend_from_slice(&[0u8; 4]);
+    let error = crate::validate_envelope(MessageKind::ReviveOffers, &payload).unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("+0..+4"), "{text}");
+    assert!(!text.contains("0x0000"), "{text}");
+}
+
+#[test]
 fn oversized_frame_is_refused_from_its_header_alone() {
     let mut out = BytesMut::new();
     Encoder::new(LIMIT)
@@ -1230,15 +1241,4 @@ fn an_invalid_map_status_names_the_failed_check() {
         !reason.is_empty() && !reason.contains("debug assertions"),
         "{reason}"
     );
-}
-
-#[test]
-fn an_invalid_payload_s_reason_tells_offsets_not_addresses() {
-    // Too short for an envelope's root: the check names the range it overran.
-    let mut payload = rkyv::util::AlignedVec::<FRAME_ALIGN>::new();
-    payload.extend_from_slice(&[0u8; 4]);
-    let error = crate::validate_envelope(MessageKind::ReviveOffers, &payload).unwrap_err();
-    let text = error.to_string();
-    assert!(text.contains("+0..+4"), "{text}");
-    assert!(!text.contains("0x0000"), "{text}");
 }
