@@ -683,3 +683,22 @@ fn a_declared_service_gives_a_handler_trait_and_a_typed_client() {
         "{error:?}"
     );
 }
+
+#[test]
+fn typed_messages_reach_endpoints_of_the_same_environment_read_in_place() {
+    let (server, _seen, noted) = serve();
+    let local = server.handle().local_ref(ECHO);
+    let record = sample_record(6);
+    let reply = local.ask_typed(&record).unwrap();
+    assert_eq!(reply.deserialize(), record);
+    let payload = reply.frame().payload().as_ptr_range();
+    assert!(
+        payload.contains(&reply.archived().name.as_ptr()),
+        "the reply was copied"
+    );
+    local.send_typed(&Note("local".into())).unwrap();
+    assert_eq!(
+        noted.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Note("local".into())
+    );
+}
