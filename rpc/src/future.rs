@@ -15,7 +15,7 @@ use flint_wire::Message;
 use crate::ask::Reply;
 use crate::error::RpcError;
 use crate::refs::EndpointRef;
-use crate::typed::{encode, Request, TypedReply, UserMessage};
+use crate::typed::{encode_user_message, Request, TypedReply, UserMessage};
 
 /// What the loop's callback and the future share.
 #[derive(Default)]
@@ -120,7 +120,7 @@ impl EndpointRef {
 
     /// [`EndpointRef::ask_typed`] as a future (see [`EndpointRef::ask_async`]).
     pub fn ask_typed_async<Req: Request>(&self, request: &Req) -> TypedAskFuture<Req::Reply> {
-        let ask = match encode(request) {
+        let ask = match encode_user_message(request) {
             Ok(message) => self.ask_async(&message),
             Err(error) => AskFuture {
                 shared: Arc::default(),

@@ -148,7 +148,8 @@ pub use socket::SocketOptions;
 pub use timer::TimerId;
 pub use turns::LoopLease;
 pub use typed::{
-    decode, encode, Request, Service, TypedReply, UserMessage, MAX_USER_MESSAGE_DEPTH,
+    decode_user_message, encode_user_message, Request, Service, TypedReply, UserMessage,
+    MAX_USER_MESSAGE_DEPTH,
 };
 
 // What the API exposes, so that one dependency is enough: messages and frames

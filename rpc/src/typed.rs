@@ -60,7 +60,7 @@ pub trait Request: UserMessage {
 }
 
 /// Serializes `message` into the body of a [`Message::Custom`] tagged with its id.
-pub fn encode<M: UserMessage>(message: &M) -> Result<Message, RpcError> {
+pub fn encode_user_message<M: UserMessage>(message: &M) -> Result<Message, RpcError> {
     const {
         assert!(
             std::mem::align_of::<Archived<M>>() <= BODY_ALIGN,
@@ -82,7 +82,9 @@ pub fn encode<M: UserMessage>(message: &M) -> Result<Message, RpcError> {
 
 /// Reads `message` as an `M`: checks that it is a user message with `M`'s id and
 /// validates its body in place.
-pub fn decode<M: UserMessage>(message: &ArchivedMessage) -> Result<&Archived<M>, RpcError> {
+pub fn decode_user_message<M: UserMessage>(
+    message: &ArchivedMessage,
+) -> Result<&Archived<M>, RpcError> {
     match message {
         ArchivedMessage::Custom { tag, body } if tag.to_native() == M::ID => {
             validate::<M>(body.as_slice())
@@ -123,7 +125,7 @@ pub struct TypedReply<M> {
 
 impl<M: UserMessage> TypedReply<M> {
     pub(crate) fn new(reply: Reply) -> Result<Self, RpcError> {
-        decode::<M>(reply.message())?;
+        decode_user_message::<M>(reply.message())?;
         Ok(TypedReply {
             reply,
             _message: PhantomData,
@@ -136,7 +138,8 @@ impl<M: UserMessage> TypedReply<M> {
     /// validates it again (as [`Reply::message`] does): call it once and keep the
     /// reference.
     pub fn archived(&self) -> &Archived<M> {
-        decode::<M>(self.reply.message()).expect("a typed reply is validated on receipt")
+        decode_user_message::<M>(self.reply.message())
+            .expect("a typed reply is validated on receipt")
     }
 
     /// The frame, for zero-copy `Bytes` views of the reply's parts ([`Frame::bytes_of`]).
@@ -166,7 +169,7 @@ impl<M> std::fmt::Debug for TypedReply<M> {
 impl EndpointRef {
     /// Sends `message` one-way, as [`EndpointRef::send`] does a catalogue message.
     pub fn send_typed<M: UserMessage>(&self, message: &M) -> Result<(), RpcError> {
-        self.send(&encode(message)?)
+        self.send(&encode_user_message(message)?)
     }
 
     /// Asks `request` and waits for its reply, at most rpc.askTimeout. The reply is
@@ -178,7 +181,7 @@ impl EndpointRef {
         &self,
         request: &Req,
     ) -> Result<TypedReply<Req::Reply>, RpcError> {
-        TypedReply::new(self.ask(&encode(request)?)?)
+        TypedReply::new(self.ask(&encode_user_message(request)?)?)
     }
 
     /// As [`EndpointRef::ask_typed`], waiting at most `timeout`.
@@ -187,7 +190,7 @@ impl EndpointRef {
         request: &Req,
         timeout: Duration,
     ) -> Result<TypedReply<Req::Reply>, RpcError> {
-        TypedReply::new(self.ask_timeout(&encode(request)?, timeout)?)
+        TypedReply::new(self.ask_timeout(&encode_user_message(request)?, timeout)?)
     }
 }
 
@@ -203,7 +206,7 @@ impl<'a> Incoming<'a> {
     /// The message as an `M`, validated and read in place; an error if it is another
     /// message or does not validate.
     pub fn typed<M: UserMessage>(&self) -> Result<&'a Archived<M>, RpcError> {
-        decode::<M>(self.message())
+        decode_user_message::<M>(self.message())
     }
 
     /// Answers this ask with `reply`. A one-way message has nobody to answer: that is
@@ -212,14 +215,14 @@ impl<'a> Incoming<'a> {
         if !self.is_ask() {
             return Ok(());
         }
-        self.reply(&encode(reply)?)
+        self.reply(&encode_user_message(reply)?)
     }
 }
 
 impl ReplyHandle {
     /// Sends `reply` as the answer.
     pub fn reply_typed<M: UserMessage>(self, reply: &M) -> Result<(), RpcError> {
-        self.reply(&encode(reply)?)
+        self.reply(&encode_user_message(reply)?)
     }
 }
 

@@ -424,7 +424,7 @@ fn a_request_trickled_in_byte_by_byte_is_read_in_place() {
     server.handle().register(ECHO, service).unwrap();
 
     let record = sample_record(7);
-    let message = flint_rpc::encode(&record).unwrap();
+    let message = flint_rpc::encode_user_message(&record).unwrap();
     // A one-way frame first, of a length that leaves the ask's bytes at a stream offset
     // the sender's cuts do not line up with.
     let mut stream = flint_testkit::frames::frame_bytes(
@@ -469,7 +469,7 @@ fn a_request_trickled_in_byte_by_byte_is_read_in_place() {
             assert!(
                 matches!(envelope.route, ArchivedRoute::Reply { request_id } if request_id == 9)
             );
-            let reply = flint_rpc::decode::<Record>(&envelope.message).unwrap();
+            let reply = flint_rpc::decode_user_message::<Record>(&envelope.message).unwrap();
             let copy = rkyv::deserialize::<Record, rancor::Error>(reply).unwrap();
             assert_eq!(copy, record);
             return;
@@ -597,7 +597,7 @@ fn asks_as_futures_are_completed_through_their_waker_by_the_loop() {
     }
 
     // The loop's timer ends one that is never answered.
-    let never = flint_rpc::encode(&Note("never".into())).unwrap();
+    let never = flint_rpc::encode_user_message(&Note("never".into())).unwrap();
     let (outcome, wakes) = block_on(echo.ask_async_timeout(&never, Duration::from_millis(300)));
     assert!(
         matches!(outcome, Err(RpcError::AskTimeout { .. })),
