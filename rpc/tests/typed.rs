@@ -702,3 +702,31 @@ fn typed_messages_reach_endpoints_of_the_same_environment_read_in_place() {
         Note("local".into())
     );
 }
+
+#[test]
+fn a_typed_message_over_the_size_limit_is_refused_at_the_sender() {
+    let (server, seen, _noted) = serve();
+    let small = RpcEnv::new(&Conf::from_pairs(["rpc.message.maxSize=1m"]).unwrap()).unwrap();
+    let echo = small.handle().endpoint_ref(server.address(), ECHO);
+    let blob = Blob {
+        data: vec![7; 1 << 20],
+    };
+    let error = echo.ask_typed(&blob).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RpcError::Wire(flint_rpc::wire::WireError::MessageTooLarge { .. })
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("rpc.message.maxSize"), "{error}");
+    // Just under it goes.
+    let blob = Blob {
+        data: vec![7; (1 << 20) - 4096],
+    };
+    assert_eq!(
+        echo.ask_typed(&blob).unwrap().archived().len,
+        (1 << 20) - 4096
+    );
+    assert_eq!(seen.handled.load(Ordering::SeqCst), 1);
+}
