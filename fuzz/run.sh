@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(decode_stream validate)
+[ ${#targets[@]} -gt 0 ] || targets=(decode_stream validate user_message)
 
 # cargo-fuzz needs a nightly toolchain (sanitizers); without one every step below fails
 # with an unhelpful message, so say so plainly first.

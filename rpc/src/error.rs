@@ -167,4 +167,48 @@ pub enum RpcError {
     /// The environment has stopped.
     #[error("the RPC environment has stopped")]
     Stopped,
+    /// Two message types with the same id were registered on one service.
+    #[error(
+        "user message id {id} is registered twice on one service: for {first} and for {second}"
+    )]
+    DuplicateMessageId {
+        /// The id.
+        id: u32,
+        /// The type registered first.
+        first: &'static str,
+        /// The type registered second.
+        second: &'static str,
+    },
+    /// A user message could not be serialized (rkyv's error; a type whose serializer can
+    /// fail, or one too large for 32-bit relative pointers).
+    #[error("cannot serialize user message id {id} ({type_name}): {reason}")]
+    Serialize {
+        /// The message type's id.
+        id: u32,
+        /// The message type.
+        type_name: &'static str,
+        /// rkyv's error.
+        reason: String,
+    },
+    /// A user message's body is not a valid archive of the type its id names.
+    #[error("user message id {id} ({type_name}) failed validation: {reason}")]
+    InvalidMessage {
+        /// The id it came with.
+        id: u32,
+        /// The type the id names here.
+        type_name: &'static str,
+        /// The check that failed, and where ([`flint_wire::CheckError`]).
+        reason: String,
+    },
+    /// A message is not the user message expected (a reply of another type, or a
+    /// catalogue message).
+    #[error("expected user message id {expected} ({type_name}), got {got}")]
+    UnexpectedMessage {
+        /// The id expected.
+        expected: u32,
+        /// The type expected.
+        type_name: &'static str,
+        /// What came: a user message's id or a catalogue message's kind.
+        got: String,
+    },
 }

@@ -1,5 +1,37 @@
 //! flint-rpc: the transport under flint's driver and executors, and one that can be
-//! embedded on its own.
+//! embedded on its own. A typed "add" service, server and client:
+//!
+//! ```
+//! use flint_rpc::{rkyv, Conf, Request, RpcEnv, Service, UserMessage};
+//!
+//! #[derive(rkyv::Archive, rkyv::Serialize)]
+//! #[rkyv(crate = flint_rpc::rkyv)]
+//! struct Add { a: i64, b: i64 }
+//!
+//! #[derive(rkyv::Archive, rkyv::Serialize)]
+//! #[rkyv(crate = flint_rpc::rkyv)]
+//! struct Sum(i64);
+//!
+//! impl UserMessage for Add { const ID: u32 = 1; }
+//! impl Request for Add { type Reply = Sum; }
+//! impl UserMessage for Sum { const ID: u32 = 2; }
+//!
+//! let conf = Conf::from_pairs(["spark.rpc.askTimeout=10s"])?;
+//! let server = RpcEnv::new(&conf)?;
+//! // The request arrives validated and is read in place: `add` is an `&ArchivedAdd`.
+//! let adder = Service::new(()).on_ask::<Add>(|_, add| {
+//!     Ok(Sum(add.a.to_native() + add.b.to_native()))
+//! })?;
+//! server.handle().register("adder", adder)?;
+//!
+//! let client = RpcEnv::new(&conf)?;
+//! let adder = client.handle().endpoint_ref(server.address(), "adder");
+//! for i in 0..100 {
+//!     let sum = adder.ask_typed(&Add { a: i, b: 2 * i })?;
+//!     assert_eq!(sum.archived().0.to_native(), 3 * i);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! An [`RpcEnv`] owns one [mio] event loop thread and a listener ([`RpcEnv::client`]: none,
 //! for a process that only connects out, as an executor). Endpoints ([`Endpoint`])
@@ -8,6 +40,17 @@
 //! request/reply [`EndpointRef::ask`] with a timeout (`rpc.askTimeout`). Endpoints of the
 //! same environment are reached without a socket. Frames are [`flint_wire`]'s: messages
 //! arrive validated and are read in place.
+//!
+//! Besides flint's own catalogue of messages ([`Message`]), an embedder's types travel as
+//! user messages: any type deriving rkyv's `Archive` and `Serialize` (with
+//! `#[rkyv(crate = flint_rpc::rkyv)]`, so that flint-rpc is the only dependency) and
+//! implementing [`UserMessage`] is sent with [`EndpointRef::send_typed`], asked with
+//! [`EndpointRef::ask_typed`] and handled by a [`Service`] (or read with
+//! [`Incoming::typed`] in an endpoint of one's own), validated and read in place on
+//! either side. [`RpcEnv::builder`] sets an environment up in code rather than with
+//! `key=value` strings, and callers inside an async runtime await
+//! [`EndpointRef::ask_async`] or [`EndpointRef::ask_typed_async`], futures the event
+//! loop completes through their waker (no runtime in the transport).
 //!
 //! How it is put together:
 //!
@@ -42,50 +85,30 @@
 //! - the configuration is [`Conf`].
 //!
 //! [mio]: https://docs.rs/mio
-//!
-//! ```
-//! use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv};
-//! use flint_wire::{ArchivedMessage, Message};
-//!
-//! /// Counts the messages it gets and answers asks with the count.
-//! struct Counter(u64);
-//!
-//! impl Endpoint for Counter {
-//!     fn receive(&mut self, _ctx: &mut EndpointContext<'_>, message: Incoming<'_>) {
-//!         self.0 += 1;
-//!         if message.is_ask() {
-//!             let _ = message.reply(&Message::Custom { tag: self.0 as u32, body: Default::default() });
-//!         }
-//!     }
-//! }
-//!
-//! let conf = Conf::from_pairs(["spark.rpc.askTimeout=10s"])?;
-//! let server = RpcEnv::new(&conf)?;
-//! server.handle().register("counter", Counter(0))?;
-//!
-//! let client = RpcEnv::new(&conf)?;
-//! let counter = client.handle().endpoint_ref(server.address(), "counter");
-//! counter.send(&Message::ReviveOffers)?;
-//! let reply = counter.ask(&Message::ReviveOffers)?;
-//! assert!(matches!(reply.message(), ArchivedMessage::Custom { tag, .. } if *tag == 2));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-// The transport's layers. Top to bottom: env (RpcEnv), turns (who turns the loop),
+// The transport's layers. Top to bottom: future (asks as futures, over typed and refs),
+// typed (user messages, over endpoint and refs),
+// builder (RpcEnv::builder), serve (RpcEnv::serve), env (RpcEnv), turns (who turns the loop),
 // event_loop, endpoint (what endpoints implement and are handed), refs (handles and
 // endpoint refs), shared (the state every thread shares), settings. Each uses only those
 // below it (tests/module_layers.rs holds this), so that each can be read, and tested,
 // without the ones above.
+mod builder;
 mod endpoint;
 mod env;
 mod event_loop;
+mod future;
 mod refs;
+#[cfg(unix)]
+mod serve;
+mod service_macro;
 mod settings;
 mod shared;
 mod turns;
+mod typed;
 
 // What the layers are built from: state machines and primitives that know none of them.
 pub(crate) mod admission;
@@ -109,14 +132,29 @@ pub mod timer;
 pub use tracing as __tracing;
 
 pub use ask::Reply;
+pub use builder::RpcEnvBuilder;
 pub use conf::Conf;
 pub use endpoint::{Endpoint, EndpointContext, Incoming, ReplyHandle};
 pub use env::RpcEnv;
 pub use error::{RpcError, Target, TimeoutSource};
+pub use future::{AskFuture, TypedAskFuture};
 pub use refs::{EndpointRef, RpcEnvHandle, RpcStats, CLIENT_ADDRESS};
+#[cfg(unix)]
+pub use serve::ServeEnd;
 pub use settings::Settings;
 #[cfg(unix)]
 pub use socket::raise_descriptor_limit;
 pub use socket::SocketOptions;
 pub use timer::TimerId;
 pub use turns::LoopLease;
+pub use typed::{
+    decode_user_message, encode_user_message, Request, Service, TypedReply, UserMessage,
+    MAX_USER_MESSAGE_DEPTH,
+};
+
+// What the API exposes, so that one dependency is enough: messages and frames
+// (flint-wire), their blobs (bytes), and rkyv, to derive user messages (with
+// `#[rkyv(crate = flint_rpc::rkyv)]`) and read their archives.
+pub use bytes::{self, Bytes};
+pub use flint_wire::{self as wire, ArchivedMessage, CheckError, Frame, Message};
+pub use rkyv::{self, Archive, Archived, Deserialize, Serialize};

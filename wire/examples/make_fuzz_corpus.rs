@@ -12,11 +12,16 @@
 //! kind byte and the payload; `outcome-<Variant>` seeds add status updates whose outcome
 //! is not the sample's, so that the fuzzer starts from every outcome's layout, and
 //! `stage-LaunchTask`, `mapstatus-StatusUpdate` and `keyed-ShuffleBlock` messages whose
-//! opaque bytes are a stage task with map statuses, a map status and keyed records.
+//! opaque bytes are a stage task with map statuses, a map status and keyed records. For
+//! `user_message` each `seed-tree-<depth>` is the archive of a sample user type
+//! (`flint_wire::fuzzing::UserTree`), and `too-deep-tree-200` one deeper than
+//! `MAX_BODY_DEPTH`.
 
 use std::path::PathBuf;
 
-use flint_wire::fuzzing::{sample_frames, sample_route, sample_task, Chunk, StreamInput};
+use flint_wire::fuzzing::{
+    sample_frames, sample_route, sample_task, sample_user_tree, Chunk, StreamInput,
+};
 use flint_wire::records::put_keyed;
 use flint_wire::{
     BlockManagerId, Encoder, FetchFailure, KnownStatuses, MapStatus, Message, ShuffleRead,
@@ -143,6 +148,22 @@ fn main() -> std::io::Result<()> {
     }
     for (name, message) in shuffle_payloads() {
         std::fs::write(validate_dir.join(name), validate_seed(&message))?;
+    }
+    // For `user_message`: archives of the sample user type, valid ones of growing depth,
+    // and one deeper than MAX_BODY_DEPTH (refused, so not a seed).
+    let user_dir = root.join("user_message");
+    std::fs::create_dir_all(&user_dir)?;
+    for (name, depth) in [
+        ("seed-tree-0", 0),
+        ("seed-tree-1", 1),
+        ("seed-tree-3", 3),
+        ("seed-tree-12", 12),
+        ("seed-tree-60", 60),
+        ("too-deep-tree-200", 200),
+    ] {
+        let archive = rkyv::to_bytes::<rkyv::rancor::Error>(&sample_user_tree(depth))
+            .expect("the sample tree serializes");
+        std::fs::write(user_dir.join(name), archive.as_slice())?;
     }
     Ok(())
 }

@@ -40,6 +40,55 @@ impl CheckError {
     }
 }
 
+impl CheckError {
+    /// The same error with the addresses bytecheck prints (`0x` and 16 hex digits, as in
+    /// "ptr 0x00007f392c0024c0 size 8 in range ...") written as offsets from `base`
+    /// (`+8`, `-16`): for a text that goes back to the peer that sent the bytes, which
+    /// must learn nothing of this process's memory layout, and to whom offsets into what
+    /// it sent say more anyway.
+    pub fn relative_to(mut self, base: *const u8) -> Self {
+        let base = base as usize;
+        self.0.check = relative(&self.0.check, base);
+        for step in &mut self.0.trace {
+            *step = relative(step, base);
+        }
+        self
+    }
+}
+
+/// `text` with each `0x` followed by exactly 16 hex digits replaced by its offset from
+/// `base`.
+fn relative(text: &str, base: usize) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("0x") {
+        out.push_str(&rest[..at]);
+        let digits = &rest[at + 2..];
+        let len = digits.bytes().take_while(u8::is_ascii_hexdigit).count();
+        let address = (len == 16)
+            .then(|| u64::from_str_radix(&digits[..16], 16).ok())
+            .flatten();
+        match address {
+            Some(address) => {
+                let address = address as usize;
+                let _ = if address >= base {
+                    write!(out, "+{}", address - base)
+                } else {
+                    write!(out, "-{}", base - address)
+                };
+                rest = &digits[16..];
+            }
+            None => {
+                out.push_str("0x");
+                rest = digits;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 impl fmt::Display for CheckError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.check)?;
@@ -93,6 +142,29 @@ mod tests {
         }
     }
     impl std::error::Error for Bad {}
+
+    #[test]
+    fn addresses_become_offsets_from_the_base_and_other_numbers_stay() {
+        #[derive(Debug)]
+        struct Overran;
+        impl fmt::Display for Overran {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "subtree pointer overran range: ptr 0x00007f392c0024b0 size 31 in range \
+                     0x00007f392c0024c0..0x00007f392c0024e0 (tag 0x1f)",
+                )
+            }
+        }
+        impl std::error::Error for Overran {}
+        let error = CheckError::new(Overran)
+            .trace("while checking at 0x00007f392c0024c8")
+            .relative_to(0x7f39_2c00_24c0usize as *const u8);
+        assert_eq!(
+            error.to_string(),
+            "subtree pointer overran range: ptr -16 size 31 in range +0..+32 (tag 0x1f) \
+             while checking at +8"
+        );
+    }
 
     #[test]
     fn the_check_comes_first_then_the_path_innermost_first_and_a_long_path_is_cut() {

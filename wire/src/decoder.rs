@@ -80,7 +80,8 @@ pub fn validate_envelope(
         rkyv::api::low::access::<ArchivedEnvelope, CheckError>(payload).map_err(|error| {
             WireError::InvalidPayload {
                 kind: kind.name(),
-                reason: error.to_string(),
+                // Told to the peer (Refused): offsets into its payload, not our addresses.
+                reason: error.relative_to(payload.as_ptr()).to_string(),
             }
         })?;
     let found = envelope.message.kind();

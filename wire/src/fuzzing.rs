@@ -726,3 +726,101 @@ pub fn sample_frames() -> Vec<(MessageKind, Bytes)> {
         })
         .collect()
 }
+
+/// An application's message type for the `user_message` target: recursive (depth is
+/// bounded by [`crate::MAX_BODY_DEPTH`]), with strings, bytes, a `u128` (16-byte
+/// alignment), options and an enum, as flint-rpc's typed user messages may be.
+#[allow(missing_docs)]
+mod sample_user {
+    use rkyv::{Archive, Serialize};
+
+    #[derive(Archive, Serialize, Debug, Clone)]
+    #[rkyv(serialize_bounds(
+        __S: rkyv::ser::Writer + rkyv::ser::Allocator,
+        __S::Error: rkyv::rancor::Source,
+    ))]
+    #[rkyv(bytecheck(bounds(__C: rkyv::validation::ArchiveContext)))]
+    pub enum UserTree {
+        Leaf(String),
+        Blob(Vec<u8>),
+        Node {
+            wide: u128,
+            label: Option<String>,
+            #[rkyv(omit_bounds)]
+            children: Vec<UserTree>,
+        },
+        Boxed(#[rkyv(omit_bounds)] Option<Box<UserTree>>),
+    }
+}
+
+pub use sample_user::{ArchivedUserTree, UserTree};
+
+/// A tree of `depth` levels below its root, a node of every variant on the way.
+pub fn sample_user_tree(depth: usize) -> UserTree {
+    (0..depth).fold(UserTree::Leaf("leaf".into()), |inner, level| {
+        match level % 3 {
+            0 => UserTree::Node {
+                wide: u128::MAX - level as u128,
+                label: (level % 2 == 0).then(|| format!("level {level}, out of line")),
+                children: vec![UserTree::Blob(vec![level as u8; level]), inner],
+            },
+            1 => UserTree::Boxed(Some(Box::new(inner))),
+            _ => UserTree::Node {
+                wide: level as u128,
+                label: None,
+                children: vec![inner],
+            },
+        }
+    })
+}
+
+/// The `user_message` target: arbitrary bytes as the body of a user message, validated
+/// as a [`UserTree`] where the decoder would place it (16-aligned) and one byte off.
+/// Returns whether the aligned body validated; a valid tree is walked whole.
+pub fn user_message(data: &[u8]) -> bool {
+    let mut aligned = rkyv::util::AlignedVec::<{ crate::BODY_ALIGN }>::with_capacity(data.len());
+    aligned.extend_from_slice(data);
+    let valid = match crate::access_body::<ArchivedUserTree>(&aligned) {
+        Ok(tree) => {
+            std::hint::black_box(walk(tree));
+            true
+        }
+        Err(error) => {
+            std::hint::black_box(error.to_string());
+            false
+        }
+    };
+    // Misplaced by one byte: an error (or, for a body without aligned parts, the same
+    // answer), never a panic or an unaligned read.
+    let mut shifted =
+        rkyv::util::AlignedVec::<{ crate::BODY_ALIGN }>::with_capacity(data.len() + 1);
+    shifted.push(0);
+    shifted.extend_from_slice(data);
+    if let Ok(tree) = crate::access_body::<ArchivedUserTree>(&shifted[1..]) {
+        std::hint::black_box(walk(tree));
+    }
+    valid
+}
+
+/// Reads every part of a validated tree (depth-bounded by validation, so recursion is).
+/// The sum wraps: it exists to touch every byte, not to mean anything.
+fn walk(tree: &ArchivedUserTree) -> usize {
+    match tree {
+        ArchivedUserTree::Leaf(text) => text.len(),
+        ArchivedUserTree::Blob(bytes) => bytes
+            .iter()
+            .fold(0usize, |sum, &b| sum.wrapping_add(b as usize)),
+        ArchivedUserTree::Node {
+            wide,
+            label,
+            children,
+        } => {
+            let own =
+                (wide.to_native() as usize).wrapping_add(label.as_ref().map_or(0, |l| l.len()));
+            children
+                .iter()
+                .fold(own, |sum, child| sum.wrapping_add(walk(child)))
+        }
+        ArchivedUserTree::Boxed(inner) => inner.as_ref().map_or(0, |t| walk(t)),
+    }
+}

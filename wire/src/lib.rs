@@ -84,7 +84,10 @@
 //!
 //! Because frames are padded to 16 bytes and the receive buffer's allocation is aligned
 //! to 16, every payload starts at an address that is a multiple of 16, which is at least
-//! the alignment of every archived type here, so payloads are read in place. Should an
+//! the alignment of every archived type here, so payloads are read in place. The body of
+//! a [`Message::Custom`] (an application's own archive, as flint-rpc's typed user
+//! messages carry) starts at a multiple of [`BODY_ALIGN`] inside the payload, 0 to 15
+//! unreferenced bytes after what precedes it, so it is read in place as well. Should an
 //! allocator hand out a less aligned buffer, the decoder copies that payload to an
 //! aligned one and counts it in [`DecoderStats::realigned`].
 //!
@@ -106,6 +109,7 @@
 // with its safety argument.
 #![deny(unsafe_code)]
 
+mod aligned_bytes;
 mod check_error;
 mod decoded_size;
 mod decoder;
@@ -131,6 +135,7 @@ mod task_payload;
 mod tests;
 mod units;
 
+pub use aligned_bytes::{access_body, AlignedBytes, BODY_ALIGN, MAX_BODY_DEPTH};
 pub use check_error::CheckError;
 pub use decoded_size::{check_decoded_size, DecodedSize, Owned};
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder, FrameOpener};

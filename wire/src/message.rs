@@ -678,7 +678,10 @@ pub enum Message {
     Custom {
         /// The application's message type.
         tag: u32,
-        /// Its bytes, opaque here.
+        /// Its bytes, opaque here. They start at a multiple of
+        /// [`BODY_ALIGN`](crate::BODY_ALIGN) in the payload, so that an rkyv archive in
+        /// them is read in place.
+        #[rkyv(with = crate::aligned_bytes::AlignedBytes)]
         #[cfg_attr(test, proptest(strategy = "arb_bytes()"))]
         body: Bytes,
     },

@@ -197,3 +197,31 @@ fn shuffle_seeds_hold_what_their_decoders_read() {
         .unwrap();
     assert_eq!(records.len(), 2);
 }
+
+/// The `user_message` seeds validate (so the fuzzer starts from valid archives of every
+/// variant), the too-deep tree is refused for its depth, and every file replays without
+/// panicking.
+#[test]
+fn the_user_message_corpus_replays_and_its_seeds_validate() {
+    let files = corpus("user_message");
+    assert!(files.len() >= 6, "the user_message corpus is missing");
+    for (path, bytes) in &files {
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let valid = flint_wire::fuzzing::user_message(bytes);
+        if name.starts_with("seed-") {
+            assert!(valid, "{name} no longer validates");
+        }
+        if name.starts_with("too-deep") {
+            assert!(!valid, "{name} validated");
+            let mut aligned = rkyv::util::AlignedVec::<{ flint_wire::BODY_ALIGN }>::new();
+            aligned.extend_from_slice(bytes);
+            let Err(error) =
+                flint_wire::access_body::<flint_wire::fuzzing::ArchivedUserTree>(&aligned)
+            else {
+                panic!("{name} validated");
+            };
+            let error = error.to_string();
+            assert!(error.contains("depth"), "{name}: {error}");
+        }
+    }
+}
