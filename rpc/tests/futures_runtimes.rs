@@ -3,6 +3,9 @@
 //! transport has no runtime of its own: its event loop completes each future through
 //! the waker it was last polled with.
 
+// tokio and futures are not dev-dependencies under loom (see Cargo.toml).
+#![cfg(not(loom))]
+
 use std::time::Duration;
 
 use flint_rpc::{rkyv, Conf, Request, RpcEnv, Service, UserMessage};
