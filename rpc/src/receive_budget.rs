@@ -789,6 +789,69 @@ mod tests {
         assert!(budget.on_probation(A, t0 + SEC));
     }
 
+    /// The honest host of the trickler simulations: 40 frames of `size` bytes from host
+    /// `H`, each asked for as soon as the one before is in, each in within the second it
+    /// is admitted in.
+    struct HonestFrames {
+        size: usize,
+        delivered: u32,
+        /// The second the frame waiting for room was asked for.
+        asked_at: Option<u64>,
+        /// The seconds each admitted frame waited (0 for one let in at once).
+        waits: Vec<u64>,
+    }
+
+    impl HonestFrames {
+        /// Its one connection's key, apart from the attacker's.
+        const KEY: ConnKey = 1 << 40;
+
+        fn new(size: usize) -> Self {
+            HonestFrames {
+                size,
+                delivered: 0,
+                asked_at: None,
+                waits: Vec::new(),
+            }
+        }
+
+        /// Second `second` (at `now`): the connections the budget admitted are taken in
+        /// (the attacker's start holding room from this second), and the honest host
+        /// sends frames until one must wait or all 40 are in.
+        fn turn(
+            &mut self,
+            budget: &mut ReceiveBudget,
+            second: u64,
+            now: Instant,
+            admitted: &mut Vec<(ConnKey, usize)>,
+            holding: &mut HashMap<ConnKey, u64>,
+        ) {
+            loop {
+                for (key, _) in std::mem::take(admitted) {
+                    if key == Self::KEY {
+                        self.waits
+                            .push(second - self.asked_at.take().expect("asked"));
+                        self.delivered += 1;
+                        budget.release(Self::KEY, now, admitted);
+                    } else {
+                        holding.insert(key, second);
+                    }
+                }
+                if !admitted.is_empty() {
+                    continue;
+                }
+                if self.delivered == 40 || self.asked_at.is_some() {
+                    return;
+                }
+                if budget.reserve(Self::KEY, H, self.size, now, admitted) {
+                    self.delivered += 1;
+                    budget.release(Self::KEY, now, admitted);
+                } else {
+                    self.asked_at = Some(second);
+                }
+            }
+        }
+    }
+
     /// The attack of the reconnecting trickler, but closing its own connections just
     /// before `network.timeout` rather than being cut off: on made-up instants, an
     /// attacker that fills a budget of four frames, each connection ending itself 119 s
@@ -811,8 +874,7 @@ mod tests {
                 holding.insert(next_key, 0);
             }
         }
-        let honest: ConnKey = 1 << 40;
-        let (mut waits, mut delivered, mut asked_at) = (Vec::new(), 0, None::<u64>);
+        let mut honest = HonestFrames::new(SMALL);
         let mut now = t0;
         for second in 10..20 * TIMEOUT {
             now = t0 + SEC * second as u32;
@@ -833,35 +895,13 @@ mod tests {
                     holding.insert(next_key, second);
                 }
             }
-            loop {
-                for (key, _) in std::mem::take(&mut admitted) {
-                    if key == honest {
-                        waits.push(second - asked_at.take().expect("asked"));
-                        delivered += 1;
-                        budget.release(honest, now, &mut admitted);
-                    } else {
-                        holding.insert(key, second);
-                    }
-                }
-                if !admitted.is_empty() {
-                    continue;
-                }
-                if delivered == 40 || asked_at.is_some() {
-                    break;
-                }
-                if budget.reserve(honest, H, SMALL, now, &mut admitted) {
-                    delivered += 1;
-                    budget.release(honest, now, &mut admitted);
-                } else {
-                    asked_at = Some(second);
-                }
-            }
-            if delivered == 40 {
+            honest.turn(&mut budget, second, now, &mut admitted, &mut holding);
+            if honest.delivered == 40 {
                 break;
             }
         }
-        assert_eq!(delivered, 40);
-        let held_up: Vec<u64> = waits.into_iter().filter(|&w| w > 0).collect();
+        assert_eq!(honest.delivered, 40);
+        let held_up: Vec<u64> = honest.waits.into_iter().filter(|&w| w > 0).collect();
         assert_eq!(held_up.len(), 1, "held up {held_up:?}");
         assert!(held_up[0] <= TIMEOUT, "{held_up:?}");
         assert!(budget.on_probation(A, now));
@@ -908,8 +948,7 @@ mod tests {
             }
         }
         assert_eq!(holding.len(), limit / LARGE, "alone, it takes what fits");
-        let honest: ConnKey = 1 << 40;
-        let (mut delivered, mut waited, mut asked_at) = (0, 0, None);
+        let mut honest = HonestFrames::new(SMALL);
         for second in 10..10 * TIMEOUT {
             let now = t0 + SEC * second as u32;
             // Attacker connections trickling for network.timeout are cut off, and open
@@ -929,36 +968,14 @@ mod tests {
                 }
             }
             // The honest host's frame arrives within the second it is admitted in.
-            loop {
-                for (key, _) in std::mem::take(&mut admitted) {
-                    if key == honest {
-                        let asked: u64 = asked_at.take().expect("asked");
-                        waited += second - asked;
-                        delivered += 1;
-                        budget.release(honest, now, &mut admitted);
-                    } else {
-                        holding.insert(key, second);
-                    }
-                }
-                if !admitted.is_empty() {
-                    continue;
-                }
-                if delivered == 40 || asked_at.is_some() {
-                    break;
-                }
-                if budget.reserve(honest, H, SMALL, now, &mut admitted) {
-                    delivered += 1;
-                    budget.release(honest, now, &mut admitted);
-                } else {
-                    asked_at = Some(second);
-                }
-            }
+            honest.turn(&mut budget, second, now, &mut admitted, &mut holding);
             assert!(budget.in_use() <= budget.limit());
-            if delivered == 40 {
+            if honest.delivered == 40 {
                 break;
             }
         }
-        assert_eq!(delivered, 40, "waited {waited} s");
+        let waited: u64 = honest.waits.iter().sum();
+        assert_eq!(honest.delivered, 40, "waited {waited} s");
         (waited, budget.held_by(A))
     }
 

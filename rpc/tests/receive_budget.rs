@@ -395,22 +395,18 @@ fn hosts_waiting_for_the_budget_take_turns() {
     env.stop();
 }
 
-/// The attack of issue 22, scaled down: a host (127.0.0.2) with eight connections, each
-/// announcing a frame of nearly 4 MiB, sending a byte of it every 200 ms and reconnecting
-/// at once when cut off, fills the budget (four such frames) before an honest host (127.0.0.3)
-/// sends its frames of 1 MiB, one after the other. The honest host is held up once, for
-/// at most `network.timeout` (the attacker's first frames are cut off by then), and then
-/// not again however often the attacker reconnects: on probation, it holds at most half
-/// the budget, behind the honest host. Before, each honest frame waited for the next
-/// attacker frame to be cut off.
-#[test]
-fn a_reconnecting_trickler_holds_an_honest_host_up_once_for_one_network_timeout_at_most() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    const TIMEOUT: Duration = Duration::from_secs(1);
-    // Room for the machine being slow, which a loaded CI runner is.
-    const SLACK: Duration = Duration::from_millis(1500);
-    const LARGE: usize = (4 << 20) - 4096;
-    const SMALL: usize = (1 << 20) - 4096;
+/// `network.timeout` of the trickler tests.
+const TIMEOUT: Duration = Duration::from_secs(1);
+/// Room for the machine being slow, which a loaded CI runner is.
+const SLACK: Duration = Duration::from_millis(1500);
+/// A trickling attacker's frames.
+const LARGE: usize = (4 << 20) - 4096;
+/// An honest host's frames.
+const SMALL: usize = (1 << 20) - 4096;
+
+/// The environment the trickler tests attack, with a sink: room in the receive budget
+/// for four of the attacker's frames, `network.timeout` [`TIMEOUT`].
+fn trickled_env() -> (RpcEnv, Sink) {
     let conf = Conf::from_pairs([
         "rpc.message.maxSize=4m",
         // Four of the attacker's frames, each reserved with one read beyond it.
@@ -423,6 +419,44 @@ fn a_reconnecting_trickler_holds_an_honest_host_up_once_for_one_network_timeout_
     let env = RpcEnv::new(&conf).unwrap();
     let sink = Sink::default();
     env.handle().register("sink", sink.clone()).unwrap();
+    (env, sink)
+}
+
+/// An honest host (127.0.0.3) sends frames of [`SMALL`] bytes one after the other for
+/// four timeouts, each once the one before arrived: the times those held up for more
+/// than a quarter of a timeout took, how many it sent, and how long it sent for.
+fn honest_frames_held_up(env: &RpcEnv, sink: &Sink) -> (Vec<Duration>, usize, Duration) {
+    let mut honest = connect_from(env, [127, 0, 0, 3]);
+    let small = frame(2, SMALL);
+    let started = Instant::now();
+    let mut held_up = Vec::new();
+    let mut sent = 0;
+    while started.elapsed() < 4 * TIMEOUT {
+        let asked = Instant::now();
+        honest.write_all(&small).unwrap();
+        sent += 1;
+        sink.wait_for(sent, 2 * TIMEOUT + SLACK);
+        let took = asked.elapsed();
+        if took > TIMEOUT / 4 {
+            held_up.push(took);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (held_up, sent, started.elapsed())
+}
+
+/// The attack of issue 22, scaled down: a host (127.0.0.2) with eight connections, each
+/// announcing a frame of nearly 4 MiB, sending a byte of it every 200 ms and reconnecting
+/// at once when cut off, fills the budget (four such frames) before an honest host (127.0.0.3)
+/// sends its frames of 1 MiB, one after the other. The honest host is held up once, for
+/// at most `network.timeout` (the attacker's first frames are cut off by then), and then
+/// not again however often the attacker reconnects: on probation, it holds at most half
+/// the budget, behind the honest host. Before, each honest frame waited for the next
+/// attacker frame to be cut off.
+#[test]
+fn a_reconnecting_trickler_holds_an_honest_host_up_once_for_one_network_timeout_at_most() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (env, sink) = trickled_env();
     let trickler = Reconnector::start(
         loopback_host(2),
         env.address(),
@@ -436,23 +470,8 @@ fn a_reconnecting_trickler_holds_an_honest_host_up_once_for_one_network_timeout_
         || env.handle().stats().budget_waits >= 4,
     );
     assert!(env.handle().stats().most_reserved >= 16 << 20);
-    let mut honest = connect_from(&env, [127, 0, 0, 3]);
-    let small = frame(2, SMALL);
-    let started = Instant::now();
-    let mut held_up = Vec::new();
-    let mut sent = 0;
     // Frames for four timeouts, well past the attacker's first cuts and reconnections.
-    while started.elapsed() < 4 * TIMEOUT {
-        let asked = Instant::now();
-        honest.write_all(&small).unwrap();
-        sent += 1;
-        sink.wait_for(sent, 2 * TIMEOUT + SLACK);
-        let took = asked.elapsed();
-        if took > TIMEOUT / 4 {
-            held_up.push(took);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (held_up, sent, elapsed) = honest_frames_held_up(&env, &sink);
     let reconnections = trickler.reconnections();
     drop(trickler);
     // Held up once, by the attacker's first frames, for network.timeout at most (a frame
@@ -462,7 +481,7 @@ fn a_reconnecting_trickler_holds_an_honest_host_up_once_for_one_network_timeout_
         total <= TIMEOUT + SLACK,
         "the honest host's frames were held up {held_up:?}, {sent} sent"
     );
-    assert!(sent >= 10, "{sent} frames in {:?}", started.elapsed());
+    assert!(sent >= 10, "{sent} frames in {elapsed:?}");
     assert!(
         reconnections >= 8,
         "the attacker was cut off and reconnected {reconnections} times"
@@ -485,23 +504,7 @@ fn a_reconnecting_trickler_holds_an_honest_host_up_once_for_one_network_timeout_
 #[test]
 fn a_trickler_that_closes_its_own_connections_before_the_timeout_holds_an_honest_host_up_once() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    const TIMEOUT: Duration = Duration::from_secs(1);
-    // Room for the machine being slow, which a loaded CI runner is.
-    const SLACK: Duration = Duration::from_millis(1500);
-    const LARGE: usize = (4 << 20) - 4096;
-    const SMALL: usize = (1 << 20) - 4096;
-    let conf = Conf::from_pairs([
-        "rpc.message.maxSize=4m",
-        // Four of the attacker's frames, each reserved with one read beyond it.
-        "rpc.io.maxReceiveBytes=17m",
-        "network.timeout=1s",
-        "executor.heartbeatInterval=100ms",
-        "rpc.io.idleTimeout=0",
-    ])
-    .unwrap();
-    let env = RpcEnv::new(&conf).unwrap();
-    let sink = Sink::default();
-    env.handle().register("sink", sink.clone()).unwrap();
+    let (env, sink) = trickled_env();
     let trickler = Reconnector::closing_after(
         loopback_host(2),
         env.address(),
@@ -515,23 +518,8 @@ fn a_trickler_that_closes_its_own_connections_before_the_timeout_holds_an_honest
         Duration::from_secs(10),
         || env.handle().stats().budget_waits >= 4,
     );
-    let mut honest = connect_from(&env, [127, 0, 0, 3]);
-    let small = frame(2, SMALL);
-    let started = Instant::now();
-    let mut held_up = Vec::new();
-    let mut sent = 0;
     // Frames for four timeouts, through many of the attacker's closes and reconnections.
-    while started.elapsed() < 4 * TIMEOUT {
-        let asked = Instant::now();
-        honest.write_all(&small).unwrap();
-        sent += 1;
-        sink.wait_for(sent, 2 * TIMEOUT + SLACK);
-        let took = asked.elapsed();
-        if took > TIMEOUT / 4 {
-            held_up.push(took);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (held_up, sent, elapsed) = honest_frames_held_up(&env, &sink);
     let (self_closes, reconnections) = (trickler.self_closes(), trickler.reconnections());
     drop(trickler);
     assert!(
@@ -540,7 +528,7 @@ fn a_trickler_that_closes_its_own_connections_before_the_timeout_holds_an_honest
     );
     let total: Duration = held_up.iter().sum();
     assert!(total <= TIMEOUT + SLACK, "held up {held_up:?}");
-    assert!(sent >= 10, "{sent} frames in {:?}", started.elapsed());
+    assert!(sent >= 10, "{sent} frames in {elapsed:?}");
     assert!(
         self_closes >= 8 && reconnections >= 8,
         "the attacker closed {self_closes} connections itself and reconnected \
