@@ -4,6 +4,20 @@
 
 use super::*;
 
+/// The glue found the outbox of `executor`'s connection full as it went to send `task`.
+fn refuse_as_full(
+    core: &mut DriverCore,
+    now: Instant,
+    executor: &str,
+    task: &flint_wire::TaskDescription,
+) {
+    let refused = LaunchRefused::Backlogged {
+        queued: OUTBOX_LIMIT,
+        limit: OUTBOX_LIMIT,
+    };
+    core.launch_failed(now, executor, task.task_id, task.index, refused);
+}
+
 #[test]
 fn a_backlogged_executor_gets_no_offers_and_no_new_attempts_until_its_connection_drains() {
     let t0 = Instant::now();
@@ -17,11 +31,7 @@ fn a_backlogged_executor_gets_no_offers_and_no_new_attempts_until_its_connection
     while let Some(output) = core.poll_output(t0) {
         if let Output::Launch { task, .. } = output {
             tried += 1;
-            let refused = LaunchRefused::Backlogged {
-                queued: OUTBOX_LIMIT,
-                limit: OUTBOX_LIMIT,
-            };
-            core.launch_failed(t0, "slow", task.task_id, task.index, refused);
+            refuse_as_full(&mut core, t0, "slow", &task);
         }
     }
     assert_eq!(tried, 1, "one launch tried, not one per round of offers");
@@ -94,11 +104,7 @@ fn withdrawn_launches_end_uncounted_and_are_logged_once_per_backlog_within_the_b
             while let Some(output) = core.poll_output(now) {
                 match output {
                     Output::Launch { task, .. } => {
-                        let refused = LaunchRefused::Backlogged {
-                            queued: OUTBOX_LIMIT,
-                            limit: OUTBOX_LIMIT,
-                        };
-                        core.launch_failed(now, "slow", task.task_id, task.index, refused);
+                        refuse_as_full(&mut core, now, "slow", &task);
                     }
                     Output::Event(SchedulerEvent::TaskEnd {
                         reason:
@@ -177,11 +183,7 @@ fn an_executor_backlogged_past_the_network_timeout_is_lost_and_its_tasks_run_els
             if sent.is_none() {
                 sent = Some(task.task_id);
             } else {
-                let refused = LaunchRefused::Backlogged {
-                    queued: OUTBOX_LIMIT,
-                    limit: OUTBOX_LIMIT,
-                };
-                core.launch_failed(t0, "stuck", task.task_id, task.index, refused);
+                refuse_as_full(&mut core, t0, "stuck", &task);
             }
         }
     }
@@ -287,11 +289,7 @@ fn a_backlogged_executor_that_keeps_taking_bytes_is_kept_and_one_that_stops_is_n
     core.make_offers(t0);
     while let Some(output) = core.poll_output(t0) {
         if let Output::Launch { task, .. } = output {
-            let refused = LaunchRefused::Backlogged {
-                queued: OUTBOX_LIMIT,
-                limit: OUTBOX_LIMIT,
-            };
-            core.launch_failed(t0, "slow", task.task_id, task.index, refused);
+            refuse_as_full(&mut core, t0, "slow", &task);
         }
     }
     let timeout = limits().network_timeout;
