@@ -235,7 +235,7 @@ fn rpc(c: &mut Criterion) {
                     }
                 }
                 // The ask travels behind the batch: when it returns, all of it arrived.
-                black_box(echo.ask(&Message::ReviveOffers).unwrap());
+                black_box(echo.ask(&Message::Empty).unwrap());
             }
             start.elapsed()
         })

@@ -12,7 +12,7 @@ use rkyv::rancor;
 
 use crate::ask::ReplySlot;
 use crate::error::RpcError;
-use crate::outbox::Outbox;
+use crate::outbox::{Outbox, Outgoing};
 use crate::refs::{EndpointRef, RpcEnvHandle, Writer};
 use crate::shared::{Command, RegisterReply};
 use crate::timer::{TimerId, TimerQueue};
@@ -136,6 +136,11 @@ pub struct ReplyHandle {
 impl ReplyHandle {
     /// Sends `message` as the reply.
     pub fn reply(self, message: &Message) -> Result<(), RpcError> {
+        self.reply_outgoing(message)
+    }
+
+    /// [`ReplyHandle::reply`] of a catalogue message or a typed value.
+    pub(crate) fn reply_outgoing<O: Outgoing + ?Sized>(self, message: &O) -> Result<(), RpcError> {
         let route = Route::Reply {
             request_id: self.request_id,
         };

@@ -14,8 +14,9 @@ use flint_wire::Message;
 
 use crate::ask::Reply;
 use crate::error::RpcError;
+use crate::outbox::Outgoing;
 use crate::refs::EndpointRef;
-use crate::typed::{encode_user_message, Request, TypedReply, UserMessage};
+use crate::typed::{Request, Typed, TypedReply, UserMessage};
 
 /// What the loop's callback and the future share.
 #[derive(Default)]
@@ -99,9 +100,18 @@ impl EndpointRef {
 
     /// As [`EndpointRef::ask_async`], waiting at most `timeout`.
     pub fn ask_async_timeout(&self, message: &Message, timeout: Duration) -> AskFuture {
+        self.ask_async_outgoing(message, timeout)
+    }
+
+    /// [`EndpointRef::ask_async_timeout`] of a catalogue message or a typed value.
+    fn ask_async_outgoing<O: Outgoing + ?Sized>(
+        &self,
+        message: &O,
+        timeout: Duration,
+    ) -> AskFuture {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let completed = shared.clone();
-        let sent = self.ask_then(message, timeout, move |outcome| {
+        let sent = self.ask_then_outgoing(message, timeout, move |outcome| {
             let waker = {
                 let mut shared = completed.lock().unwrap_or_else(|e| e.into_inner());
                 shared.outcome = Some(outcome);
@@ -120,13 +130,7 @@ impl EndpointRef {
 
     /// [`EndpointRef::ask_typed`] as a future (see [`EndpointRef::ask_async`]).
     pub fn ask_typed_async<Req: Request>(&self, request: &Req) -> TypedAskFuture<Req::Reply> {
-        let ask = match encode_user_message(request) {
-            Ok(message) => self.ask_async(&message),
-            Err(error) => AskFuture {
-                shared: Arc::default(),
-                failed: Some(error),
-            },
-        };
+        let ask = self.ask_async_outgoing(&Typed(request), self.env().settings().ask_timeout);
         TypedAskFuture {
             ask,
             _reply: std::marker::PhantomData,

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 use bytes::{Buf, BytesMut};
-use flint_wire::{Encoder, Message, Route, FLAG_SEALED, TAG_LEN};
+use flint_wire::{Encoder, Message, Route, WireError, FLAG_SEALED, TAG_LEN};
 
 use crate::crypto::Sealer;
 use crate::error::RpcError;
@@ -22,6 +22,33 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 pub(crate) type Socket = std::net::TcpStream;
 #[cfg(loom)]
 pub(crate) type Socket = loom_socket::Socket;
+
+/// What a sender gives the transport to encode into a frame: a catalogue [`Message`],
+/// or an application's typed value ([`crate::typed`]), archived straight into the
+/// outbox either way.
+pub(crate) trait Outgoing {
+    /// Appends the frame carrying `self` along `route` to `out` (see
+    /// [`Encoder::encode_with_flags`]).
+    fn encode(
+        &self,
+        encoder: &mut Encoder,
+        route: &Route,
+        flags: u16,
+        out: &mut BytesMut,
+    ) -> Result<usize, WireError>;
+}
+
+impl Outgoing for Message {
+    fn encode(
+        &self,
+        encoder: &mut Encoder,
+        route: &Route,
+        flags: u16,
+        out: &mut BytesMut,
+    ) -> Result<usize, WireError> {
+        encoder.encode_with_flags(route, self, flags, out)
+    }
+}
 
 /// Identifies a connection (and its outbox) for the life of an RPC environment.
 pub type ConnKey = u64;
@@ -142,7 +169,7 @@ impl Outbox {
     /// Encodes a frame into the outbox, if it fits (see [`Outbox`]). Returns whether the
     /// caller must see it written, by the loop or by [`Outbox::write_through`]: the first
     /// frame since the loop last took the outbox or a write-through emptied it.
-    pub fn push(&self, route: &Route, message: &Message) -> Result<bool, RpcError> {
+    pub fn push<O: Outgoing + ?Sized>(&self, route: &Route, message: &O) -> Result<bool, RpcError> {
         let mut state = self.lock();
         if let Some(reason) = &state.closed {
             return Err(RpcError::Disconnected {
@@ -168,7 +195,7 @@ impl Outbox {
             ..
         } = &mut *state;
         let flags = if sealer.is_some() { FLAG_SEALED } else { 0 };
-        let written = encoder.encode_with_flags(route, message, flags, buf)?;
+        let written = message.encode(encoder, route, flags, buf)?;
         // A reply answers an ask the peer made and waits for: it may take the queue past
         // the bound by one frame, as an oversized frame may, rather than be refused for
         // want of room and leave the ask to time out (or be encoded again and again).

@@ -14,7 +14,7 @@ use flint_wire::{Message, Route, SharedStr};
 
 use crate::ask::{self, Reply, ReplySlot, Started};
 use crate::error::{RpcError, TimeoutSource};
-use crate::outbox::{Outbox, OutboxKind};
+use crate::outbox::{Outbox, OutboxKind, Outgoing};
 use crate::settings::Settings;
 use crate::shared::{AskCompletion, AskWaiter, Command, Shared};
 use crate::timer::deadline_after;
@@ -109,11 +109,11 @@ impl RpcEnvHandle {
         }
     }
 
-    pub(crate) fn push(
+    pub(crate) fn push<O: Outgoing + ?Sized>(
         &self,
         outbox: &Arc<Outbox>,
         route: &Route,
-        message: &Message,
+        message: &O,
         writer: Writer,
     ) -> Result<(), RpcError> {
         if self.push_deferred(outbox, route, message)? {
@@ -125,11 +125,11 @@ impl RpcEnvHandle {
     }
 
     /// Queues a frame; true if the loop has yet to be told of the outbox.
-    fn push_deferred(
+    fn push_deferred<O: Outgoing + ?Sized>(
         &self,
         outbox: &Arc<Outbox>,
         route: &Route,
-        message: &Message,
+        message: &O,
     ) -> Result<bool, RpcError> {
         if self.shared.stopped.load(Ordering::Acquire) {
             return Err(RpcError::Stopped);
@@ -275,6 +275,11 @@ impl EndpointRef {
     /// should leave without a hand-off to the loop, [`EndpointRef::send_deferred`] it and
     /// [`EndpointRef::flush`].
     pub fn send(&self, message: &Message) -> Result<(), RpcError> {
+        self.send_outgoing(message)
+    }
+
+    /// [`EndpointRef::send`] of a catalogue message or a typed value.
+    pub(crate) fn send_outgoing<O: Outgoing + ?Sized>(&self, message: &O) -> Result<(), RpcError> {
         let route = Route::OneWay {
             endpoint: self.name.clone(),
         };
@@ -289,17 +294,24 @@ impl EndpointRef {
     /// (the loop is told of a connection once for everything queued on it).
     ///
     /// ```
-    /// # use flint_rpc::{Conf, RpcEnv};
-    /// # use flint_wire::Message;
+    /// # use flint_rpc::{Bytes, Conf, Message, RpcEnv};
     /// # let env = RpcEnv::new(&Conf::new()).unwrap();
-    /// # let driver = env.handle().local_ref("nobody");
-    /// for _ in 0..3 {
-    ///     driver.send_deferred(&Message::ReviveOffers)?;
+    /// # let peer = env.handle().local_ref("nobody");
+    /// for tag in 0..3 {
+    ///     peer.send_deferred(&Message::Custom { tag, body: Bytes::new() })?;
     /// }
-    /// driver.flush(); // all three leave at once
+    /// peer.flush(); // all three leave at once
     /// # Ok::<(), flint_rpc::RpcError>(())
     /// ```
     pub fn send_deferred(&self, message: &Message) -> Result<(), RpcError> {
+        self.send_deferred_outgoing(message)
+    }
+
+    /// [`EndpointRef::send_deferred`] of a catalogue message or a typed value.
+    pub(crate) fn send_deferred_outgoing<O: Outgoing + ?Sized>(
+        &self,
+        message: &O,
+    ) -> Result<(), RpcError> {
         let route = Route::OneWay {
             endpoint: self.name.clone(),
         };
@@ -345,6 +357,15 @@ impl EndpointRef {
     /// one (callers usually pass [`Settings::ask_timeout`] on) is put down to its key,
     /// any other to the caller.
     pub fn ask_timeout(&self, message: &Message, timeout: Duration) -> Result<Reply, RpcError> {
+        self.ask_timeout_outgoing(message, timeout)
+    }
+
+    /// [`EndpointRef::ask_timeout`] of a catalogue message or a typed value.
+    pub(crate) fn ask_timeout_outgoing<O: Outgoing + ?Sized>(
+        &self,
+        message: &O,
+        timeout: Duration,
+    ) -> Result<Reply, RpcError> {
         assert!(
             !self.env.shared.in_loop_turn(),
             "a blocking ask in a turn of the event loop would wait forever; use ask_then"
@@ -381,6 +402,16 @@ impl EndpointRef {
         timeout: Duration,
         then: impl FnOnce(Result<Reply, RpcError>) + Send + 'static,
     ) -> Result<(), RpcError> {
+        self.ask_then_outgoing(message, timeout, then)
+    }
+
+    /// [`EndpointRef::ask_then`] of a catalogue message or a typed value.
+    pub(crate) fn ask_then_outgoing<O: Outgoing + ?Sized>(
+        &self,
+        message: &O,
+        timeout: Duration,
+        then: impl FnOnce(Result<Reply, RpcError>) + Send + 'static,
+    ) -> Result<(), RpcError> {
         self.start_ask(
             message,
             Instant::now(),
@@ -401,9 +432,9 @@ impl EndpointRef {
 
     /// Registers and sends an ask, returning its request id. An error means the waiter
     /// will never be called; otherwise it will be, exactly once.
-    fn start_ask(
+    fn start_ask<O: Outgoing + ?Sized>(
         &self,
-        message: &Message,
+        message: &O,
         now: Instant,
         timeout: Duration,
         waiter: AskWaiter,

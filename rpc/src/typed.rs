@@ -16,23 +16,28 @@
 //! [`Incoming::reply_typed`] or [`ReplyHandle::reply_typed`].
 
 use std::any::type_name;
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flint_wire::{ArchivedMessage, CheckError, Frame, Message, BODY_ALIGN};
+use bytes::BytesMut;
+use flint_wire::{
+    ArchivedMessage, CheckError, Encoder, Frame, Message, Route, UserSerializer, WireError,
+    BODY_ALIGN,
+};
 use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
 use rkyv::bytecheck::CheckBytes;
 use rkyv::rancor;
 use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 use rkyv::{Archive, Archived, Deserialize, Serialize};
+use rustc_hash::FxHashMap;
 
 use crate::ask::Reply;
 use crate::endpoint::{Endpoint, EndpointContext, Incoming, ReplyHandle};
 use crate::error::RpcError;
 use crate::log_budget::LogBudget;
+use crate::outbox::Outgoing;
 use crate::refs::EndpointRef;
 
 /// A type the transport carries as an application's own message.
@@ -47,6 +52,7 @@ use crate::refs::EndpointRef;
 pub trait UserMessage:
     Archive<Archived: for<'a> CheckBytes<HighValidator<'a, CheckError>>>
     + for<'a> Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>
+    + for<'a, 'b> Serialize<UserSerializer<'a, 'b>>
     + 'static
 {
     /// The id that names this type on the wire.
@@ -78,6 +84,28 @@ pub fn encode_user_message<M: UserMessage>(message: &M) -> Result<Message, RpcEr
         // The archive's buffer becomes the body without a copy.
         body: Bytes::from_owner(archive),
     })
+}
+
+/// A typed value on its way out: archived as a [`Message::Custom`] body straight into the
+/// connection's outbox ([`Encoder::encode_user`]), with no buffer of its own.
+pub(crate) struct Typed<'a, M>(pub(crate) &'a M);
+
+impl<M: UserMessage> Outgoing for Typed<'_, M> {
+    fn encode(
+        &self,
+        encoder: &mut Encoder,
+        route: &Route,
+        flags: u16,
+        out: &mut BytesMut,
+    ) -> Result<usize, WireError> {
+        const {
+            assert!(
+                std::mem::align_of::<Archived<M>>() <= BODY_ALIGN,
+                "a user message's archived form may need at most 16-byte alignment"
+            )
+        };
+        encoder.encode_user(route, M::ID, self.0, flags, out)
+    }
 }
 
 /// Reads `message` as an `M`: checks that it is a user message with `M`'s id and
@@ -168,8 +196,18 @@ impl<M> std::fmt::Debug for TypedReply<M> {
 
 impl EndpointRef {
     /// Sends `message` one-way, as [`EndpointRef::send`] does a catalogue message.
+    ///
+    /// The value is archived straight into the connection's outbox: sending allocates
+    /// nothing once the outbox's buffer has grown to the traffic.
     pub fn send_typed<M: UserMessage>(&self, message: &M) -> Result<(), RpcError> {
-        self.send(&encode_user_message(message)?)
+        self.send_outgoing(&Typed(message))
+    }
+
+    /// Queues `message` one-way without telling the event loop, as
+    /// [`EndpointRef::send_deferred`] does a catalogue message: it leaves with the next
+    /// [`EndpointRef::flush`], together with everything queued before it.
+    pub fn send_typed_deferred<M: UserMessage>(&self, message: &M) -> Result<(), RpcError> {
+        self.send_deferred_outgoing(&Typed(message))
     }
 
     /// Asks `request` and waits for its reply, at most rpc.askTimeout. The reply is
@@ -181,7 +219,7 @@ impl EndpointRef {
         &self,
         request: &Req,
     ) -> Result<TypedReply<Req::Reply>, RpcError> {
-        TypedReply::new(self.ask(&encode_user_message(request)?)?)
+        self.ask_typed_timeout(request, self.env().settings().ask_timeout)
     }
 
     /// As [`EndpointRef::ask_typed`], waiting at most `timeout`.
@@ -190,7 +228,7 @@ impl EndpointRef {
         request: &Req,
         timeout: Duration,
     ) -> Result<TypedReply<Req::Reply>, RpcError> {
-        TypedReply::new(self.ask_timeout(&encode_user_message(request)?, timeout)?)
+        TypedReply::new(self.ask_timeout_outgoing(&Typed(request), timeout)?)
     }
 }
 
@@ -215,14 +253,17 @@ impl<'a> Incoming<'a> {
         if !self.is_ask() {
             return Ok(());
         }
-        self.reply(&encode_user_message(reply)?)
+        match self.reply_handle() {
+            Some(handle) => handle.reply_typed(reply),
+            None => Ok(()),
+        }
     }
 }
 
 impl ReplyHandle {
     /// Sends `reply` as the answer.
     pub fn reply_typed<M: UserMessage>(self, reply: &M) -> Result<(), RpcError> {
-        self.reply(&encode_user_message(reply)?)
+        self.reply_outgoing(&Typed(reply))
     }
 }
 
@@ -266,7 +307,9 @@ struct Registered<S> {
 /// ```
 pub struct Service<S> {
     state: S,
-    handlers: HashMap<u32, Registered<S>>,
+    /// FxHash: ids are the sender's choice, but a service holds a handful, and a
+    /// lookup per message is on the hot path.
+    handlers: FxHashMap<u32, Registered<S>>,
     warnings: LogBudget,
 }
 
@@ -275,7 +318,7 @@ impl<S: Send + 'static> Service<S> {
     pub fn new(state: S) -> Self {
         Service {
             state,
-            handlers: HashMap::new(),
+            handlers: FxHashMap::default(),
             warnings: LogBudget::default(),
         }
     }
@@ -309,6 +352,28 @@ impl<S: Send + 'static> Service<S> {
                     type_name::<Req>()
                 );
             }
+        })
+    }
+
+    /// Calls `handler` with each `M` sent one-way. An `M` asked instead is answered with
+    /// an error saying it is one-way, and the handler does not see it: the asker learns
+    /// at once that no answer will come, rather than at its timeout.
+    ///
+    /// Fails if a handler for `M`'s id is registered already, naming both types.
+    pub fn on_one_way<M: UserMessage>(
+        self,
+        mut handler: impl FnMut(&mut S, &Archived<M>) + Send + 'static,
+    ) -> Result<Self, RpcError> {
+        self.on_message::<M>(move |state, _ctx, message, incoming| {
+            if incoming.is_ask() {
+                let _ = incoming.reply_error(format!(
+                    "user message id {} ({}) is one-way: send it, do not ask it",
+                    M::ID,
+                    type_name::<M>()
+                ));
+                return;
+            }
+            handler(state, message);
         })
     }
 

@@ -613,6 +613,8 @@ flint_rpc::service! {
         fn record(Record) -> Record;
         /// The shape back.
         fn shape(Shape) -> Shape;
+        /// A note, one-way.
+        fn note(Note);
     }
 }
 
@@ -624,9 +626,15 @@ flint_rpc::service! {
     }
 }
 
-struct Echoes;
+struct Echoes {
+    notes: mpsc::Sender<Note>,
+}
 
 impl echoes::Handler for Echoes {
+    fn note(&mut self, note: &ArchivedNote) {
+        let _ = self.notes.send(Note(note.0.to_string()));
+    }
+
     fn record(&mut self, record: &ArchivedRecord) -> Result<Record, String> {
         if record.name.is_empty() {
             return Err("an empty name".into());
@@ -654,12 +662,33 @@ impl twice::Handler for Twice {
 #[test]
 fn a_declared_service_gives_a_handler_trait_and_a_typed_client() {
     let server = env();
+    let (notes, noted) = mpsc::channel();
     server
         .handle()
-        .register(ECHO, echoes::service(Echoes).unwrap())
+        .register(ECHO, echoes::service(Echoes { notes }).unwrap())
         .unwrap();
     let client = env();
     let echoes = echoes::Client::new(client.handle().endpoint_ref(server.address(), ECHO));
+    // A one-way method: sent, handled, nothing answered.
+    for i in 0..3 {
+        let sent: Result<(), RpcError> = echoes.note(&Note(format!("note {i}")));
+        sent.unwrap();
+    }
+    for i in 0..3 {
+        assert_eq!(
+            noted.recv_timeout(Duration::from_secs(10)).unwrap(),
+            Note(format!("note {i}"))
+        );
+    }
+    // Asked instead of sent: refused at once, and the handler does not see it.
+    let error = echoes
+        .endpoint()
+        .ask_typed(&Note("asked".into()))
+        .unwrap_err();
+    assert!(
+        matches!(&error, RpcError::Remote { message, .. } if message.contains("is one-way")),
+        "{error:?}"
+    );
     let record = sample_record(9);
     assert_eq!(echoes.record(&record).unwrap().deserialize(), record);
     let shape = Shape::Path(vec![(3, 4)]);
@@ -673,6 +702,10 @@ fn a_declared_service_gives_a_handler_trait_and_a_typed_client() {
     assert!(
         matches!(&error, RpcError::Remote { message, .. } if message == "an empty name"),
         "{error:?}"
+    );
+    assert!(
+        noted.try_recv().is_err(),
+        "the asked note reached the handler"
     );
     // A request type named by two methods is refused when the service is made.
     let Err(error) = twice::service(Twice) else {

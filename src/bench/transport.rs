@@ -175,7 +175,7 @@ fn measure_with(
             }
         }
         // The ask travels behind the batch: when it returns, all of it arrived.
-        echo.ask(&Message::ReviveOffers)?;
+        echo.ask(&Message::Empty)?;
         let rate = rounds.one_way as f64 / start.elapsed().as_secs_f64();
         if round > 0 {
             asks.push(micros(ask));

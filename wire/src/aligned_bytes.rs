@@ -63,20 +63,40 @@ where
 #[derive(Debug)]
 pub struct AlignedBytes;
 
+/// Where [`AlignedBytes`] wrote a body and how long it is.
+///
+/// The length travels in the resolver, not only in the field, so that an encoder that
+/// archives an application's value as the body in place
+/// ([`Encoder::encode_user`](crate::Encoder::encode_user)) resolves the message with the
+/// length it wrote and an empty `Bytes` in the field.
+#[derive(Debug)]
+pub struct AlignedBytesResolver {
+    pos: usize,
+    len: usize,
+}
+
+impl AlignedBytesResolver {
+    /// A body of `len` bytes written at `pos` (a multiple of [`BODY_ALIGN`]).
+    pub(crate) fn new(pos: usize, len: usize) -> Self {
+        debug_assert_eq!(pos % BODY_ALIGN, 0);
+        AlignedBytesResolver { pos, len }
+    }
+}
+
 impl ArchiveWith<Bytes> for AlignedBytes {
     type Archived = ArchivedVec<u8>;
-    type Resolver = VecResolver;
+    type Resolver = AlignedBytesResolver;
 
-    fn resolve_with(field: &Bytes, resolver: VecResolver, out: Place<ArchivedVec<u8>>) {
-        ArchivedVec::resolve_from_len(field.len(), resolver, out);
+    fn resolve_with(_field: &Bytes, resolver: AlignedBytesResolver, out: Place<ArchivedVec<u8>>) {
+        ArchivedVec::resolve_from_len(resolver.len, VecResolver::from_pos(resolver.pos), out);
     }
 }
 
 impl<S: Fallible + Writer + ?Sized> SerializeWith<Bytes, S> for AlignedBytes {
-    fn serialize_with(field: &Bytes, serializer: &mut S) -> Result<VecResolver, S::Error> {
+    fn serialize_with(field: &Bytes, serializer: &mut S) -> Result<AlignedBytesResolver, S::Error> {
         let pos = serializer.align(BODY_ALIGN)?;
         serializer.write(field)?;
-        Ok(VecResolver::from_pos(pos))
+        Ok(AlignedBytesResolver::new(pos, field.len()))
     }
 }
 

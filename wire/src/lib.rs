@@ -135,11 +135,13 @@ mod task_payload;
 mod tests;
 mod units;
 
-pub use aligned_bytes::{access_body, AlignedBytes, BODY_ALIGN, MAX_BODY_DEPTH};
+pub use aligned_bytes::{
+    access_body, AlignedBytes, AlignedBytesResolver, BODY_ALIGN, MAX_BODY_DEPTH,
+};
 pub use check_error::CheckError;
 pub use decoded_size::{check_decoded_size, DecodedSize, Owned};
 pub use decoder::{validate_envelope, DecoderStats, Frame, FrameDecoder, FrameOpener};
-pub use encoder::Encoder;
+pub use encoder::{Encoder, PayloadWriter, UserSerializer};
 pub use error::{WireError, CRYPTO_KEY, MAX_SIZE_KEY};
 pub use failure_text::{cut_text, MAX_FAILURE_TEXT, MAX_REFUSAL_TEXT};
 pub use header::{
