@@ -62,6 +62,7 @@ use hdrhistogram::Histogram;
 
 use crate::job::{local_cluster, run_job, JobError, JobHooks, JobSpec};
 pub mod jobs;
+pub mod sim;
 pub mod stream;
 pub mod transport;
 
