@@ -7,7 +7,8 @@
 //! is entered, and `flint run` interleaves its executors' stderr with the driver's.
 
 use std::fmt;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
+use std::sync::OnceLock;
 
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::{Format, Full, Json, JsonFields, Writer};
@@ -43,6 +44,9 @@ impl LogFormat {
     }
 }
 
+/// The format [`init`] chose, for [`say`].
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
 /// Logs go to stderr; `FLINT_LOG` (or `RUST_LOG`) sets the filter, WARN by default so
 /// that a job's output stays readable. Colours only on a terminal: a log redirected to a
 /// file (or an executor's, collected by its driver) stays plain text. `executor` labels
@@ -53,10 +57,10 @@ pub fn init(executor: Option<&str>) {
         .unwrap_or_else(|_| "warn".to_owned());
     let format_env = std::env::var(LOG_FORMAT_ENV).ok();
     let format = LogFormat::parse(format_env.as_deref()).unwrap_or_else(|e| {
-        use std::io::Write as _;
         let _ = writeln!(std::io::stderr(), "flint: warning: {e}");
         LogFormat::Text
     });
+    let _ = FORMAT.set(format);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr);
@@ -72,6 +76,38 @@ pub fn init(executor: Option<&str>) {
             .event_format(Labelled::json(label))
             .try_init(),
     };
+}
+
+/// Writes one of the command's own lines to stderr (a failure, a warning about the
+/// command line, a stage done), whatever the log filter: `PREFIX: MESSAGE` as text,
+/// or under `FLINT_LOG_FORMAT=json` an object of the logs' shape (target `flint`), so
+/// that stderr stays one JSON object a line for a log collector.
+pub fn say(prefix: &str, level: Level, message: &str) {
+    let line = match FORMAT.get() {
+        Some(LogFormat::Json) => json_line(level, message),
+        _ => format!("{prefix}: {message}"),
+    };
+    // Not eprintln!, which panics if stderr is gone (the driver that read an executor's
+    // may have exited).
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// `message` as tracing-subscriber's JSON format writes an event of target `flint`.
+fn json_line(level: Level, message: &str) -> String {
+    let mut timestamp = String::new();
+    if SystemTime
+        .format_time(&mut Writer::new(&mut timestamp))
+        .is_err()
+    {
+        timestamp = "<unknown time>".to_owned();
+    }
+    serde_json::json!({
+        "timestamp": timestamp,
+        "level": level.as_str(),
+        "fields": { "message": message },
+        "target": "flint",
+    })
+    .to_string()
 }
 
 /// A format that puts a process's label on each line: `executor{id=3}` where a span
@@ -259,6 +295,19 @@ mod tests {
         let object = log_json(None);
         assert!(object.get("executor_id").is_none(), "{object}");
         assert_eq!(object["level"], "INFO");
+    }
+
+    #[test]
+    fn the_command_s_own_lines_have_the_logs_json_shape() {
+        let object: serde_json::Value =
+            serde_json::from_str(&json_line(Level::WARN, "warning: \"x\"\n")).unwrap();
+        assert_eq!(object["level"], "WARN");
+        assert_eq!(object["target"], "flint");
+        assert_eq!(object["fields"]["message"], "warning: \"x\"\n");
+        assert!(
+            object["timestamp"].as_str().unwrap().ends_with('Z'),
+            "{object}"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The `flint` command: the main job, a driver, an executor.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -327,10 +327,13 @@ fn parse_conf(pairs: &[String], warn_unknown: bool) -> Result<Conf, String> {
             Some(known) => format!(" (did you mean {known}?)"),
             None => String::new(),
         };
-        let _ = writeln!(
-            std::io::stderr(),
-            "flint: warning: no part of flint reads the key {}{hint}; `flint conf` lists them",
-            unknown.key
+        logging::say(
+            "flint",
+            tracing::Level::WARN,
+            &format!(
+                "warning: no part of flint reads the key {}{hint}; `flint conf` lists them",
+                unknown.key
+            ),
         );
     }
     flint::conf::validate(&conf).map_err(|e| e.to_string())?;
@@ -338,7 +341,7 @@ fn parse_conf(pairs: &[String], warn_unknown: bool) -> Result<Conf, String> {
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("flint: {message}");
+    logging::say("flint", tracing::Level::ERROR, &message.to_string());
     ExitCode::FAILURE
 }
 
@@ -366,7 +369,7 @@ fn finish(json: bool, result: Result<String, Failure>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(failure) => {
-            let _ = writeln!(std::io::stderr(), "flint: {}", failure.message);
+            logging::say("flint", tracing::Level::ERROR, &failure.message);
             if json {
                 println!("{}", flint::job::error_json(&failure.message));
             }
@@ -493,9 +496,13 @@ fn run_and_report(
         } else {
             address.to_string()
         };
-        eprintln!(
-            "flint: waiting for {executors} executor(s) to register with the driver at \
-             {address} (flint executor --driver {reach})"
+        logging::say(
+            "flint",
+            tracing::Level::INFO,
+            &format!(
+                "waiting for {executors} executor(s) to register with the driver at \
+                 {address} (flint executor --driver {reach})"
+            ),
         );
     };
     let hooks = JobHooks {
@@ -515,7 +522,7 @@ fn run_and_report(
             let quiet = job.json;
             let mut on_stage = |line: &str| {
                 if !quiet {
-                    let _ = writeln!(std::io::stderr(), "flint: {line}");
+                    logging::say("flint", tracing::Level::INFO, line);
                 }
             };
             run_stages(conf, stages, cluster, hooks, &mut on_stage).map(|report| {
@@ -759,9 +766,7 @@ fn executor(args: ExecutorArgs) -> ExitCode {
     // The executor logged why it exits (the seeds' "Executor self-exiting due to : ..."),
     // unless that log is filtered out: only then is the reason printed here.
     if code != 0 && !tracing::enabled!(target: "flint_executor::backend", tracing::Level::ERROR) {
-        // Not eprintln!, which panics if standard error is gone (the driver that read it
-        // may have exited).
-        let _ = writeln!(std::io::stderr(), "flint executor: {exit}");
+        logging::say("flint executor", tracing::Level::ERROR, &exit.to_string());
     }
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

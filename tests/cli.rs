@@ -680,6 +680,43 @@ fn json_log_format_gives_one_object_a_line() {
             "{stderr}"
         );
     }
+
+    // The command's own lines (a warning, the stages done) are objects too, whatever
+    // the filter.
+    let output = flint_with(
+        &[
+            "run",
+            "--job",
+            "shuffle",
+            "--executors",
+            "1",
+            "--records",
+            "1000",
+            "--conf",
+            "executor.taskPrefech=4",
+        ],
+        &[("FLINT_LOG_FORMAT", "json")],
+        RUN_TIMEOUT,
+    );
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let objects: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?} in {stderr}"))
+        })
+        .collect();
+    let said = |level: &str, text: &str| {
+        objects
+            .iter()
+            .any(|o| o["target"] == "flint" && o["level"] == level && message(o).contains(text))
+    };
+    assert!(
+        said("WARN", "did you mean executor.taskPrefetch?"),
+        "{stderr}"
+    );
+    assert!(said("INFO", "stage 1 (shuffle-write) done"), "{stderr}");
+    assert!(said("INFO", "stage 2 (shuffle-count) done"), "{stderr}");
 }
 
 #[test]
