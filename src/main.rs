@@ -53,7 +53,7 @@ const RUN_EXAMPLES: &str = "\
 Examples:
   flint run                                          10,000 no-op tasks on 2 executors
   flint run --executors 4 --cores 2 --tasks 100000 --task noop
-  flint run --task fail-n-attempts:1 --tasks 100    every task fails once, then succeeds
+  flint run --task fail-n-attempts:1 --tasks 100     every task fails once, then succeeds
   flint run --job shuffle --records 1000000 --record-size 100
   flint run --conf executor.taskPrefetch=64 --json
 
