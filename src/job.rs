@@ -330,7 +330,8 @@ pub enum JobError {
 pub struct JobHooks<'a> {
     /// Called once the driver listens, with its address (the one executors register at).
     pub listening: Option<&'a mut dyn FnMut(std::net::SocketAddr)>,
-    /// Called about ten times a second with (tasks done, tasks in all).
+    /// Called about ten times a second with (tasks done, tasks in all); for a job of
+    /// stages ([`crate::stages::run_stages`]), of the stage attempts running.
     pub progress: Option<&'a mut dyn FnMut(usize, usize)>,
     /// When it becomes true the job stops (its executors with it) and
     /// [`JobError::Interrupted`] is returned.

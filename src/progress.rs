@@ -47,13 +47,16 @@ pub fn eta(left: u64, per_sec: f64) -> Option<Duration> {
 
 /// The periodic progress line of a job whose stderr is not a terminal: at most one each
 /// `interval`, none once every task is done (the report follows), its rate over the
-/// time since the previous line.
+/// time since the previous line. When the tasks counted change (a job of stages moves
+/// to its next stage), the rate starts again from there.
 #[derive(Debug)]
 pub struct ProgressLines {
     interval: Duration,
     next: Instant,
-    /// When the previous line (or the job) was, and the tasks done then.
+    /// When the previous line (or the change of tasks) was, and the tasks done then.
     last: (Instant, usize),
+    /// The tasks in all of the last call.
+    total: usize,
 }
 
 impl ProgressLines {
@@ -63,15 +66,24 @@ impl ProgressLines {
             interval,
             next: now + interval,
             last: (now, 0),
+            total: 0,
         }
     }
 
     /// `done` of `total` tasks are done at `now`: the line to log, if one is due.
     pub fn on_progress(&mut self, now: Instant, done: usize, total: usize) -> Option<String> {
+        if total != self.total || done < self.last.1 {
+            self.total = total;
+            self.last = (now, done);
+        }
         if now < self.next || done >= total {
             return None;
         }
         let (then, done_then) = self.last;
+        // Too soon after a change for a rate: the line waits a little.
+        if now.saturating_duration_since(then) < self.interval / 5 {
+            return None;
+        }
         let elapsed = now.saturating_duration_since(then).as_secs_f64();
         let per_sec = if elapsed > 0.0 {
             done.saturating_sub(done_then) as f64 / elapsed
@@ -141,5 +153,24 @@ mod tests {
         );
         // Done: the report says the rest.
         assert_eq!(lines.on_progress(at(60_000), 1000, 1000), None);
+    }
+
+    #[test]
+    fn the_rate_starts_again_when_the_tasks_counted_change() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut lines = ProgressLines::new(start, Duration::from_secs(5));
+        assert_eq!(lines.on_progress(at(0), 0, 100), None);
+        // The first stage ends at 4 s; the second, of 50 tasks, starts.
+        assert_eq!(lines.on_progress(at(4_000), 99, 100), None);
+        // Due, but 100 ms into the new stage: no rate yet.
+        assert_eq!(lines.on_progress(at(5_000), 0, 50), None);
+        assert_eq!(lines.on_progress(at(5_500), 5, 50), None);
+        // 20 tasks in 2 s of this stage.
+        assert_eq!(
+            lines.on_progress(at(7_000), 20, 50).as_deref(),
+            Some("20/50 tasks done (40%), 10 tasks/s, ETA 3s")
+        );
+        assert_eq!(lines.on_progress(at(8_000), 30, 50), None);
     }
 }
