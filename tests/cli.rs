@@ -484,13 +484,14 @@ fn free_port() -> u16 {
 
 #[test]
 fn an_executor_whose_driver_never_comes_tries_for_its_connect_timeout_then_says_so_once() {
-    let driver = format!("127.0.0.1:{}", free_port());
+    // Port 1: nobody listens, whatever the other tests bind meanwhile.
+    let driver = "127.0.0.1:1";
     let started = Instant::now();
     let output = flint(
         &[
             "executor",
             "--driver",
-            &driver,
+            driver,
             "--conf",
             "executor.connectTimeout=1s",
         ],

@@ -882,9 +882,9 @@ fn wait_for_driver(driver: SocketAddr, timeout: Duration) -> Result<(), Executor
         let Some(next) = retry.on_failure(now) else {
             return Err(ExecutorExit::Error(format!(
                 "Cannot register with driver: {driver}: nothing took a connection at {driver} \
-                 within {} ({} attempts): {error}",
+                 within {} ({failures} attempt{}): {error}",
                 timeout_text(timeout),
-                failures
+                if failures == 1 { "" } else { "s" }
             )));
         };
         if failures == 1 {
@@ -981,11 +981,9 @@ mod tests {
 
     #[test]
     fn an_address_nobody_listens_on_ends_the_wait_naming_it_and_the_key() {
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.local_addr().unwrap().port()
-        };
-        let driver: SocketAddr = ([127, 0, 0, 1], port).into();
+        // Port 1: nobody listens (a port freed by this test could be taken by another
+        // test's listener meanwhile).
+        let driver: SocketAddr = ([127, 0, 0, 1], 1).into();
         let started = Instant::now();
         let exit = wait_for_driver(driver, Duration::from_millis(300)).unwrap_err();
         let took = started.elapsed();
