@@ -49,12 +49,113 @@ impl std::fmt::Display for TaskSpec {
     }
 }
 
+/// The built-in task functions `flint run --task` and `flint driver --task` take (every
+/// `flint executor` has them), each with the form of its input. The functions of jobs of
+/// stages are left out: they run only inside a job of stages (`--job`).
+pub const TASK_FUNCTIONS: [(&str, &str); 7] = [
+    ("noop", ""),
+    ("sleep", "MS"),
+    ("echo", "TEXT"),
+    ("fail-n-attempts", "N"),
+    ("large-result", "SIZE"),
+    ("spin", "MS"),
+    ("exit-process", "CODE"),
+];
+
+/// The built-in functions as the command line writes them: `noop, sleep:MS, ...`.
+fn task_functions_text() -> String {
+    TASK_FUNCTIONS
+        .iter()
+        .map(|(name, input)| {
+            if input.is_empty() {
+                (*name).to_owned()
+            } else {
+                format!("{name}:{input}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl TaskSpec {
+    /// A task of one of the built-in functions ([`TASK_FUNCTIONS`]) with an input it
+    /// takes, or why not: checked on the command line, before anything starts, where a
+    /// misspelt function would otherwise fail every attempt of every task on the
+    /// executors.
+    ///
+    /// ```
+    /// use flint::job::TaskSpec;
+    ///
+    /// assert_eq!(TaskSpec::builtin("sleep:50").unwrap().to_string(), "sleep:50");
+    /// let err = TaskSpec::builtin("slep:50").unwrap_err();
+    /// assert!(err.starts_with("no built-in task function \"slep\" (did you mean sleep?)"));
+    /// assert!(TaskSpec::builtin("exit-process:0").is_err());
+    /// ```
+    pub fn builtin(text: &str) -> Result<TaskSpec, String> {
+        let spec: TaskSpec = text.parse().map_err(|e: WireError| e.to_string())?;
+        let input = spec.input.trim();
+        let number = || input.parse::<u64>().ok();
+        let expected = match spec.function.as_str() {
+            "noop" | "echo" => None,
+            "sleep" | "spin" => number()
+                .is_none()
+                .then_some("a number of milliseconds, e.g. sleep:500"),
+            "fail-n-attempts" => number()
+                .is_none()
+                .then_some("the number of attempts that fail, e.g. fail-n-attempts:2"),
+            "exit-process" => (!matches!(number(), Some(1..=255)))
+                .then_some("an exit code from 1 to 255, e.g. exit-process:3"),
+            "large-result" => large_result_size(input).is_none().then_some(
+                "a size in bytes, optionally with a k, m or g suffix, of at most 2g, e.g. \
+                 large-result:10m",
+            ),
+            other => {
+                let hint = TASK_FUNCTIONS
+                    .iter()
+                    .map(|(name, _)| (strsim::levenshtein(other, name), *name))
+                    .filter(|&(distance, _)| distance <= 2)
+                    .min()
+                    .map(|(_, name)| format!(" (did you mean {name}?)"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "no built-in task function {other:?}{hint}; they are: {}",
+                    task_functions_text()
+                ));
+            }
+        };
+        match expected {
+            Some(expected) => Err(format!(
+                "{} takes {expected}; got {:?}",
+                spec.function, spec.input
+            )),
+            None => Ok(spec),
+        }
+    }
+
     /// The serialized task every task of the job shares.
     pub fn payload(&self) -> bytes::Bytes {
         TaskPayload::encode(&self.function, self.input.as_bytes())
             .expect("checked when the spec was parsed")
     }
+}
+
+/// The size `large-result` takes, as the executor reads it: digits, then optionally `k`,
+/// `m` or `g` (binary units) and a `b`; at most 2 GiB.
+fn large_result_size(text: &str) -> Option<u64> {
+    let text = text.to_ascii_lowercase();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(digits);
+    let shift = match suffix {
+        "" | "b" => 0,
+        "k" | "kb" => 10,
+        "m" | "mb" => 20,
+        "g" | "gb" => 30,
+        _ => return None,
+    };
+    let size = number.parse::<u64>().ok()?.checked_mul(1 << shift)?;
+    (size <= flint_executor::MAX_LARGE_RESULT).then_some(size)
 }
 
 /// What to run.
@@ -229,7 +330,8 @@ pub enum JobError {
 pub struct JobHooks<'a> {
     /// Called once the driver listens, with its address (the one executors register at).
     pub listening: Option<&'a mut dyn FnMut(std::net::SocketAddr)>,
-    /// Called about ten times a second with (tasks done, tasks in all).
+    /// Called about ten times a second with (tasks done, tasks in all); for a job of
+    /// stages ([`crate::stages::run_stages`]), of the stage attempts running.
     pub progress: Option<&'a mut dyn FnMut(usize, usize)>,
     /// When it becomes true the job stops (its executors with it) and
     /// [`JobError::Interrupted`] is returned.
@@ -446,6 +548,55 @@ mod tests {
         assert_eq!(&noop.payload()[..], b"\x04noop");
         assert!("".parse::<TaskSpec>().is_err());
         assert!(":x".parse::<TaskSpec>().is_err());
+    }
+
+    #[test]
+    fn only_built_in_functions_with_inputs_they_take_are_tasks_of_the_command_line() {
+        // Every function offered is one a `flint executor` has.
+        let registry = flint_executor::TaskRegistry::with_builtins();
+        for (name, _) in TASK_FUNCTIONS {
+            assert!(registry.get(name).is_some(), "{name}");
+        }
+        for good in [
+            "noop",
+            "echo:a:b",
+            "sleep:5",
+            "spin:0",
+            "fail-n-attempts:2",
+            "exit-process:255",
+            "large-result:10m",
+            "large-result:2g",
+            "large-result:512",
+        ] {
+            assert!(TaskSpec::builtin(good).is_ok(), "{good}");
+        }
+        let err = TaskSpec::builtin("bogus").unwrap_err();
+        assert_eq!(
+            err,
+            "no built-in task function \"bogus\"; they are: noop, sleep:MS, echo:TEXT, \
+             fail-n-attempts:N, large-result:SIZE, spin:MS, exit-process:CODE"
+        );
+        assert!(TaskSpec::builtin("nop")
+            .unwrap_err()
+            .contains("(did you mean noop?)"));
+        // Functions of jobs of stages need their job's shuffle.
+        assert!(TaskSpec::builtin("wordcount-map").is_err());
+        for (bad, says) in [
+            ("sleep", "sleep takes a number of milliseconds"),
+            ("sleep:1s", "sleep takes a number of milliseconds"),
+            ("spin:-1", "spin takes a number of milliseconds"),
+            ("fail-n-attempts:x", "fail-n-attempts takes the number"),
+            (
+                "exit-process:0",
+                "exit-process takes an exit code from 1 to 255",
+            ),
+            ("exit-process:256", "exit-process takes an exit code"),
+            ("large-result:3g", "large-result takes a size"),
+            ("large-result:10t", "large-result takes a size"),
+        ] {
+            let err = TaskSpec::builtin(bad).unwrap_err();
+            assert!(err.starts_with(says), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The `flint` command: the main job, a driver, an executor.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -18,22 +18,75 @@ use flint::scheduler::cluster_manager::SECRET_ENV;
 use flint::scheduler::{ClusterManager, SchedulerConfig, StandaloneExecutors};
 use flint::stages::{run_stages, StagesSpec, WordSource, Workload};
 
+mod logging;
+mod progress;
+
 /// flint: a zero-copy task-launch control plane (driver, executors, and the RPC
 /// transport under them).
 #[derive(Debug, Parser)]
-#[command(name = "flint", version, about, long_about = None)]
+#[command(name = "flint", version, about, long_about = None, after_help = AFTER_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
+/// Examples and the environment, under `flint --help`: what a new user types first.
+const AFTER_HELP: &str = "\
+Examples:
+  flint run --executors 2 --tasks 100000             100,000 no-op tasks on 2 local executors
+  flint run --task sleep:100 --tasks 20 --json       20 tasks of 100 ms, the report as JSON
+  flint run --job wordcount --input words.txt --output counts.tsv
+  flint driver --executors 2 --conf rpc.bindAddress=0.0.0.0 --conf rpc.port=7077
+  flint executor --driver driver-host:7077 --cores 4
+  flint conf                                         every configuration key
+
+Environment:
+  FLINT_LOG                  log filter, e.g. info or warn,flint_scheduler=debug (default: warn;
+                             RUST_LOG is read when it is not set)
+  FLINT_LOG_FORMAT           text (default) or json: one JSON object a line
+  FLINT_AUTHENTICATE_SECRET  authenticate.secret, kept out of the command line (and out of ps)
+
+`flint COMMAND --help` has each command's options.";
+
+/// Examples under `flint run --help`.
+const RUN_EXAMPLES: &str = "\
+Examples:
+  flint run                                          10,000 no-op tasks on 2 executors
+  flint run --executors 4 --cores 2 --tasks 100000 --task noop
+  flint run --task fail-n-attempts:1 --tasks 100     every task fails once, then succeeds
+  flint run --job shuffle --records 1000000 --record-size 100
+  flint run --conf executor.taskPrefetch=64 --json
+
+Task functions (--task): noop, sleep:MS, echo:TEXT, fail-n-attempts:N, large-result:SIZE,
+spin:MS, exit-process:CODE.";
+
+/// Examples under `flint driver --help`.
+const DRIVER_EXAMPLES: &str = "\
+Examples:
+  flint driver --executors 2 --tasks 100000 --conf rpc.bindAddress=0.0.0.0 --conf rpc.port=7077
+  FLINT_AUTHENTICATE_SECRET=s3cr3t flint driver --executors 2 --conf authenticate=true
+
+It prints the address executors register at; on each executor host:
+  flint executor --driver driver-host:7077 --cores 4";
+
+/// Examples under `flint executor --help`.
+const EXECUTOR_EXAMPLES: &str = "\
+Examples:
+  flint executor --driver driver-host:7077 --cores 4 --hostname $(hostname)
+  FLINT_AUTHENTICATE_SECRET=s3cr3t flint executor --driver driver-host:7077 --conf authenticate=true
+
+An executor started before its driver tries again for executor.connectTimeout (30s).";
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a job: a driver here, executor processes started on this host, N tasks.
+    #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
     /// Run a job on executors that register on their own (`flint executor --driver`).
+    #[command(after_help = DRIVER_EXAMPLES)]
     Driver(DriverArgs),
     /// Run an executor: register with the driver and run the tasks it sends.
+    #[command(after_help = EXECUTOR_EXAMPLES)]
     Executor(ExecutorArgs),
     /// Measure task launch beside its floors: raw TCP round trip, one-task job latency,
     /// throughput with and without launch pipelining.
@@ -43,14 +96,15 @@ enum Command {
 }
 
 // Counts take allow_negative_numbers: without it, clap reads `--executors -5` as an
-// unknown option `-5`, where it is a value to refuse as invalid.
+// unknown option `-5`, where it is a value to refuse as invalid; `count` says what is
+// wrong with it (negative, zero).
 #[derive(Debug, Args)]
 struct BenchArgs {
     /// Round trips measured for the floor, and one-task jobs for latency.
     #[arg(
         long,
         default_value_t = 5_000,
-        value_parser = at_least_one(),
+        value_parser = count::<usize>(1),
         allow_negative_numbers = true
     )]
     samples: usize,
@@ -58,15 +112,15 @@ struct BenchArgs {
     #[arg(
         long,
         default_value_t = 100_000,
-        value_parser = clap::value_parser!(u32).range(1..),
+        value_parser = count::<u32>(1),
         allow_negative_numbers = true
     )]
     tasks: u32,
     /// Executors (of 1 core) of the throughput jobs.
-    #[arg(long, default_value_t = 2, value_parser = at_least_one(), allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 2, value_parser = count::<usize>(1), allow_negative_numbers = true)]
     executors: usize,
     /// executor.taskPrefetch of the pipelined job.
-    #[arg(long, default_value_t = 256, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 256, value_parser = count::<usize>(0), allow_negative_numbers = true)]
     prefetch: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -93,11 +147,12 @@ struct JobArgs {
     #[arg(long, value_enum, default_value_t = JobKind::Tasks)]
     job: JobKind,
     /// Tasks in the job.
-    #[arg(long, default_value_t = 10_000, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 10_000, value_parser = count::<u32>(1), allow_negative_numbers = true)]
     tasks: u32,
-    /// What each task runs: noop, sleep:MS, echo:TEXT, fail-n-attempts:N,
-    /// large-result:SIZE, spin:MS, exit-process:CODE (ends the executor process).
-    #[arg(long, default_value = "noop")]
+    /// What each task runs, a built-in function: noop, sleep:MS, echo:TEXT,
+    /// fail-n-attempts:N, large-result:SIZE, spin:MS, exit-process:CODE (ends the
+    /// executor process).
+    #[arg(long, default_value = "noop", value_parser = TaskSpec::builtin)]
     task: TaskSpec,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -106,10 +161,10 @@ struct JobArgs {
     #[arg(long = "conf", value_name = "KEY=VALUE")]
     conf: Vec<String>,
     /// How long executors may take to register, in seconds.
-    #[arg(long, default_value_t = 60, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 60, value_parser = count::<u64>(1), allow_negative_numbers = true)]
     startup_timeout: u64,
     /// How long the job may take once they did, in seconds.
-    #[arg(long, default_value_t = 3600, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 3600, value_parser = count::<u64>(1), allow_negative_numbers = true)]
     job_timeout: u64,
     /// Word count: words to generate, in all (split between the map tasks, each making
     /// as many: rounded up to a multiple of --maps).
@@ -117,6 +172,7 @@ struct JobArgs {
         long,
         default_value_t = 1_000_000,
         conflicts_with = "input",
+        value_parser = count::<u64>(1),
         allow_negative_numbers = true
     )]
     words: u64,
@@ -124,7 +180,7 @@ struct JobArgs {
     #[arg(
         long,
         default_value_t = 10_000,
-        value_parser = clap::value_parser!(u64).range(1..),
+        value_parser = count::<u64>(1),
         allow_negative_numbers = true
     )]
     vocabulary: u64,
@@ -136,7 +192,7 @@ struct JobArgs {
     output: Option<std::path::PathBuf>,
     /// Shuffle: records to shuffle, in all (split between the map tasks, each making as
     /// many: rounded up to a multiple of --maps).
-    #[arg(long, default_value_t = 1_000_000, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = count::<u64>(1), allow_negative_numbers = true)]
     records: u64,
     /// Shuffle: bytes of each record.
     #[arg(
@@ -147,21 +203,21 @@ struct JobArgs {
     )]
     record_size: u32,
     /// Jobs of stages: map tasks (default: twice the registered executors' cores).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    #[arg(long, value_parser = count::<u32>(1), allow_negative_numbers = true)]
     maps: Option<u32>,
     /// Jobs of stages: reduce partitions (default: default.parallelism if set, else the
     /// registered executors' cores, at least 2).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    #[arg(long, value_parser = count::<u32>(1), allow_negative_numbers = true)]
     reduces: Option<u32>,
 }
 
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Executor processes to start.
-    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 2, value_parser = count::<usize>(1), allow_negative_numbers = true)]
     executors: usize,
     /// Cores of each executor.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 1, value_parser = count::<u32>(1), allow_negative_numbers = true)]
     cores: u32,
     #[command(flatten)]
     job: JobArgs,
@@ -170,7 +226,7 @@ struct RunArgs {
 #[derive(Debug, Args)]
 struct DriverArgs {
     /// Executors to wait for before the job starts.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 1, value_parser = count::<usize>(1), allow_negative_numbers = true)]
     executors: usize,
     #[command(flatten)]
     job: JobArgs,
@@ -182,7 +238,7 @@ struct ExecutorArgs {
     #[arg(long)]
     driver: String,
     /// Cores to offer (tasks run at once).
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 1, value_parser = count::<u32>(1), allow_negative_numbers = true)]
     cores: u32,
     /// This executor's id (default: the process id).
     #[arg(long)]
@@ -204,7 +260,16 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return command_line_error(e),
     };
-    init_logging();
+    // An executor's lines say which executor they come from.
+    let executor_id = match &cli.command {
+        Command::Executor(args) => Some(
+            args.executor_id
+                .clone()
+                .unwrap_or_else(|| std::process::id().to_string()),
+        ),
+        _ => None,
+    };
+    logging::init(executor_id.as_deref());
     // A driver holds a connection, and a descriptor, per executor and more.
     if let Err(e) = flint_rpc::raise_descriptor_limit() {
         tracing::debug!("cannot raise the limit on open descriptors: {e}");
@@ -245,20 +310,6 @@ fn command_line_error(error: clap::Error) -> ExitCode {
     ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
 }
 
-/// Logs go to stderr; `FLINT_LOG` (or `RUST_LOG`) sets the filter, WARN by default so
-/// that a job's output stays readable. Colours only on a terminal: a log redirected to a
-/// file (or an executor's, collected by its driver) stays plain text.
-fn init_logging() {
-    let filter = std::env::var("FLINT_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "warn".to_owned());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
-}
-
 /// The configuration of `--conf` arguments, checked as a whole. A key no crate reads is
 /// not an error (other tools' `spark.` keys pass through), but it is named in a warning
 /// with the closest known key, as it is most likely misspelt, when `warn_unknown`: the
@@ -276,10 +327,13 @@ fn parse_conf(pairs: &[String], warn_unknown: bool) -> Result<Conf, String> {
             Some(known) => format!(" (did you mean {known}?)"),
             None => String::new(),
         };
-        let _ = writeln!(
-            std::io::stderr(),
-            "flint: warning: no part of flint reads the key {}{hint}; `flint conf` lists them",
-            unknown.key
+        logging::say(
+            "flint",
+            tracing::Level::WARN,
+            &format!(
+                "warning: no part of flint reads the key {}{hint}; `flint conf` lists them",
+                unknown.key
+            ),
         );
     }
     flint::conf::validate(&conf).map_err(|e| e.to_string())?;
@@ -287,7 +341,7 @@ fn parse_conf(pairs: &[String], warn_unknown: bool) -> Result<Conf, String> {
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("flint: {message}");
+    logging::say("flint", tracing::Level::ERROR, &message.to_string());
     ExitCode::FAILURE
 }
 
@@ -315,7 +369,7 @@ fn finish(json: bool, result: Result<String, Failure>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(failure) => {
-            let _ = writeln!(std::io::stderr(), "flint: {}", failure.message);
+            logging::say("flint", tracing::Level::ERROR, &failure.message);
             if json {
                 println!("{}", flint::job::error_json(&failure.message));
             }
@@ -331,10 +385,8 @@ fn run(args: RunArgs) -> ExitCode {
 
 fn run_job_here(args: RunArgs) -> Result<String, Failure> {
     let conf = parse_conf(&args.job.conf, true)?;
-    // Both would leave the job waiting for its timeout with nothing to run it on.
-    if args.executors == 0 {
-        return Err("flint run needs at least 1 executor (--executors)".into());
-    }
+    // --executors and --cores are at least 1 (`count`): a job that no executor could
+    // run would wait for its timeout.
     let task_cpus = SchedulerConfig::read(&conf).map_or(1, |c| c.task_cpus);
     if task_cpus > args.cores {
         return Err(format!(
@@ -362,10 +414,6 @@ fn driver(args: DriverArgs) -> ExitCode {
 
 fn run_driver_here(args: DriverArgs) -> Result<String, Failure> {
     let conf = parse_conf(&args.job.conf, true)?;
-    // The driver would wait for its job timeout with nothing to run the job on.
-    if args.executors == 0 {
-        return Err("flint driver needs at least 1 executor (--executors)".into());
-    }
     run_and_report(
         &conf,
         args.executors,
@@ -415,20 +463,24 @@ fn run_and_report(
         }
         let _ = signal_hook::flag::register(SIGTERM, terminated.clone());
     }
-    let bar =
-        (job.job == JobKind::Tasks && !job.json && std::io::stderr().is_terminal()).then(|| {
-            let bar = indicatif::ProgressBar::new(u64::from(job.tasks));
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} tasks ({per_sec})",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            bar
-        });
-    let mut on_progress = |done: usize, _total: usize| {
+    let terminal = std::io::stderr().is_terminal();
+    let bar = (job.job == JobKind::Tasks && !job.json && terminal).then(|| {
+        let bar = indicatif::ProgressBar::new(u64::from(job.tasks));
+        bar.set_style(bar_style());
+        bar
+    });
+    // Where no bar is drawn (a log file, CI), a line at INFO every few seconds instead.
+    let mut lines = (!terminal)
+        .then(|| progress::ProgressLines::new(std::time::Instant::now(), progress::LINE_INTERVAL));
+    let mut on_progress = |done: usize, total: usize| {
         if let Some(bar) = &bar {
             bar.set_position(done as u64);
+        }
+        if let Some(line) = lines
+            .as_mut()
+            .and_then(|lines| lines.on_progress(std::time::Instant::now(), done, total))
+        {
+            tracing::info!(target: "flint::progress", "{line}");
         }
     };
     // Executors that register on their own need the address the driver got (with the
@@ -444,9 +496,13 @@ fn run_and_report(
         } else {
             address.to_string()
         };
-        eprintln!(
-            "flint: waiting for {executors} executor(s) to register with the driver at \
-             {address} (flint executor --driver {reach})"
+        logging::say(
+            "flint",
+            tracing::Level::INFO,
+            &format!(
+                "waiting for {executors} executor(s) to register with the driver at \
+                 {address} (flint executor --driver {reach})"
+            ),
         );
     };
     let hooks = JobHooks {
@@ -466,7 +522,7 @@ fn run_and_report(
             let quiet = job.json;
             let mut on_stage = |line: &str| {
                 if !quiet {
-                    let _ = writeln!(std::io::stderr(), "flint: {line}");
+                    logging::say("flint", tracing::Level::INFO, line);
                 }
             };
             run_stages(conf, stages, cluster, hooks, &mut on_stage).map(|report| {
@@ -498,6 +554,21 @@ fn run_and_report(
         ))) => Err(e.into()),
         Err(e) => Err(format!("the job failed: {e}").into()),
     }
+}
+
+/// The bar of a job of tasks on a terminal: the rate rounded to what a person reads,
+/// and the time left.
+fn bar_style() -> indicatif::ProgressStyle {
+    indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} tasks ({rate} tasks/s, ETA {eta})",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+    .with_key(
+        "rate",
+        |state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write| {
+            let _ = out.write_str(&progress::rate_text(state.per_sec()));
+        },
+    )
 }
 
 /// The job of stages `--job` names, with its sizes; map tasks and reduce partitions not
@@ -534,9 +605,51 @@ fn stages_spec(executors: usize, cores: u32, job: &JobArgs) -> StagesSpec {
     }
 }
 
-/// A count of at least 1: with none, a bench would divide by zero or wait for nothing.
-fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+/// The integer types of counts on the command line, with their largest value.
+trait CountType: TryFrom<u64> + Clone + Send + Sync + 'static {
+    const MAX: u64;
+}
+
+impl CountType for u32 {
+    const MAX: u64 = u32::MAX as u64;
+}
+
+impl CountType for u64 {
+    const MAX: u64 = u64::MAX;
+}
+
+impl CountType for usize {
+    const MAX: u64 = usize::MAX as u64;
+}
+
+/// A value parser of a count of at least `min` whose refusal says what is wrong in the
+/// user's terms: clap's own ranges read "-5 is not in 1..=4294967295", and a negative
+/// number given to an unsigned type is "invalid digit found in string".
+fn count<T: CountType>(min: u64) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync {
+    move |text: &str| {
+        let text = text.trim();
+        let digits = text.strip_prefix('-').unwrap_or(text);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("not a whole number; give {min} or more"));
+        }
+        if text.starts_with('-') && digits.bytes().any(|b| b != b'0') {
+            return Err(format!("a negative count; give {min} or more"));
+        }
+        let value: u64 = digits
+            .parse()
+            .map_err(|_| format!("too large: at most {}", T::MAX))?;
+        if value < min {
+            return Err(if value == 0 {
+                format!("zero; give {min} or more")
+            } else {
+                format!("below {min}; give {min} or more")
+            });
+        }
+        if value > T::MAX {
+            return Err(format!("too large: at most {}", T::MAX));
+        }
+        T::try_from(value).map_err(|_| format!("too large: at most {}", T::MAX))
+    }
 }
 
 fn bench(args: BenchArgs) -> ExitCode {
@@ -626,6 +739,7 @@ fn executor(args: ExecutorArgs) -> ExitCode {
         Ok(driver) => driver,
         Err(e) => return fail(e),
     };
+    // The same default as the log label's (main).
     let executor_id = args
         .executor_id
         .unwrap_or_else(|| std::process::id().to_string());
@@ -634,6 +748,11 @@ fn executor(args: ExecutorArgs) -> ExitCode {
         Ok(config) => config,
         Err(e) => return fail(e),
     };
+    // The driver that started this executor listens already: one that takes no
+    // connection is gone, and the executor ends at once rather than outlive it.
+    if args.started_by_driver {
+        config.connect_timeout = Duration::ZERO;
+    }
     // The driver's limit, as its cluster manager passes it on; an executor that was not
     // told keeps every result and leaves the refusal to the driver.
     if conf.get("driver.maxResultSize").is_some() {
@@ -647,9 +766,7 @@ fn executor(args: ExecutorArgs) -> ExitCode {
     // The executor logged why it exits (the seeds' "Executor self-exiting due to : ..."),
     // unless that log is filtered out: only then is the reason printed here.
     if code != 0 && !tracing::enabled!(target: "flint_executor::backend", tracing::Level::ERROR) {
-        // Not eprintln!, which panics if standard error is gone (the driver that read it
-        // may have exited).
-        let _ = writeln!(std::io::stderr(), "flint executor: {exit}");
+        logging::say("flint executor", tracing::Level::ERROR, &exit.to_string());
     }
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

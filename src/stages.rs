@@ -2,15 +2,17 @@
 //! driver in this process and executors from a cluster manager (`flint run --job
 //! wordcount|shuffle`), with a report of how fast they went.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_rpc::timer::deadline_after;
 use flint_rpc::Conf;
 use flint_scheduler::{
-    ClusterManager, Driver, JobOutcome, SchedulerEvent, SchedulerListener, FIRST_JOB_ID,
+    ClusterManager, Driver, JobOutcome, SchedulerEvent, SchedulerListener, TaskEndReason,
+    TaskSetId, FIRST_JOB_ID,
 };
 
 use crate::job::{is_interrupted, with_ready_driver, JobError, JobHooks};
@@ -325,10 +327,59 @@ impl StageNames {
 struct StageLines {
     lines: mpsc::Sender<String>,
     names: StageNames,
+    progress: Arc<Mutex<StageProgress>>,
+}
+
+/// The tasks of the stage attempts running, for the progress hook: a job of stages has
+/// no count of its own, and its later stages' tasks are not known until they are
+/// submitted.
+#[derive(Debug, Default)]
+struct StageProgress {
+    /// Each running stage attempt's tasks succeeded and tasks in all.
+    running: BTreeMap<TaskSetId, (usize, usize)>,
+}
+
+impl StageProgress {
+    fn on_event(&mut self, event: &SchedulerEvent) {
+        match event {
+            SchedulerEvent::StageSubmitted {
+                task_set,
+                num_tasks,
+                ..
+            } => {
+                self.running.insert(*task_set, (0, *num_tasks as usize));
+            }
+            // The first success of each task, once.
+            SchedulerEvent::TaskEnd {
+                task_set,
+                reason: TaskEndReason::Success(_),
+                ..
+            } => {
+                if let Some((done, _)) = self.running.get_mut(task_set) {
+                    *done += 1;
+                }
+            }
+            SchedulerEvent::StageCompleted { task_set, .. } => {
+                self.running.remove(task_set);
+            }
+            _ => {}
+        }
+    }
+
+    /// Tasks done and tasks in all, over the stage attempts running.
+    fn done_of(&self) -> (usize, usize) {
+        self.running
+            .values()
+            .fold((0, 0), |(done, total), (d, t)| (done + d, total + t))
+    }
 }
 
 impl SchedulerListener for StageLines {
     fn on_event(&mut self, event: &SchedulerEvent) {
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_event(event);
         if let SchedulerEvent::StageCompleted {
             task_set, failure, ..
         } = event
@@ -379,7 +430,12 @@ pub fn run_stages(
         spec.startup_timeout,
         |driver, startup, hooks| {
             let (lines, stage_ended) = mpsc::channel();
-            driver.add_listener(StageLines { lines, names });
+            let progress = Arc::new(Mutex::new(StageProgress::default()));
+            driver.add_listener(StageLines {
+                lines,
+                names,
+                progress: progress.clone(),
+            });
             let shape = Shape::of(spec, driver);
             if let Some(note) = rounding_note(spec, &shape) {
                 on_stage(&note);
@@ -399,6 +455,13 @@ pub fn run_stages(
                 }
                 for line in stage_ended.try_iter() {
                     on_stage(&line);
+                }
+                if let Some(hook) = hooks.progress.as_mut() {
+                    let (done, total) =
+                        progress.lock().unwrap_or_else(|e| e.into_inner()).done_of();
+                    if total > 0 {
+                        hook(done, total);
+                    }
                 }
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 match handle.wait(remaining.min(Duration::from_millis(100))) {
@@ -590,6 +653,69 @@ fn write_counts(path: &std::path::Path, lines: &[(&[u8], u64)]) -> Result<(), Jo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_counts_the_first_success_of_each_task_of_the_running_stages() {
+        use flint_scheduler::TaskResult;
+        use flint_wire::{SharedStr, TaskMetrics, TaskState};
+
+        let map = TaskSetId {
+            stage_id: 0,
+            stage_attempt_id: 0,
+        };
+        let reduce = TaskSetId {
+            stage_id: 1,
+            stage_attempt_id: 0,
+        };
+        let submitted = |task_set, num_tasks| SchedulerEvent::StageSubmitted {
+            task_set,
+            job_id: 0,
+            num_tasks,
+        };
+        let ended = |task_set, reason| SchedulerEvent::TaskEnd {
+            task_id: 0,
+            task_set,
+            index: 0,
+            attempt: 0,
+            executor_id: SharedStr::from("1"),
+            state: TaskState::Finished,
+            duration: Duration::ZERO,
+            reason,
+        };
+        let success = || {
+            TaskEndReason::Success(TaskResult::Direct {
+                value: Bytes::new(),
+                metrics: TaskMetrics::default(),
+            })
+        };
+        let mut progress = StageProgress::default();
+        assert_eq!(progress.done_of(), (0, 0));
+        progress.on_event(&submitted(map, 4));
+        progress.on_event(&ended(map, success()));
+        progress.on_event(&ended(map, success()));
+        // A speculative copy's success and a failure are no task done.
+        progress.on_event(&ended(map, TaskEndReason::AlreadySucceeded));
+        progress.on_event(&ended(
+            map,
+            TaskEndReason::Failed {
+                kind: flint_wire::TaskFailureKind::Exception,
+                message: "x".into(),
+                counted: true,
+            },
+        ));
+        assert_eq!(progress.done_of(), (2, 4));
+        progress.on_event(&submitted(reduce, 3));
+        assert_eq!(progress.done_of(), (2, 7));
+        progress.on_event(&SchedulerEvent::StageCompleted {
+            task_set: map,
+            job_id: 0,
+            failure: None,
+        });
+        progress.on_event(&ended(reduce, success()));
+        // A late end of a stage no longer running counts nowhere.
+        progress.on_event(&ended(map, success()));
+        assert_eq!(progress.done_of(), (1, 3));
+    }
 
     #[test]
     fn scheduler_stage_ids_read_as_the_user_s_numbered_stages() {

@@ -581,6 +581,8 @@ fn block_id_of(block_id: &ArchivedBlockId) -> BlockId {
 
 /// The running executor's parts, until it ends.
 struct Running {
+    /// `executor.connectTimeout`: how long to wait for the driver to take a connection.
+    connect_timeout: Duration,
     env: RpcEnv,
     /// The block server's environment, which also fetches other executors' blocks.
     blocks: RpcEnv,
@@ -621,6 +623,7 @@ fn start(
     config.max_message_size = max_payload;
     let heartbeat_interval = config.heartbeat_interval;
     let heartbeat_max_failures = config.heartbeat_max_failures;
+    let connect_timeout = config.connect_timeout;
     let hostname = config.hostname.clone();
     let cores = config.cores;
     let driver = handle.endpoint_ref(driver_address, DRIVER_ENDPOINT);
@@ -722,6 +725,7 @@ fn start(
         )
         .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor's endpoint: {e}")))?;
     Ok(Running {
+        connect_timeout,
         env,
         blocks,
         backend,
@@ -729,8 +733,25 @@ fn start(
 }
 
 impl Running {
-    /// Registers with the driver, then waits for the executor to end and stops it.
+    /// Waits for the driver to take connections, registers with it, then waits for the
+    /// executor to end and stops it.
     fn run(self) -> ExecutorExit {
+        let backend = &self.backend;
+        if let Err(exit) = wait_for_driver(backend.driver_address, self.connect_timeout) {
+            backend.exit(exit);
+        } else {
+            self.register();
+        }
+        let exit = backend.exit.wait();
+        backend.stopping.store(true, Ordering::Release);
+        backend.executor.stop();
+        self.blocks.stop();
+        self.env.stop();
+        exit
+    }
+
+    /// Registers with the driver; a failure ends the executor.
+    fn register(&self) {
         let backend = &self.backend;
         let driver = backend.driver_address;
         info!("Connecting to driver: {driver}");
@@ -783,12 +804,108 @@ impl Running {
                 "Cannot register with driver: {driver}: {e}"
             ))),
         }
-        let exit = backend.exit.wait();
-        backend.stopping.store(true, Ordering::Release);
-        backend.executor.stop();
-        self.blocks.stop();
-        self.env.stop();
-        exit
+    }
+}
+
+/// When to try the driver's address again while it takes no connection, and when to
+/// stop: attempts 100 ms apart at first, twice as far each time up to 2 s, the last one
+/// at the deadline, `executor.connectTimeout` after the first.
+#[derive(Debug)]
+struct ConnectRetry {
+    deadline: Instant,
+    delay: Duration,
+}
+
+impl ConnectRetry {
+    const FIRST_DELAY: Duration = Duration::from_millis(100);
+    const MAX_DELAY: Duration = Duration::from_secs(2);
+
+    /// Retries for `timeout` from `now`, the time of the first attempt.
+    fn new(now: Instant, timeout: Duration) -> Self {
+        ConnectRetry {
+            deadline: now + timeout,
+            delay: Self::FIRST_DELAY,
+        }
+    }
+
+    /// An attempt failed at `now`: when to make the next one, or `None` when the time
+    /// is up.
+    fn on_failure(&mut self, now: Instant) -> Option<Instant> {
+        if now >= self.deadline {
+            return None;
+        }
+        let next = (now + self.delay).min(self.deadline);
+        self.delay = (self.delay * 2).min(Self::MAX_DELAY);
+        Some(next)
+    }
+
+    /// How long an attempt starting at `now` may wait for its connection: until the
+    /// deadline, and at least a second (a connection already on its way is not cut).
+    fn attempt_timeout(&self, now: Instant) -> Duration {
+        self.deadline
+            .saturating_duration_since(now)
+            .max(Duration::from_secs(1))
+    }
+}
+
+/// Waits until `driver` takes a TCP connection, for `timeout` at most (a driver on
+/// another host may start after its executors), or ends the executor with one line
+/// naming the address. A zero `timeout` leaves the one attempt to the registration.
+///
+/// The attempts are plain TCP connections, closed at once (the driver logs such a
+/// close at DEBUG): through the RPC environment each failed attempt would log a
+/// warning of its own.
+fn wait_for_driver(driver: SocketAddr, timeout: Duration) -> Result<(), ExecutorExit> {
+    if timeout.is_zero() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let mut retry = ConnectRetry::new(started, timeout);
+    let mut failures = 0u32;
+    loop {
+        let now = Instant::now();
+        let error = match std::net::TcpStream::connect_timeout(&driver, retry.attempt_timeout(now))
+        {
+            Ok(_) => {
+                if failures > 0 {
+                    info!(
+                        "Reached the driver at {driver} after {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        failures += 1;
+        let now = Instant::now();
+        let Some(next) = retry.on_failure(now) else {
+            return Err(ExecutorExit::Error(format!(
+                "Cannot register with driver: {driver}: nothing took a connection at {driver} \
+                 within {} ({failures} attempt{}): {error}",
+                timeout_text(timeout),
+                if failures == 1 { "" } else { "s" }
+            )));
+        };
+        if failures == 1 {
+            info!(
+                "Cannot reach the driver at {driver} yet ({error}); trying again for up to {}",
+                timeout_text(timeout)
+            );
+        } else {
+            debug!("Cannot reach the driver at {driver} yet: {error}");
+        }
+        std::thread::sleep(next.saturating_duration_since(now));
+    }
+}
+
+/// `executor.connectTimeout=30s`, as a user would set it.
+fn timeout_text(timeout: Duration) -> String {
+    let key = crate::config::CONNECT_TIMEOUT_KEY;
+    if timeout.subsec_millis() == 0 {
+        format!("{key}={}s", timeout.as_secs())
+    } else {
+        format!("{key}={}ms", timeout.as_millis())
     }
 }
 
@@ -802,6 +919,11 @@ impl Running {
 /// stops it, refuses it, goes away, or stops answering heartbeats
 /// (`executor.heartbeat.maxFailures` in a row); then it stops the task runners (a
 /// bounded wait) and the RPC environment. A process exits with [`ExecutorExit::code`].
+///
+/// A driver that takes no connection is tried again for `executor.connectTimeout`
+/// ([`ExecutorConfig::connect_timeout`]) before the registration; then the executor
+/// ends with [`ExecutorExit::Error`] naming its address. (The configuration is read
+/// first: a bad value ends the executor at once.)
 ///
 /// `config` is read from the same `conf` ([`ExecutorConfig::from_conf`]); the transport's
 /// keys are read from `conf` here.
@@ -817,5 +939,71 @@ pub fn run_executor(
             error!("Executor self-exiting due to : {exit}");
             exit
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_driver_that_takes_no_connection_is_tried_again_until_the_timeout() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut retry = ConnectRetry::new(start, Duration::from_secs(5));
+        assert_eq!(retry.attempt_timeout(start), Duration::from_secs(5));
+        // Each delay twice the last, up to 2 s.
+        let mut now = start;
+        let mut delays = Vec::new();
+        while let Some(next) = retry.on_failure(now) {
+            delays.push(next.duration_since(now).as_millis());
+            now = next;
+        }
+        assert_eq!(delays, [100, 200, 400, 800, 1600, 1900]);
+        // The last attempt is at the deadline; none after it.
+        assert_eq!(now, at(5_000));
+        assert_eq!(retry.on_failure(at(6_000)), None);
+        // An attempt near the deadline still gets a second to connect.
+        assert_eq!(retry.attempt_timeout(at(4_900)), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_slow_attempt_does_not_earn_more_than_the_deadline() {
+        let start = Instant::now();
+        let mut retry = ConnectRetry::new(start, Duration::from_millis(250));
+        // The first attempt took 200 ms to fail: the next is at the deadline.
+        let next = retry
+            .on_failure(start + Duration::from_millis(200))
+            .unwrap();
+        assert_eq!(next, start + Duration::from_millis(250));
+        assert_eq!(retry.on_failure(next), None);
+    }
+
+    #[test]
+    fn an_address_nobody_listens_on_ends_the_wait_naming_it_and_the_key() {
+        // Port 1: nobody listens (a port freed by this test could be taken by another
+        // test's listener meanwhile).
+        let driver: SocketAddr = ([127, 0, 0, 1], 1).into();
+        let started = Instant::now();
+        let exit = wait_for_driver(driver, Duration::from_millis(300)).unwrap_err();
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let text = exit.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "Cannot register with driver: {driver}: nothing took a connection at {driver} \
+                 within executor.connectTimeout=300ms ("
+            )),
+            "{text}"
+        );
+        assert_eq!(exit.code(), 1);
+        // Zero: the registration's one attempt says why.
+        assert!(wait_for_driver(driver, Duration::ZERO).is_ok());
+        // A listener: at once.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let started = Instant::now();
+        assert!(wait_for_driver(listener.local_addr().unwrap(), Duration::from_secs(30)).is_ok());
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

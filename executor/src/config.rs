@@ -24,6 +24,13 @@ pub const KEYS: &[KeyInfo] = &[
          most 1s.",
     ),
     KeyInfo::new(
+        "executor.connectTimeout",
+        Some("30s"),
+        Unit::Duration(TimeUnit::Millis),
+        "flint's own: how long an executor keeps trying to reach its driver before it exits, \
+         so that start order does not matter; 0 tries once.",
+    ),
+    KeyInfo::new(
         "executor.heartbeat.maxFailures",
         Some("60"),
         Unit::Count,
@@ -59,6 +66,9 @@ pub const KEYS: &[KeyInfo] = &[
 
 const BLOCK_MANAGER_PORT: Key = Key::of(KEYS, "blockManager.port");
 const BUSY_POLL: Key = Key::of(KEYS, "executor.busyPoll");
+/// The key of [`ExecutorConfig::connect_timeout`], named where an executor gives up.
+pub const CONNECT_TIMEOUT_KEY: &str = CONNECT_TIMEOUT.name();
+const CONNECT_TIMEOUT: Key = Key::of(KEYS, "executor.connectTimeout");
 const LOCAL_DIR: OptionalKey = OptionalKey::of(KEYS, "local.dir");
 const MAX_SIZE_IN_FLIGHT: Key = Key::of(KEYS, "reducer.maxSizeInFlight");
 const SHUFFLE_MAX_MEMORY: Key = Key::of(KEYS, "shuffle.maxMemory");
@@ -96,6 +106,9 @@ pub struct ExecutorConfig {
     /// `executor.heartbeat.maxFailures`: heartbeats that may fail in a row before the
     /// executor exits with code 56.
     pub heartbeat_max_failures: u32,
+    /// `executor.connectTimeout`: how long the executor keeps trying to reach its driver
+    /// (a driver on another host may start later); zero tries once.
+    pub connect_timeout: Duration,
     /// `blockManager.port`: where the executor's block server listens (0: any free port).
     pub block_manager_port: u16,
     /// `local.dir`: under it, the executor's own directory of shuffle spill files.
@@ -136,6 +149,7 @@ impl ExecutorConfig {
             heartbeat_interval: conf.positive_duration(HEARTBEAT_INTERVAL)?,
             heartbeat_max_failures: u32::try_from(conf.count(HEARTBEAT_MAX_FAILURES, 1)?)
                 .unwrap_or(u32::MAX),
+            connect_timeout: conf.duration(CONNECT_TIMEOUT)?,
             block_manager_port: conf.port_number(BLOCK_MANAGER_PORT)?,
             local_dir: conf
                 .text(LOCAL_DIR)
@@ -170,6 +184,7 @@ mod tests {
         assert_eq!(c.busy_poll, Duration::from_micros(50));
         assert_eq!(c.heartbeat_interval, Duration::from_secs(10));
         assert_eq!(c.heartbeat_max_failures, 60);
+        assert_eq!(c.connect_timeout, Duration::from_secs(30));
         assert_eq!(c.max_message_size, flint_wire::DEFAULT_MAX_MESSAGE_SIZE);
         assert_eq!(c.max_result_size, None);
         assert_eq!(c.block_manager_port, 0);
@@ -214,8 +229,16 @@ mod tests {
             ("local.dir", "/scratch"),
             ("reducer.maxSizeInFlight", "8m"),
             ("shuffle.maxMemory", "1g"),
+            ("executor.connectTimeout", "2500"),
         ])
         .unwrap();
+        assert_eq!(c.connect_timeout, Duration::from_millis(2500));
+        assert_eq!(
+            read(&[("executor.connectTimeout", "0")])
+                .unwrap()
+                .connect_timeout,
+            Duration::ZERO
+        );
         assert_eq!(c.block_manager_port, 7337);
         assert_eq!(c.local_dir, PathBuf::from("/scratch"));
         assert_eq!(c.max_size_in_flight, 8 << 20);
@@ -242,6 +265,8 @@ mod tests {
             assert_refused("executor.heartbeat.maxFailures", value);
         }
         assert_refused("blockManager.port", "65536");
+        assert_refused("executor.connectTimeout", "-1s");
+        assert_refused("executor.connectTimeout", "soon");
         assert_refused("shuffle.maxMemory", "lots");
         assert_refused("reducer.maxSizeInFlight", "-1m");
     }

@@ -27,7 +27,7 @@ use flint_wire::{
     bytes_to_string, cut_text, BlockId, FetchFailure, Message, SharedStr, StatusUpdate,
     TaskFailureKind, TaskMetrics, TaskOutcome, TaskState,
 };
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, warn};
 
 use crate::executor::Inner;
 use crate::launch::Launch;
@@ -328,7 +328,7 @@ impl Inner {
                 task_id: launch.task_id,
             };
             self.blocks.put(block_id, value);
-            info!(
+            debug!(
                 "Finished {}. {size} bytes result sent via BlockManager)",
                 launch.name
             );

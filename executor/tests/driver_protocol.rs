@@ -412,7 +412,11 @@ fn an_unreachable_driver_ends_the_executor_naming_its_address() {
         let _ = tx.send(run_executor(
             &Conf::from_pairs(["rpc.askTimeout=5s"]).unwrap(),
             driver,
-            ExecutorConfig::new("1", "localhost", 1),
+            ExecutorConfig {
+                // Tried again for this long before it ends.
+                connect_timeout: Duration::from_millis(200),
+                ..ExecutorConfig::new("1", "localhost", 1)
+            },
             TaskRegistry::with_builtins(),
         ));
     });
@@ -793,7 +797,12 @@ fn a_connection_closed_before_the_registration_is_answered_ends_with_the_ask_s_e
         let _ = tx.send(run_executor(
             &Conf::from_pairs(["rpc.askTimeout=5s"]).unwrap(),
             driver,
-            ExecutorConfig::new("1", "localhost", 1),
+            ExecutorConfig {
+                // No first connection to see whether the driver listens: this one
+                // accepts only the registration's.
+                connect_timeout: Duration::ZERO,
+                ..ExecutorConfig::new("1", "localhost", 1)
+            },
             TaskRegistry::with_builtins(),
         ));
     });

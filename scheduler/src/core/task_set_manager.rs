@@ -614,7 +614,8 @@ impl TaskSetManager {
             }
             self.successful_durations
                 .push(u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
-            info!(
+            // Per task: DEBUG, as "Starting task" is (INFO has a line per task set).
+            debug!(
                 "Finished task {index}.{} in stage {} (TID {task_id}) in {} ms on {} (executor {}) ({}/{})",
                 attempt.attempt,
                 self.id,
