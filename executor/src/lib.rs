@@ -104,6 +104,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod accumulators;
 mod backend;
 mod block_store;
 pub mod config;
@@ -122,6 +123,7 @@ mod task;
 #[cfg(test)]
 mod testing;
 
+pub use accumulators::{AccumulatorError, MAX_TASK_ACCUMULATORS, MAX_TASK_ACCUMULATOR_BYTES};
 pub use backend::{run_executor, ExecutorExit, AUTHENTICATION_FAILED_CODE};
 pub use block_store::{BlockStore, BlockStoreError};
 pub use config::ExecutorConfig;

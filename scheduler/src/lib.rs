@@ -80,11 +80,12 @@ mod driver;
 // The public modules, where they were before the crate was split into `core` and
 // `driver`: users name them by these paths.
 pub use crate::core::{
-    config, dag, error, events, heartbeat, locality, pool, rng, speculation, task_scheduler,
-    task_set, task_set_manager,
+    accumulators, config, dag, error, events, heartbeat, locality, pool, rng, speculation,
+    task_scheduler, task_set, task_set_manager,
 };
 pub use crate::driver::{cluster_manager, job};
 
+pub use crate::core::accumulators::{AccumulatorId, AccumulatorKind, Accumulators};
 pub use crate::core::config::SchedulingMode;
 pub use crate::core::config::{SchedulerConfig, SpeculationConfig, KEYS};
 pub use crate::core::driver_core::{
@@ -111,4 +112,4 @@ pub use crate::driver::job::{
 pub use crate::driver::job_builder::{JobBuilder, Shuffle, StageBuilder};
 pub use crate::driver::{Driver, DriverError};
 pub use flint_wire::bytes_to_string;
-pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};
+pub use flint_wire::{AccumulatorValue, ExecutorLossReason, TaskDescription, TaskState};

@@ -8,10 +8,10 @@ use rkyv::rancor;
 
 use crate::header::{padded_frame_len, CRC_START, HEADER_LEN};
 use crate::{
-    validate_envelope, AccumulatorUpdate, BlockId, BlockManagerId, Dependency, Encoder, Envelope,
-    ExecutorLossReason, Frame, FrameDecoder, Heartbeat, MapStatus, Message, MessageKind, Property,
-    RegisterExecutor, Route, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskMetrics,
-    TaskOutcome, TaskState, WireError, FRAME_ALIGN,
+    validate_envelope, AccumulatorUpdate, AccumulatorValue, BlockId, BlockManagerId, Dependency,
+    Encoder, Envelope, ExecutorLossReason, Frame, FrameDecoder, Heartbeat, MapStatus, Message,
+    MessageKind, Property, RegisterExecutor, Route, StatusUpdate, TaskAccumUpdates,
+    TaskDescription, TaskMetrics, TaskOutcome, TaskState, WireError, FRAME_ALIGN,
 };
 
 /// Payload limit the fuzz targets decode with: small, so that the limit check is reached.
@@ -581,7 +581,7 @@ pub fn sample_message(kind: MessageKind) -> Message {
                 accumulators: vec![AccumulatorUpdate {
                     id: 3,
                     name: Some("records".into()),
-                    value: 1000,
+                    value: AccumulatorValue::Long(1000),
                 }],
             }],
             block_manager_id: BlockManagerId {

@@ -33,7 +33,7 @@ fn accumulators(count: usize) -> Vec<AccumulatorUpdate> {
         .map(|i| AccumulatorUpdate {
             id: i as u64,
             name: name(i),
-            value: -(i as i64),
+            value: flint_wire::AccumulatorValue::Long(-(i as i64)),
         })
         .collect()
 }

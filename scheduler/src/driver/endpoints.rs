@@ -11,9 +11,10 @@ use bytes::Bytes;
 use flint_rpc::log_budget::LogBudget;
 use flint_rpc::{Endpoint, EndpointContext, Incoming, TimerId};
 use flint_wire::{
-    check_decoded_size, cut_text, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome,
-    BlockId, DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome, TaskState,
-    EXECUTOR_ENDPOINT, MAX_FAILURE_TEXT,
+    check_decoded_size, cut_text, AccumulatorUpdate, AccumulatorValue, ArchivedAccumulatorUpdate,
+    ArchivedAccumulatorValue, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome, BlockId,
+    DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome, TaskState, EXECUTOR_ENDPOINT,
+    MAX_FAILURE_TEXT,
 };
 use rkyv::rancor;
 use tracing::{debug, warn};
@@ -91,12 +92,16 @@ impl Endpoint for DriverEndpoint {
         let mut state = lock(&state);
         match message.message() {
             ArchivedMessage::StatusUpdate(update) => {
-                let (task_state, outcome) =
-                    match outcome_from_archived(message.frame(), &update.outcome, self.max_decoded)
-                    {
-                        Ok(outcome) => (TaskState::from(&update.state), outcome),
-                        Err(refused) => (TaskState::Failed, refused),
-                    };
+                let spare = &mut || state.core.scheduler.spare_accumulator_list();
+                let (task_state, outcome) = match outcome_from_archived(
+                    message.frame(),
+                    &update.outcome,
+                    self.max_decoded,
+                    spare,
+                ) {
+                    Ok(outcome) => (TaskState::from(&update.state), outcome),
+                    Err(refused) => (TaskState::Failed, refused),
+                };
                 let unfetched = state.core.status_update(
                     now,
                     message.sender(),
@@ -375,12 +380,37 @@ fn result_value(frame: &Frame, value: &[u8]) -> Bytes {
 /// the frame ([`result_value`]). A result whose accumulators would take more than
 /// `max_decoded` bytes decoded is refused: the error is the failure to report for the
 /// attempt instead.
+/// A result's accumulator updates, decoded into `list` (a spare one: a result with
+/// updates then allocates nothing for them, short of names or bytes values).
+fn accumulators_from_archived(
+    archived: &[ArchivedAccumulatorUpdate],
+    mut list: Vec<AccumulatorUpdate>,
+) -> Vec<AccumulatorUpdate> {
+    list.clear();
+    list.extend(archived.iter().map(|update| AccumulatorUpdate {
+        id: update.id.to_native(),
+        name: update.name.as_ref().map(|name| name.as_str().to_owned()),
+        value: match &update.value {
+            ArchivedAccumulatorValue::Long(n) => AccumulatorValue::Long(n.to_native()),
+            ArchivedAccumulatorValue::Double(bits) => AccumulatorValue::Double(bits.to_native()),
+            ArchivedAccumulatorValue::Bytes(bytes) => AccumulatorValue::Bytes(bytes.to_vec()),
+        },
+    }));
+    list
+}
+
 fn outcome_from_archived(
     frame: &Frame,
     outcome: &ArchivedTaskOutcome,
     max_decoded: usize,
+    spare: &mut dyn FnMut() -> Vec<AccumulatorUpdate>,
 ) -> Result<TaskOutcome, TaskOutcome> {
     if let ArchivedTaskOutcome::Direct {
+        metrics,
+        accumulators,
+        ..
+    }
+    | ArchivedTaskOutcome::Indirect {
         metrics,
         accumulators,
         ..
@@ -408,14 +438,20 @@ fn outcome_from_archived(
             accumulators: if accumulators.is_empty() {
                 Vec::new()
             } else {
-                rkyv::deserialize::<_, rancor::Error>(accumulators).unwrap_or_default()
+                accumulators_from_archived(accumulators, spare())
             },
         },
         ArchivedTaskOutcome::Indirect {
             block_id,
             size,
             metrics,
+            accumulators,
         } => TaskOutcome::Indirect {
+            accumulators: if accumulators.is_empty() {
+                Vec::new()
+            } else {
+                accumulators_from_archived(accumulators, spare())
+            },
             block_id: match block_id {
                 flint_wire::ArchivedBlockId::TaskResult { task_id } => BlockId::TaskResult {
                     task_id: task_id.to_native(),
@@ -529,7 +565,7 @@ mod tests {
                     .map(|id| flint_wire::AccumulatorUpdate {
                         id,
                         name: None,
-                        value: 0,
+                        value: flint_wire::AccumulatorValue::Long(0),
                     })
                     .collect(),
             },

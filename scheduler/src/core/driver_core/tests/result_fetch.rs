@@ -16,6 +16,7 @@ fn fetching(t0: Instant, size: u64) -> (DriverCore, PeerId, u64, u32) {
         block_id: BlockId::TaskResult { task_id },
         size,
         metrics: Default::default(),
+        accumulators: Vec::new(),
     };
     core.status_update(t0, None, "1", task_id, TaskState::Finished, outcome);
     let max_len = drain(&mut core, t0)
