@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flint::rpc::Conf;
+use flint::scheduler::dag::{JobSpec, StageSpec};
 use flint::scheduler::{
-    AccumulatorKind, AccumulatorValue, Driver, SchedulerEvent, SchedulerListener, TaskLocation,
-    TaskSet, TaskSpec,
+    AccumulatorKind, AccumulatorValue, Driver, SchedulerEvent, SchedulerListener, TaskEndReason,
+    TaskLocation, TaskSet, TaskSpec,
 };
 use flint::wire::{TaskPayload, TaskState};
 use flint_testkit::process::Processes;
@@ -27,6 +28,29 @@ const CRASHES: u32 = 7;
 /// Executors, each on a host of its own name.
 const EXECUTORS: [&str; 3] = ["a", "b", "c"];
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `flint executor` processes of 2 cores, each on a host of its own name, with `pairs`.
+fn spawn_executors(driver: &Driver, ids: &[&str], pairs: &[&str]) -> Processes {
+    let mut processes = Processes(Vec::new());
+    for id in ids {
+        let mut command = Command::new(FLINT);
+        command
+            .args(["executor", "--driver", &driver.address().to_string()])
+            .args(["--cores", "2", "--executor-id", id, "--hostname"])
+            .arg(format!("host-{id}"));
+        for pair in pairs {
+            command.args(["--conf", pair]);
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        processes.0.push(child);
+    }
+    processes
+}
 
 #[derive(Default)]
 struct Seen {
@@ -96,24 +120,7 @@ fn every_partition_adds_once_through_failures_speculation_and_a_lost_executor() 
     driver.add_listener(watch.clone());
     let counter = driver.register_accumulator("tasks", AccumulatorKind::Long);
     let other = driver.register_accumulator("untouched", AccumulatorKind::Double);
-    let mut processes = Processes(Vec::new());
-    for id in EXECUTORS {
-        let mut command = Command::new(FLINT);
-        command
-            .args(["executor", "--driver", &driver.address().to_string()])
-            .args(["--cores", "2", "--executor-id", id, "--hostname"])
-            .arg(format!("host-{id}"));
-        for pair in pairs {
-            command.args(["--conf", pair]);
-        }
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        processes.0.push(child);
-    }
+    let processes = spawn_executors(&driver, &EXECUTORS, &pairs);
     driver
         .wait_for_executors(EXECUTORS.len(), Duration::from_secs(30))
         .unwrap();
@@ -178,4 +185,128 @@ fn every_partition_adds_once_through_failures_speculation_and_a_lost_executor() 
     drop(seen);
     driver.stop().unwrap();
     drop(processes);
+}
+
+/// Kills, once, the executor that computed the most outputs of the job's first stage,
+/// when that stage completes (before any task of the next is launched): the next stage's
+/// readers fail to fetch them and the map stage is resubmitted for them.
+struct KillAtMapStageEnd {
+    map_stage: Option<u32>,
+    outputs: std::collections::BTreeMap<String, u32>,
+    processes: Arc<Mutex<Processes>>,
+    ids: Vec<String>,
+    killed: Arc<Mutex<Option<String>>>,
+}
+
+impl SchedulerListener for KillAtMapStageEnd {
+    fn on_event(&mut self, event: &SchedulerEvent) {
+        match event {
+            SchedulerEvent::StageSubmitted { task_set, .. } if self.map_stage.is_none() => {
+                self.map_stage = Some(task_set.stage_id);
+            }
+            SchedulerEvent::TaskEnd {
+                task_set,
+                executor_id,
+                reason: TaskEndReason::Success(_),
+                ..
+            } if Some(task_set.stage_id) == self.map_stage => {
+                *self.outputs.entry(executor_id.to_string()).or_default() += 1;
+            }
+            SchedulerEvent::StageCompleted {
+                task_set,
+                failure: None,
+                ..
+            } if Some(task_set.stage_id) == self.map_stage => {
+                let mut killed = self.killed.lock().unwrap();
+                if killed.is_some() {
+                    return;
+                }
+                let victim = self
+                    .outputs
+                    .iter()
+                    .max_by_key(|(_, held)| **held)
+                    .map(|(id, _)| id.clone())
+                    .expect("the map stage ran somewhere");
+                let index = self.ids.iter().position(|id| *id == victim).unwrap();
+                // SIGKILL: the process serves none of its map outputs any more.
+                let _ = self.processes.lock().unwrap().0[index].kill();
+                *killed = Some(victim);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A job of two stages whose map tasks each add 1, and an executor killed once the map
+/// stage is done: the map stage is resubmitted for the outputs it held, and those map
+/// partitions run (and add) again; the value is still the number of map partitions.
+#[test]
+fn a_map_stage_resubmitted_after_a_lost_executor_adds_nothing_more() {
+    const MAPS: u32 = 12;
+    const REDUCES: u32 = 3;
+    let pairs = ["executor.heartbeatInterval=200ms", "network.timeout=20s"];
+    let driver = Driver::standalone(&Conf::from_pairs(pairs).unwrap()).unwrap();
+    let ids = ["a", "b"];
+    let processes = Arc::new(Mutex::new(spawn_executors(&driver, &ids, &pairs)));
+    driver
+        .wait_for_executors(ids.len(), Duration::from_secs(30))
+        .unwrap();
+    let maps = driver.register_accumulator("map tasks", AccumulatorKind::Long);
+    let killed: Arc<Mutex<Option<String>>> = Arc::default();
+    driver.add_listener(KillAtMapStageEnd {
+        map_stage: None,
+        outputs: Default::default(),
+        processes: processes.clone(),
+        ids: ids.iter().map(|id| id.to_string()).collect(),
+        killed: killed.clone(),
+    });
+    let watch = Watch::default();
+    driver.add_listener(watch.clone());
+
+    let shuffle = driver.new_shuffle_id();
+    let map = StageSpec::new(
+        "accumulate at tests/accumulators.rs",
+        MAPS,
+        TaskPayload::encode("accumulate", maps.id.to_string().as_bytes()).unwrap(),
+    );
+    let reduce = StageSpec::new(
+        "shuffle-count at tests/accumulators.rs",
+        REDUCES,
+        TaskPayload::encode("shuffle-count", b"").unwrap(),
+    )
+    .reading([shuffle]);
+    let job = JobSpec::new("accumulate", reduce).with_shuffle(shuffle, REDUCES, map);
+    let outcome = driver
+        .submit_job(job)
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .expect("the job succeeds");
+
+    // Every reduce partition read one record of every map partition.
+    for result in &outcome.results {
+        let records = u64::from_le_bytes(result[..8].try_into().unwrap());
+        assert_eq!(records, u64::from(MAPS));
+    }
+    assert!(killed.lock().unwrap().is_some(), "the map stage completed");
+    assert!(
+        outcome.stats.fetch_failures >= 1 && outcome.stats.stage_attempts >= 4,
+        "the map stage was resubmitted: {:?}",
+        outcome.stats
+    );
+    let seen = watch.0.lock().unwrap();
+    eprintln!(
+        "{:?}; {} counted, {} shown and not counted",
+        outcome.stats,
+        seen.counted.len(),
+        seen.not_counted
+    );
+    // Map partitions ran again, and added again...
+    assert!(seen.counted.len() + seen.not_counted > MAPS as usize);
+    // ... and were merged once.
+    assert_eq!(
+        driver.accumulator_value(maps.id),
+        Some(AccumulatorValue::Long(i64::from(MAPS)))
+    );
+    drop(seen);
+    driver.stop().unwrap();
 }

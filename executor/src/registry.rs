@@ -42,7 +42,7 @@ pub struct InvalidFunctionName {
 /// | `fail-n-attempts` | N | fails while its attempt number is below N, then returns an empty result |
 /// | `large-result` | a size: bytes, or with a `k`, `m` or `g` suffix (KiB, MiB, GiB) | returns that many bytes; byte i is `i % 251` |
 /// | `exit-process` | an exit code, 1 to 255 | ends the executor's whole process with that code at once, as a task that crashes its executor does |
-/// | `accumulate` | `ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE]` | adds 1 to the long accumulator `ID`, then: fails while its attempt number is below N; sleeps MS milliseconds in its first attempt (checking its kill flag); ends the process with CODE in its first attempt; returns an empty result |
+/// | `accumulate` | `ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE]` | adds 1 to the long accumulator `ID` (in a shuffle map stage, writes one record to each reduce partition), then: fails while its attempt number is below N; sleeps MS milliseconds in its first attempt (checking its kill flag); ends the process with CODE in its first attempt; returns an empty result |
 ///
 /// and the functions of jobs of stages in [`crate::jobs`] (`wordcount-map`,
 /// `wordcount-reduce`, `shuffle-write`, `shuffle-count`).
@@ -261,6 +261,15 @@ fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
         }
     }
     ctx.add_long(id, 1)?;
+    // In a shuffle map stage: one record for each reduce partition, so that readers
+    // fetch from every map output. (Asked first: the writer's refusal is a message.)
+    let writes = ctx.stage.as_ref().is_some_and(|s| s.writer.is_some());
+    if writes {
+        let mut writer = ctx.shuffle_writer()?;
+        for partition in 0..writer.partitions() {
+            writer.write(partition, b"accumulated")?;
+        }
+    }
     let attempt = ctx.attempt_number();
     if u64::from(attempt) < fail_below {
         return Err(TaskError::failed(format!(
