@@ -262,22 +262,18 @@ proptest! {
     }
 }
 
-/// The interleaving the proptest is after, spelled out: a partition merged from its first
-/// attempt is not merged again when the stage is resubmitted and runs it again, nor when
-/// a speculative copy of it also succeeds.
+/// An interleaving the proptest is after, spelled out: a partition merged from its first
+/// attempt is not merged again when the stage is resubmitted and runs it again, nor on a
+/// duplicate report of its success.
 #[test]
-fn a_resubmitted_stage_and_a_speculative_copy_add_nothing_more() {
+fn a_resubmitted_stage_and_a_duplicate_report_add_nothing_more() {
     let mut run = Run::new(2);
     run.apply(&Op::Offer(0, 2), 2);
-    let (first, second) = (run.running[0], run.running[1]);
-    run.apply(
-        &Op::Succeed(run.running.iter().position(|&t| t == first).unwrap()),
-        2,
-    );
-    // The second cannot read its input: the stage is resubmitted with both partitions.
+    run.apply(&Op::Succeed(0), 2);
+    // The other cannot read its input: the stage is resubmitted with both partitions.
     run.apply(&Op::FetchFail(0), 2);
-    assert_eq!(run.running, Vec::<u64>::new());
-    let _ = second;
+    assert!(run.running.is_empty());
+    assert_eq!(run.succeeded.len(), 1);
     run.apply(&Op::Resubmit, 2);
     run.apply(&Op::Offer(1, 2), 2);
     assert_eq!(run.running.len(), 2);
@@ -293,5 +289,43 @@ fn a_resubmitted_stage_and_a_speculative_copy_add_nothing_more() {
     assert_eq!(
         run.scheduler.accumulators().value(run.id),
         Some(&AccumulatorValue::Long(2))
+    );
+}
+
+/// A heartbeat's partial values are shown to listeners and never merged; the value
+/// comes from the task's result alone.
+#[test]
+fn partial_values_from_heartbeats_are_progress_only() {
+    let mut run = Run::new(1);
+    run.apply(&Op::Offer(0, 1), 1);
+    let task_id = run.running[0];
+    let partial = flint_wire::TaskAccumUpdates {
+        task_id,
+        metrics: TaskMetrics::default(),
+        accumulators: vec![AccumulatorUpdate {
+            id: run.id,
+            name: None,
+            value: AccumulatorValue::Long(7),
+        }],
+    };
+    assert!(run
+        .scheduler
+        .executor_heartbeat_received("0", vec![partial]));
+    let shown = run.scheduler.drain_actions().any(|action| {
+        matches!(
+            action,
+            Action::Event(SchedulerEvent::ExecutorMetricsUpdate { ref updates, .. })
+                if updates[0].accumulators[0].value == AccumulatorValue::Long(7)
+        )
+    });
+    assert!(shown, "listeners see the partial value");
+    assert_eq!(
+        run.scheduler.accumulators().value(run.id),
+        Some(&AccumulatorValue::Long(0))
+    );
+    run.apply(&Op::Succeed(0), 1);
+    assert_eq!(
+        run.scheduler.accumulators().value(run.id),
+        Some(&AccumulatorValue::Long(1))
     );
 }

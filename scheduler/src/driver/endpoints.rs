@@ -606,4 +606,92 @@ mod tests {
             assert_eq!(is_view(&frame, &value), view, "{len} bytes");
         }
     }
+
+    fn outcome_frame(outcome: TaskOutcome) -> Frame {
+        let update = Message::StatusUpdate(StatusUpdate {
+            executor_id: "1".into(),
+            task_id: 1,
+            state: TaskState::Finished,
+            outcome,
+        });
+        let route = Route::OneWay {
+            endpoint: "CoarseGrainedScheduler".into(),
+        };
+        flint_testkit::frames::frame_of(&route, &update)
+    }
+
+    fn archived_outcome(frame: &Frame) -> &ArchivedTaskOutcome {
+        let ArchivedMessage::StatusUpdate(update) = &frame.envelope().unwrap().message else {
+            unreachable!()
+        };
+        &update.outcome
+    }
+
+    fn update(id: u64, value: AccumulatorValue) -> AccumulatorUpdate {
+        AccumulatorUpdate {
+            id,
+            name: None,
+            value,
+        }
+    }
+
+    #[test]
+    fn accumulators_are_decoded_into_the_spare_list_for_direct_and_indirect_results() {
+        let updates = vec![
+            update(1, AccumulatorValue::Long(-3)),
+            update(2, AccumulatorValue::double(2.5)),
+            update(3, AccumulatorValue::Bytes(b"xyz".to_vec())),
+        ];
+        let indirect = TaskOutcome::Indirect {
+            block_id: BlockId::TaskResult { task_id: 1 },
+            size: 10,
+            metrics: TaskMetrics::default(),
+            accumulators: updates.clone(),
+        };
+        let direct = TaskOutcome::Direct {
+            value: Bytes::from_static(b"v"),
+            metrics: TaskMetrics::default(),
+            accumulators: updates.clone(),
+        };
+        for outcome in [direct, indirect] {
+            let frame = outcome_frame(outcome.clone());
+            let spare = Vec::with_capacity(8);
+            let room = spare.as_ptr();
+            let mut given = Some(spare);
+            let mut take = || given.take().expect("one list asked for");
+            let decoded =
+                outcome_from_archived(&frame, archived_outcome(&frame), 1 << 20, &mut take)
+                    .unwrap();
+            assert_eq!(decoded, outcome);
+            let (TaskOutcome::Direct { accumulators, .. }
+            | TaskOutcome::Indirect { accumulators, .. }) = &decoded
+            else {
+                unreachable!()
+            };
+            assert_eq!(accumulators.as_ptr(), room, "decoded into the spare list");
+        }
+    }
+
+    #[test]
+    fn an_indirect_result_whose_accumulators_would_decode_past_the_limit_is_refused() {
+        let named = (0..100)
+            .map(|id| AccumulatorUpdate {
+                id,
+                name: Some("a name of some length".into()),
+                value: AccumulatorValue::Long(1),
+            })
+            .collect();
+        let frame = outcome_frame(TaskOutcome::Indirect {
+            block_id: BlockId::TaskResult { task_id: 1 },
+            size: 10,
+            metrics: TaskMetrics::default(),
+            accumulators: named,
+        });
+        let mut take = || -> Vec<AccumulatorUpdate> { panic!("nothing is decoded") };
+        let refused = outcome_from_archived(&frame, archived_outcome(&frame), 1024, &mut take);
+        let Err(TaskOutcome::Failure { message, .. }) = refused else {
+            panic!("{refused:?}")
+        };
+        assert!(message.contains("accumulator updates"), "{message}");
+    }
 }
