@@ -13,6 +13,9 @@ use flint::scheduler::{AccumulatorKind, AccumulatorValue, Driver, TaskSet};
 use flint::wire::TaskPayload;
 use flint_testkit::alloc::{allocations, CountingAllocator};
 
+/// Serializes the tests of this binary, whose allocation count is process-wide.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
@@ -29,6 +32,8 @@ fn run(driver: &Driver, stage: u32, payload: &bytes::Bytes) {
 /// Allocations of the measured job; with `accumulate`, each task adds 1 to a long
 /// accumulator (checked to count both jobs' tasks).
 fn allocations_of_a_job(prefetch: u32, accumulate: bool) -> u64 {
+    // The count is the whole process's: one measured run at a time.
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let conf = Conf::from_pairs([format!("executor.taskPrefetch={prefetch}")]).unwrap();
     let driver = Driver::start(
         &conf,
