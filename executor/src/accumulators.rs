@@ -294,6 +294,7 @@ mod tests {
     /// Through a running executor: what a task adds shows in heartbeats while it runs,
     /// and travels with its result, direct or indirect; a failed or killed attempt
     /// carries none, and a reused handle starts from nothing.
+    #[cfg(not(loom))]
     mod executor {
         use std::time::Duration;
 

@@ -8,8 +8,9 @@
 //!   the process exit code);
 //! - [`Executor`]: the running-task registry and a pool of `cores` task runner threads;
 //! - [`TaskRegistry`]: task functions by name, with flint's built-ins (`noop`, `echo`,
-//!   `sleep`, `spin`, `fail-n-attempts`, `large-result`, and the stage functions of
-//!   [`jobs`]), and the [`TaskContext`] a function runs with;
+//!   `sleep`, `spin`, `fail-n-attempts`, `large-result`, `accumulate`, and the stage
+//!   functions of [`jobs`]), and the [`TaskContext`] a function runs with (through which
+//!   it adds to accumulators, [`accumulators`]);
 //! - [`shuffle`]: map tasks' outputs (written through the context, kept in memory up to
 //!   `shuffle.maxMemory`, spilled to `local.dir` beyond it), the block server that serves
 //!   them to other executors on `blockManager.port`, and the fetch of a reduce task's
