@@ -902,8 +902,8 @@ impl TaskScheduler {
     }
 
     /// A success's accumulator updates, merged if it is its partition's first success
-    /// in a job that has not ended (see [`crate::core::accumulators`]); posted to listeners, or
-    /// their list kept for reuse.
+    /// in a job that has not ended (see [`crate::core::accumulators`]); then posted to
+    /// listeners, or their list kept for reuse.
     fn merge_accumulators(
         &mut self,
         now: Instant,
