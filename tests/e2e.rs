@@ -1313,7 +1313,7 @@ fn hostile_round(hostile: &flint::rpc::RpcEnv, address: SocketAddr, registered: 
         .map(|id| AccumulatorUpdate {
             id,
             name: Some("n".into()),
-            value: 1,
+            value: flint::wire::AccumulatorValue::Long(1),
         })
         .collect();
     let _ = heartbeats.ask(&Message::Heartbeat(Heartbeat {

@@ -527,8 +527,8 @@ impl Executor {
         ids
     }
 
-    /// The metrics so far of every task whose function has started and not ended: a
-    /// heartbeat's accumulator updates.
+    /// The metrics and accumulator values so far of every task whose function has
+    /// started and not ended: a heartbeat's accumulator updates.
     pub fn heartbeat_updates(&self) -> Vec<TaskAccumUpdates> {
         let now = self.inner.since_epoch(Instant::now());
         let state = self.inner.handoff.lock();
@@ -541,7 +541,8 @@ impl Executor {
                 Some(TaskAccumUpdates {
                     task_id,
                     metrics: handle.metrics(now.saturating_sub(started)),
-                    accumulators: Vec::new(),
+                    // Partial: the driver shows them, and merges only the final ones.
+                    accumulators: handle.accumulators().snapshot(),
                 })
             })
             .collect();

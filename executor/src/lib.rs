@@ -8,8 +8,9 @@
 //!   the process exit code);
 //! - [`Executor`]: the running-task registry and a pool of `cores` task runner threads;
 //! - [`TaskRegistry`]: task functions by name, with flint's built-ins (`noop`, `echo`,
-//!   `sleep`, `spin`, `fail-n-attempts`, `large-result`, and the stage functions of
-//!   [`jobs`]), and the [`TaskContext`] a function runs with;
+//!   `sleep`, `spin`, `fail-n-attempts`, `large-result`, `accumulate`, and the stage
+//!   functions of [`jobs`]), and the [`TaskContext`] a function runs with (through which
+//!   it adds to accumulators, [`accumulators`]);
 //! - [`shuffle`]: map tasks' outputs (written through the context, kept in memory up to
 //!   `shuffle.maxMemory`, spilled to `local.dir` beyond it), the block server that serves
 //!   them to other executors on `blockManager.port`, and the fetch of a reduce task's
@@ -34,15 +35,50 @@
 //!    (`TaskOutcome::Indirect`); a shuffle map task's result is its map output's
 //!    `MapStatus`; FAILED (function error or panic: `Exception`; unknown function or
 //!    malformed task: `Undeserializable`; a shuffle block that could not be read:
-//!    `TaskOutcome::FetchFailed`); or KILLED. RUNNING is not sent.
+//!    `TaskOutcome::FetchFailed`); or KILLED. RUNNING is not sent. A FINISHED update
+//!    carries the task's accumulator values.
 //! 4. Every `executor.heartbeatInterval` (after a random initial delay) it asks
 //!    [`flint_wire::HEARTBEAT_ENDPOINT`] with a `Heartbeat` carrying its running tasks'
-//!    metrics; `executor.heartbeat.maxFailures` failures in a row end it with code 56.
+//!    metrics and accumulator values so far; `executor.heartbeat.maxFailures` failures in a row end it with code 56.
 //! 5. The driver's connection closing ends it ([`ExecutorExit::DriverLost`]);
 //!    `StopExecutor` ends it with code 0. A connection closed before the driver
 //!    answered the registration ends it with the registration's error; one whose
 //!    authentication failed (on either side) with code 77
 //!    ([`ExecutorExit::AuthenticationFailed`]), the cause in its last line.
+//!
+//! # Accumulators: how a task adds
+//!
+//! The driver registers an accumulator and hands its id to the tasks in their input; a
+//! task function adds through its context: [`TaskContext::add_long`],
+//! [`TaskContext::add_double`], or [`TaskContext::merge_bytes`] with the user-defined
+//! merge the driver registered. While the task runs, heartbeats carry its values as
+//! progress; when it returns `Ok`, they travel with its result (in the status update,
+//! also for a result left in the block store) and the driver merges them once for the
+//! partition. A failed or killed attempt sends none. See [`accumulators`].
+//!
+//! ```
+//! use bytes::Bytes;
+//! use flint_executor::{TaskContext, TaskError};
+//! use flint_wire::AccumulatorValue;
+//!
+//! /// Counts the lines of its input into accumulator 1, and the empty ones into 2.
+//! fn count_lines(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+//!     for line in input.split(|&b| b == b'\n') {
+//!         ctx.add_long(1, 1)?;
+//!         if line.is_empty() {
+//!             ctx.add_long(2, 1)?;
+//!         }
+//!     }
+//!     Ok(Bytes::new())
+//! }
+//!
+//! let ctx = TaskContext::new(7, 0);
+//! count_lines(&ctx, &Bytes::from_static(b"a\n\nb"))?;
+//! let updates = ctx.accumulator_updates();
+//! assert_eq!(updates[0].value, AccumulatorValue::Long(3));
+//! assert_eq!(updates[1].value, AccumulatorValue::Long(1));
+//! # Ok::<(), TaskError>(())
+//! ```
 //!
 //! # Choices where the seeds are silent or do not fit
 //!
@@ -104,6 +140,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod accumulators;
 mod backend;
 mod block_store;
 pub mod config;
@@ -122,6 +159,7 @@ mod task;
 #[cfg(test)]
 mod testing;
 
+pub use accumulators::{AccumulatorError, MAX_TASK_ACCUMULATORS, MAX_TASK_ACCUMULATOR_BYTES};
 pub use backend::{run_executor, ExecutorExit, AUTHENTICATION_FAILED_CODE};
 pub use block_store::{BlockStore, BlockStoreError};
 pub use config::ExecutorConfig;

@@ -42,6 +42,7 @@ pub struct InvalidFunctionName {
 /// | `fail-n-attempts` | N | fails while its attempt number is below N, then returns an empty result |
 /// | `large-result` | a size: bytes, or with a `k`, `m` or `g` suffix (KiB, MiB, GiB) | returns that many bytes; byte i is `i % 251` |
 /// | `exit-process` | an exit code, 1 to 255 | ends the executor's whole process with that code at once, as a task that crashes its executor does |
+/// | `accumulate` | `ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE]` | adds 1 to the long accumulator `ID` (in a shuffle map stage, writes one record to each reduce partition), then: fails while its attempt number is below N; sleeps MS milliseconds in its first attempt (checking its kill flag); ends the process with CODE in its first attempt; returns an empty result |
 ///
 /// and the functions of jobs of stages in [`crate::jobs`] (`wordcount-map`,
 /// `wordcount-reduce`, `shuffle-write`, `shuffle-count`).
@@ -85,7 +86,7 @@ impl TaskRegistry {
     /// A registry with flint's built-in functions (see the table above).
     pub fn with_builtins() -> Self {
         let mut registry = TaskRegistry::new();
-        let builtins: [(&str, Arc<TaskFn>); 11] = [
+        let builtins: [(&str, Arc<TaskFn>); 12] = [
             ("noop", Arc::new(noop)),
             ("echo", Arc::new(echo)),
             ("sleep", Arc::new(sleep)),
@@ -93,6 +94,7 @@ impl TaskRegistry {
             ("fail-n-attempts", Arc::new(fail_n_attempts)),
             ("large-result", Arc::new(large_result)),
             ("exit-process", Arc::new(exit_process)),
+            ("accumulate", Arc::new(accumulate)),
             ("wordcount-map", Arc::new(jobs::wordcount_map)),
             ("wordcount-reduce", Arc::new(jobs::wordcount_reduce)),
             ("shuffle-write", Arc::new(jobs::shuffle_write)),
@@ -230,6 +232,70 @@ fn exit_process(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
     std::process::exit(i32::from(code))
 }
 
+/// Adds 1 to a long accumulator before it does anything else, so that a driver that
+/// merged failed or killed attempts, or a partition twice, would count too much.
+fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+    const EXPECTED: &str =
+        "ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE], e.g. \"3,fail-below=2\"";
+    let bad = || {
+        TaskError::failed(format!(
+            "accumulate expects {EXPECTED}; got {:?}",
+            String::from_utf8_lossy(input)
+        ))
+    };
+    let text = std::str::from_utf8(input).map_err(|_| bad())?;
+    let mut parts = text.trim().split(',');
+    let id: u64 = parts
+        .next()
+        .and_then(|id| id.trim().parse().ok())
+        .ok_or_else(bad)?;
+    let (mut fail_below, mut sleep_first, mut exit_first) = (0u64, 0u64, None);
+    for part in parts {
+        let (key, value) = part.split_once('=').ok_or_else(bad)?;
+        let value: u64 = value.trim().parse().map_err(|_| bad())?;
+        match key.trim() {
+            "fail-below" => fail_below = value,
+            "sleep-first" => sleep_first = value,
+            "exit-first" => exit_first = Some(value),
+            _ => return Err(bad()),
+        }
+    }
+    ctx.add_long(id, 1)?;
+    // In a shuffle map stage: one record for each reduce partition, so that readers
+    // fetch from every map output. (Asked first: the writer's refusal is a message.)
+    let writes = ctx.stage.as_ref().is_some_and(|s| s.writer.is_some());
+    if writes {
+        let mut writer = ctx.shuffle_writer()?;
+        for partition in 0..writer.partitions() {
+            writer.write(partition, b"accumulated")?;
+        }
+    }
+    let attempt = ctx.attempt_number();
+    if u64::from(attempt) < fail_below {
+        return Err(TaskError::failed(format!(
+            "accumulate: attempt {attempt} fails on purpose (attempts below {fail_below} fail)"
+        )));
+    }
+    if attempt == 0 {
+        if let Some(code) = exit_first {
+            let code = u8::try_from(code).ok().filter(|&c| c > 0).ok_or_else(bad)?;
+            std::process::exit(i32::from(code));
+        }
+        if sleep_first > 0 {
+            let deadline = Instant::now() + Duration::from_millis(sleep_first);
+            loop {
+                ctx.check_interrupted()?;
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                std::thread::sleep(left.min(SLEEP_SLICE));
+            }
+        }
+    }
+    Ok(Bytes::new())
+}
+
 fn large_result(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
     let size = parse_size(input).ok_or_else(|| {
         TaskError::failed(format!(
@@ -307,11 +373,37 @@ mod tests {
     }
 
     #[test]
+    fn accumulate_adds_one_before_it_fails() {
+        let ctx = TaskContext::new(1, 1);
+        let message = failure(run("accumulate", &ctx, b"4,fail-below=2"));
+        assert!(message.contains("attempt 1 fails on purpose"), "{message}");
+        let updates = ctx.accumulator_updates();
+        assert_eq!(updates.len(), 1);
+        assert_eq!(
+            (updates[0].id, &updates[0].value),
+            (4, &flint_wire::AccumulatorValue::Long(1))
+        );
+        let ctx = TaskContext::new(2, 2);
+        assert_eq!(run("accumulate", &ctx, b"4,fail-below=2").unwrap(), "");
+        assert_eq!(ctx.accumulator_updates().len(), 1);
+        let message = failure(run("accumulate", &TaskContext::new(3, 0), b"4,what=1"));
+        assert!(message.starts_with("accumulate expects"), "{message}");
+        // A first attempt asked to stop ends its sleep.
+        let ctx = TaskContext::new(4, 0);
+        ctx.request_kill("enough");
+        assert_eq!(
+            run("accumulate", &ctx, b"4,sleep-first=60000"),
+            Err(TaskError::killed("enough"))
+        );
+    }
+
+    #[test]
     fn builtins_are_registered() {
         let registry = TaskRegistry::with_builtins();
         assert_eq!(
             registry.names(),
             [
+                "accumulate",
                 "echo",
                 "exit-process",
                 "fail-n-attempts",

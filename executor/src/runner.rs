@@ -127,6 +127,11 @@ pub(crate) fn runner(inner: Arc<Inner>) {
             } else {
                 let message = outcome.into_message(&inner.executor_id, task_id, inner.text_limit);
                 inner.send_status(task_id, &message);
+                if let (Some(list), Some((_, handle))) =
+                    (crate::status::lent_accumulators(message), ended.last())
+                {
+                    handle.accumulators().give_back(list);
+                }
                 unflushed += 1;
             }
             let flush = Flush::after_update(AfterUpdate {
@@ -395,11 +400,14 @@ impl Inner {
             return (ended, None, handle);
         }
         match result {
-            Ok(Ok(value)) => (
-                self.finished(launch, value, metrics),
-                Some(run_time),
-                handle,
-            ),
+            Ok(Ok(value)) => {
+                let accumulators = handle.accumulators().take();
+                (
+                    self.finished(launch, value, metrics, accumulators),
+                    Some(run_time),
+                    handle,
+                )
+            }
             Ok(Err(TaskError::Killed { reason })) => {
                 info!("Executor killed {}, reason: {reason}", launch.name);
                 (Ended::killed(&reason, metrics), None, handle)
@@ -600,6 +608,7 @@ mod tests {
             block_id: id,
             size,
             metrics,
+            ..
         } = second.outcome
         else {
             panic!("{second:?}")

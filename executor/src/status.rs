@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flint_rpc::{EndpointRef, LoopLease, RpcError};
 use flint_wire::{
-    bytes_to_string, cut_text, BlockId, FetchFailure, Message, SharedStr, StatusUpdate,
-    TaskFailureKind, TaskMetrics, TaskOutcome, TaskState,
+    bytes_to_string, cut_text, AccumulatorUpdate, BlockId, FetchFailure, Message, SharedStr,
+    StatusUpdate, TaskFailureKind, TaskMetrics, TaskOutcome, TaskState,
 };
 use tracing::{debug, error, warn};
 
@@ -172,6 +172,19 @@ impl Ended {
     }
 }
 
+/// The accumulator list a sent status update carried, to be given back to its task's
+/// handle (see [`crate::accumulators`]); `None` when it carried none.
+pub(crate) fn lent_accumulators(message: Message) -> Option<Vec<AccumulatorUpdate>> {
+    match message {
+        Message::StatusUpdate(StatusUpdate {
+            outcome:
+                TaskOutcome::Direct { accumulators, .. } | TaskOutcome::Indirect { accumulators, .. },
+            ..
+        }) if accumulators.capacity() > 0 => Some(accumulators),
+        _ => None,
+    }
+}
+
 /// What a runner does with the status updates it has queued and not flushed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flush {
@@ -286,12 +299,14 @@ impl Inner {
     }
 
     /// How a task that returned `value` ended: its result in the update, in the block
-    /// store, or dropped for being larger than `driver.maxResultSize`.
+    /// store, or dropped for being larger than `driver.maxResultSize`; its accumulator
+    /// values travel with it in every case.
     pub(crate) fn finished(
         &self,
         launch: &Launch,
         value: Bytes,
         mut metrics: TaskMetrics,
+        accumulators: Vec<AccumulatorUpdate>,
     ) -> Ended {
         let size = value.len();
         metrics.result_size = size as u64;
@@ -312,6 +327,7 @@ impl Inner {
                 },
                 size: size as u64,
                 metrics,
+                accumulators,
             }
         } else if size <= self.direct_limit {
             debug!(
@@ -321,7 +337,7 @@ impl Inner {
             TaskOutcome::Direct {
                 value,
                 metrics,
-                accumulators: Vec::new(),
+                accumulators,
             }
         } else {
             let block_id = BlockId::TaskResult {
@@ -336,6 +352,7 @@ impl Inner {
                 block_id,
                 size: size as u64,
                 metrics,
+                accumulators,
             }
         };
         Ended {

@@ -8,6 +8,7 @@ use bytes::BytesMut;
 use flint_wire::records::MalformedRecords;
 use flint_wire::{Dependency, FetchFailure, Property, SharedStr, ShuffleRead, TaskMetrics};
 
+use crate::accumulators::{AccumulatorError, TaskAccumulators};
 use crate::shuffle::{ShuffleError, ShuffleInput, ShuffleReadError, ShuffleService, ShuffleWriter};
 
 /// Why a task function did not produce a result.
@@ -87,6 +88,9 @@ pub(crate) struct TaskHandle {
     deserialize_time_ns: AtomicU64,
     input_bytes: AtomicU64,
     output_bytes: AtomicU64,
+    /// What the task added to accumulators: read by heartbeats, lent to the status
+    /// update (see [`crate::accumulators`]).
+    pub(crate) accumulators: Mutex<TaskAccumulators>,
     /// Where a small launch's name and serialized task are copied, so that the task does
     /// not hold on to the receive buffer; reused from task to task. Only touched with
     /// exclusive access (a handle nobody else holds yet).
@@ -113,6 +117,15 @@ impl TaskHandle {
         *self.deserialize_time_ns.get_mut() = 0;
         *self.input_bytes.get_mut() = 0;
         *self.output_bytes.get_mut() = 0;
+        self.accumulators
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// The task's accumulator values.
+    pub(crate) fn accumulators(&self) -> MutexGuard<'_, TaskAccumulators> {
+        self.accumulators.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Asks the task to stop; the first reason given is kept.
@@ -212,6 +225,10 @@ pub(crate) struct StageContext {
 /// counters of the bytes it reads and writes; for a task of a job's stage, the shuffle
 /// it writes ([`TaskContext::shuffle_writer`]) and those it reads
 /// ([`TaskContext::read_shuffle`]).
+///
+/// Accumulators: a task adds to the driver's accumulators by id
+/// ([`TaskContext::add_long`], [`TaskContext::add_double`], [`TaskContext::merge_bytes`]);
+/// see [`crate::accumulators`].
 ///
 /// Kills are cooperative: a long task checks [`TaskContext::is_interrupted`] (or calls
 /// [`TaskContext::check_interrupted`]) now and then and returns when it is set.
@@ -347,6 +364,44 @@ impl TaskContext {
     /// Counts `n` bytes written by the task (reported in its metrics and heartbeats).
     pub fn add_output_bytes(&self, n: u64) {
         self.handle.output_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Adds `n` to the long accumulator `id` (a sum of `i64`s, wrapping) that the driver
+    /// registered. The task's values go to the driver with its result, and are merged
+    /// there once per partition, from the first attempt that succeeds; heartbeats show
+    /// them as progress while the task runs.
+    ///
+    /// Refused when the task already added a value of another kind to `id`, or adds to
+    /// more than [`crate::MAX_TASK_ACCUMULATORS`] accumulators; with `?` that fails the
+    /// task.
+    pub fn add_long(&self, id: u64, n: i64) -> Result<(), AccumulatorError> {
+        self.handle.accumulators().add_long(id, n)
+    }
+
+    /// Adds `x` to the double accumulator `id` (a sum of `f64`s), as
+    /// [`TaskContext::add_long`] does.
+    pub fn add_double(&self, id: u64, x: f64) -> Result<(), AccumulatorError> {
+        self.handle.accumulators().add_double(id, x)
+    }
+
+    /// Merges `value` into the bytes accumulator `id` with `merge`, the user-defined merge
+    /// the driver registered the accumulator with (the task's first value is taken as it
+    /// is; the driver merges each partition's value into its own with the same
+    /// function). The task's bytes values may take at most
+    /// [`crate::MAX_TASK_ACCUMULATOR_BYTES`] in all.
+    pub fn merge_bytes(
+        &self,
+        id: u64,
+        value: &[u8],
+        merge: impl FnOnce(&mut Vec<u8>, &[u8]),
+    ) -> Result<(), AccumulatorError> {
+        self.handle.accumulators().merge_bytes(id, value, merge)
+    }
+
+    /// What the task added to accumulators so far, as its status update would carry
+    /// them. For tests of task functions.
+    pub fn accumulator_updates(&self) -> Vec<flint_wire::AccumulatorUpdate> {
+        self.handle.accumulators().snapshot()
     }
 
     /// The metrics gathered so far (run time not included).

@@ -574,6 +574,7 @@ fn a_large_result_is_fetched_in_chunks_then_removed() {
         block_id,
         size,
         metrics,
+        ..
     } = update.outcome
     else {
         panic!("not indirect: {update:?}")

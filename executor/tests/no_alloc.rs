@@ -10,6 +10,9 @@
 //! allocation calls in all, in every thread: buffers growing to their working size, not
 //! one per task.
 //!
+//! A variant runs tasks that each add 1 to a long accumulator (the built-in `accumulate`),
+//! whose value travels with every status update: that too allocates nothing per task.
+//!
 //! Heartbeats are an hour apart so that none falls in the measured window. Every wait is
 //! bounded: the test fails, rather than hangs, after [`DEADLINE`].
 
@@ -23,8 +26,9 @@ use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
 use flint_testkit::alloc::{allocations, CountingAllocator};
 use flint_testkit::wait::holds_within;
 use flint_wire::{
-    ArchivedMessage, ArchivedTaskState, Message, SharedStr, TaskDescription, TaskName, TaskPayload,
-    DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+    ArchivedAccumulatorValue, ArchivedMessage, ArchivedTaskOutcome, ArchivedTaskState, Message,
+    SharedStr, TaskDescription, TaskName, TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT,
+    HEARTBEAT_ENDPOINT,
 };
 
 /// Tasks run before the count starts.
@@ -40,6 +44,9 @@ const ALLOWED: u64 = 200;
 /// The longest the test may take.
 const DEADLINE: Duration = Duration::from_secs(300);
 
+/// Serializes the tests of this binary, whose allocation count is process-wide.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
@@ -50,6 +57,8 @@ struct Progress {
     /// Status updates other than FINISHED.
     other: AtomicU64,
     heartbeats: AtomicU64,
+    /// Finished updates that carried one long accumulator of value 1.
+    accumulated: AtomicU64,
     /// The executor's endpoint, once it registered.
     executor: Mutex<Option<EndpointRef>>,
 }
@@ -116,6 +125,13 @@ impl Endpoint for FakeDriver {
             ArchivedMessage::StatusUpdate(update) => {
                 self.reported += 1;
                 if update.state == ArchivedTaskState::Finished {
+                    if let ArchivedTaskOutcome::Direct { accumulators, .. } = &update.outcome {
+                        if let [one] = accumulators.as_slice() {
+                            if matches!(one.value, ArchivedAccumulatorValue::Long(n) if n == 1) {
+                                self.progress.accumulated.fetch_add(1, Ordering::Release);
+                            }
+                        }
+                    }
                     self.progress.finished.fetch_add(1, Ordering::Release);
                 } else {
                     self.progress.other.fetch_add(1, Ordering::Release);
@@ -159,6 +175,33 @@ fn wait_until(what: &str, deadline: Instant, progress: &Progress, check: impl Fn
 
 #[test]
 fn steady_state_task_launches_allocate_nothing() {
+    let (allocations, tasks, accumulated) = allocations_of_tasks("noop", b"");
+    assert_eq!(accumulated, 0);
+    assert!(
+        allocations < ALLOWED,
+        "{allocations} allocation calls over {tasks} tasks: launching tasks allocates"
+    );
+}
+
+#[test]
+fn tasks_that_add_to_an_accumulator_allocate_nothing_either() {
+    let (allocations, tasks, accumulated) = allocations_of_tasks("accumulate", b"1");
+    assert!(
+        accumulated >= WARM_UP + MEASURED,
+        "every update carries the task's add"
+    );
+    assert!(
+        allocations < ALLOWED,
+        "{allocations} allocation calls over {tasks} tasks: accumulator updates allocate"
+    );
+}
+
+/// Runs [`TOTAL`] tasks of `function` on `input`; returns the allocation calls over the
+/// measured ones, how many were measured, and how many updates carried an add of 1 to
+/// one long accumulator (all of them or none).
+fn allocations_of_tasks(function: &str, input: &[u8]) -> (u64, u64, u64) {
+    // The count is the whole process's: one measured run at a time.
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let deadline = Instant::now() + DEADLINE;
     let conf =
         Conf::from_pairs(["executor.heartbeatInterval=3600s", "network.timeout=7200s"]).unwrap();
@@ -172,7 +215,7 @@ fn steady_state_task_launches_allocate_nothing() {
                 progress: progress.clone(),
                 executor: None,
                 executor_id: SharedStr::from(""),
-                payload: TaskPayload::encode("noop", b"").unwrap(),
+                payload: TaskPayload::encode(function, input).unwrap(),
                 launched: 0,
                 reported: 0,
                 unflushed: false,
@@ -225,8 +268,12 @@ fn steady_state_task_launches_allocate_nothing() {
         0,
         "every task finished"
     );
+    let accumulated = progress.accumulated.load(Ordering::Acquire);
+    // Every update that arrived carried the add, or none did.
     assert!(
-        allocations < ALLOWED,
-        "{allocations} allocation calls over {tasks} tasks: launching tasks allocates"
+        accumulated == 0 || accumulated == finished(),
+        "{accumulated} of {} updates carried an add",
+        finished()
     );
+    (allocations, tasks, accumulated)
 }

@@ -71,6 +71,49 @@
 //! # Ok::<(), flint_scheduler::SchedulerError>(())
 //! ```
 
+//!
+//! # Accumulators: how a driver reads the value
+//!
+//! A driver program registers an accumulator before the job
+//! ([`Driver::register_accumulator`], or [`Accumulators::register`] on a bare
+//! [`TaskScheduler`]), hands its id to the tasks in their input, and reads the merged
+//! value after the job ([`Driver::accumulator_value`]). Each partition's values are
+//! merged once, from its first successful attempt: failed, killed and lost attempts,
+//! speculative copies and resubmitted stages add nothing more ([`accumulators`]).
+//! Listeners see every success's updates ([`SchedulerEvent::TaskAccumulators`],
+//! `counted` when merged) and running tasks' partial values
+//! ([`SchedulerEvent::ExecutorMetricsUpdate`]), which are never merged.
+//!
+//! ```
+//! use std::time::Instant;
+//! use bytes::Bytes;
+//! use flint_scheduler::{AccumulatorKind, AccumulatorValue, TaskScheduler, TaskSet, WorkerOffer};
+//! use flint_wire::{AccumulatorUpdate, TaskOutcome, TaskState};
+//!
+//! let now = Instant::now();
+//! let mut scheduler = TaskScheduler::new(Default::default());
+//! let records = scheduler.accumulators_mut().register("records", AccumulatorKind::Long);
+//! scheduler.submit_tasks(now, TaskSet::new(0, 0, 2, Bytes::from_static(b"count")))?;
+//! let launched = scheduler.resource_offers(now, &[WorkerOffer::new("1", "host", 2)]);
+//! let success = || TaskOutcome::Direct {
+//!     value: Bytes::new(),
+//!     metrics: Default::default(),
+//!     accumulators: vec![AccumulatorUpdate {
+//!         id: records.id,
+//!         name: None,
+//!         value: AccumulatorValue::Long(10),
+//!     }],
+//! };
+//! for task in &launched[0] {
+//!     scheduler.status_update(now, task.task_id, TaskState::Finished, success());
+//!     // A duplicate report of the same success is not merged again.
+//!     scheduler.status_update(now, task.task_id, TaskState::Finished, success());
+//! }
+//! let value = scheduler.accumulators().value(records.id);
+//! assert_eq!(value, Some(&AccumulatorValue::Long(20)));
+//! # Ok::<(), flint_scheduler::SchedulerError>(())
+//! ```
+
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -80,11 +123,12 @@ mod driver;
 // The public modules, where they were before the crate was split into `core` and
 // `driver`: users name them by these paths.
 pub use crate::core::{
-    config, dag, error, events, heartbeat, locality, pool, rng, speculation, task_scheduler,
-    task_set, task_set_manager,
+    accumulators, config, dag, error, events, heartbeat, locality, pool, rng, speculation,
+    task_scheduler, task_set, task_set_manager,
 };
 pub use crate::driver::{cluster_manager, job};
 
+pub use crate::core::accumulators::{AccumulatorId, AccumulatorKind, Accumulators};
 pub use crate::core::config::SchedulingMode;
 pub use crate::core::config::{SchedulerConfig, SpeculationConfig, KEYS};
 pub use crate::core::driver_core::{
@@ -111,4 +155,4 @@ pub use crate::driver::job::{
 pub use crate::driver::job_builder::{JobBuilder, Shuffle, StageBuilder};
 pub use crate::driver::{Driver, DriverError};
 pub use flint_wire::bytes_to_string;
-pub use flint_wire::{ExecutorLossReason, TaskDescription, TaskState};
+pub use flint_wire::{AccumulatorValue, ExecutorLossReason, TaskDescription, TaskState};

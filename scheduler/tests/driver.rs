@@ -876,7 +876,7 @@ fn heartbeats_carry_task_metrics_to_listeners() {
     let accumulators = vec![AccumulatorUpdate {
         id: 7,
         name: Some("records".into()),
-        value: 99,
+        value: flint_wire::AccumulatorValue::Long(99),
     }];
     let updates = vec![
         TaskAccumUpdates {
@@ -1385,6 +1385,7 @@ fn a_large_result_is_fetched_only_for_a_task_running_there() {
                 block_id: flint_wire::BlockId::TaskResult { task_id: 424_242 },
                 size: 1 << 40,
                 metrics: TaskMetrics::default(),
+                accumulators: Vec::new(),
             },
         }))
         .unwrap();
@@ -1422,7 +1423,7 @@ fn many_accumulators() -> Vec<AccumulatorUpdate> {
         .map(|id| AccumulatorUpdate {
             id,
             name: Some("n".into()),
-            value: 1,
+            value: flint_wire::AccumulatorValue::Long(1),
         })
         .collect()
 }
@@ -1506,6 +1507,7 @@ fn an_unfetched_result_of_an_executor_the_driver_does_not_know_is_removed() {
                 block_id,
                 size: 1 << 20,
                 metrics: TaskMetrics::default(),
+                accumulators: Vec::new(),
             },
         }))
         .unwrap();
@@ -1781,6 +1783,7 @@ fn an_executor_that_vanishes_mid_fetch_loses_its_task_once_and_it_runs_again() {
                 block_id: flint_wire::BlockId::TaskResult { task_id },
                 size: 3 << 20,
                 metrics: TaskMetrics::default(),
+                accumulators: Vec::new(),
             },
         }))
         .unwrap();

@@ -1029,6 +1029,7 @@ fn indirect_results_reach_the_listener_with_their_executor() {
         },
         size: 300 << 20,
         metrics: Default::default(),
+        accumulators: Vec::new(),
     };
     s.status_update(base, task.task_id, TaskState::Finished, outcome);
     let mut listener = Recorder::default();

@@ -10,7 +10,7 @@
 //! `read_from`, `seed-all-kinds-uninit` through `read_uninit_from`, `seed-all-kinds-feed`
 //! the same stream fed. For `validate` each seed is the
 //! kind byte and the payload; `outcome-<Variant>` seeds add status updates whose outcome
-//! is not the sample's, so that the fuzzer starts from every outcome's layout, and
+//! is not the sample's (an indirect result with accumulators among them), so that the fuzzer starts from every outcome's layout, and
 //! `stage-LaunchTask`, `mapstatus-StatusUpdate` and `keyed-ShuffleBlock` messages whose
 //! opaque bytes are a stage task with map statuses, a map status and keyed records. For
 //! `user_message` each `seed-tree-<depth>` is the archive of a sample user type
@@ -24,9 +24,9 @@ use flint_wire::fuzzing::{
 };
 use flint_wire::records::put_keyed;
 use flint_wire::{
-    BlockManagerId, Encoder, FetchFailure, KnownStatuses, MapStatus, Message, ShuffleRead,
-    ShuffleStatuses, ShuffleWrite, StatusUpdate, TaskDescription, TaskFailureKind, TaskMetrics,
-    TaskOutcome, TaskPayload, TaskState, HEADER_LEN,
+    AccumulatorUpdate, AccumulatorValue, BlockId, BlockManagerId, Encoder, FetchFailure,
+    KnownStatuses, MapStatus, Message, ShuffleRead, ShuffleStatuses, ShuffleWrite, StatusUpdate,
+    TaskDescription, TaskFailureKind, TaskMetrics, TaskOutcome, TaskPayload, TaskState, HEADER_LEN,
 };
 
 fn chunk(len: usize, keep: bool) -> Chunk {
@@ -245,7 +245,8 @@ fn shuffle_payloads() -> Vec<(&'static str, Message)> {
     ]
 }
 
-/// Status update outcomes other than the sample's `Direct`.
+/// Status update outcomes other than the sample's `Direct` (an `Indirect` one with
+/// accumulator values of each kind).
 fn other_outcomes() -> Vec<(&'static str, TaskOutcome)> {
     let fetch_failed =
         |address: Option<BlockManagerId>, map_index: Option<u32>| TaskOutcome::FetchFailed {
@@ -263,7 +264,30 @@ fn other_outcomes() -> Vec<(&'static str, TaskOutcome)> {
         host: "10.0.0.3".into(),
         port: 7337,
     };
+    let indirect = TaskOutcome::Indirect {
+        block_id: BlockId::TaskResult { task_id: 17 },
+        size: 300 << 20,
+        metrics: TaskMetrics::default(),
+        accumulators: vec![
+            AccumulatorUpdate {
+                id: 1,
+                name: None,
+                value: AccumulatorValue::Long(-7),
+            },
+            AccumulatorUpdate {
+                id: 2,
+                name: Some("seconds".into()),
+                value: AccumulatorValue::double(0.25),
+            },
+            AccumulatorUpdate {
+                id: 3,
+                name: None,
+                value: AccumulatorValue::Bytes(vec![1, 2, 3]),
+            },
+        ],
+    };
     vec![
+        ("Indirect", indirect),
         ("FetchFailed", fetch_failed(Some(holder), Some(2))),
         ("FetchFailed-metadata", fetch_failed(None, None)),
         (

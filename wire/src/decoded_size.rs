@@ -51,7 +51,14 @@ impl DecodedSize for ArchivedString {
 
 impl DecodedSize for ArchivedAccumulatorUpdate {
     fn decoded_size(&self) -> usize {
-        self.name.as_ref().map_or(0, DecodedSize::decoded_size)
+        let bytes = match &self.value {
+            crate::message::ArchivedAccumulatorValue::Bytes(bytes) => heap_block(bytes.len()),
+            _ => 0,
+        };
+        self.name
+            .as_ref()
+            .map_or(0, DecodedSize::decoded_size)
+            .saturating_add(bytes)
     }
 }
 

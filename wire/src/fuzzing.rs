@@ -8,10 +8,10 @@ use rkyv::rancor;
 
 use crate::header::{padded_frame_len, CRC_START, HEADER_LEN};
 use crate::{
-    validate_envelope, AccumulatorUpdate, BlockId, BlockManagerId, Dependency, Encoder, Envelope,
-    ExecutorLossReason, Frame, FrameDecoder, Heartbeat, MapStatus, Message, MessageKind, Property,
-    RegisterExecutor, Route, StatusUpdate, TaskAccumUpdates, TaskDescription, TaskMetrics,
-    TaskOutcome, TaskState, WireError, FRAME_ALIGN,
+    validate_envelope, AccumulatorUpdate, AccumulatorValue, BlockId, BlockManagerId, Dependency,
+    Encoder, Envelope, ExecutorLossReason, Frame, FrameDecoder, Heartbeat, MapStatus, Message,
+    MessageKind, Property, RegisterExecutor, Route, StatusUpdate, TaskAccumUpdates,
+    TaskDescription, TaskMetrics, TaskOutcome, TaskState, WireError, FRAME_ALIGN,
 };
 
 /// Payload limit the fuzz targets decode with: small, so that the limit check is reached.
@@ -474,6 +474,9 @@ pub fn validate(data: &[u8]) {
                 }
                 accumulators.decoded_size()
             }
+            crate::ArchivedTaskOutcome::Indirect { accumulators, .. } => {
+                accumulators.decoded_size()
+            }
             _ => 0,
         },
         crate::ArchivedMessage::MapOutputStatuses { statuses, .. } => statuses.decoded_size(),
@@ -578,11 +581,23 @@ pub fn sample_message(kind: MessageKind) -> Message {
             accum_updates: vec![TaskAccumUpdates {
                 task_id: 17,
                 metrics,
-                accumulators: vec![AccumulatorUpdate {
-                    id: 3,
-                    name: Some("records".into()),
-                    value: 1000,
-                }],
+                accumulators: vec![
+                    AccumulatorUpdate {
+                        id: 3,
+                        name: Some("records".into()),
+                        value: AccumulatorValue::Long(1000),
+                    },
+                    AccumulatorUpdate {
+                        id: 4,
+                        name: None,
+                        value: AccumulatorValue::double(2.5),
+                    },
+                    AccumulatorUpdate {
+                        id: 5,
+                        name: None,
+                        value: AccumulatorValue::Bytes(b"longest".to_vec()),
+                    },
+                ],
             }],
             block_manager_id: BlockManagerId {
                 executor_id,

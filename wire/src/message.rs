@@ -300,17 +300,50 @@ pub struct TaskMetrics {
     pub output_bytes: u64,
 }
 
-/// The current value of one accumulator of a task.
+/// What a task added to one accumulator: a long sum, a double sum, or the bytes of a
+/// user-defined merge.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug), attr(allow(missing_docs)))]
+pub enum AccumulatorValue {
+    /// A sum of `i64`s (wrapping).
+    Long(i64),
+    /// A sum of `f64`s, as the sum's bits ([`f64::to_bits`]): the message types stay
+    /// `Eq`, and a NaN travels as it was made.
+    Double(u64),
+    /// The bytes of a user-defined merge (the driver merges them with the function the
+    /// accumulator was registered with).
+    Bytes(#[rkyv(with = LeanVec)] Vec<u8>),
+}
+
+impl AccumulatorValue {
+    /// A double sum's value.
+    pub fn double(value: f64) -> Self {
+        AccumulatorValue::Double(value.to_bits())
+    }
+
+    /// The kind's name, for messages: "long", "double" or "bytes".
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            AccumulatorValue::Long(_) => "long",
+            AccumulatorValue::Double(_) => "double",
+            AccumulatorValue::Bytes(_) => "bytes",
+        }
+    }
+}
+
+/// The current value of one accumulator of a task: what the task added so far (partial,
+/// in a heartbeat) or in all (with its result).
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 #[rkyv(derive(Debug))]
 pub struct AccumulatorUpdate {
-    /// Accumulator id.
+    /// Accumulator id, as the driver registered it.
     pub id: u64,
-    /// Optional display name.
+    /// Optional display name (executors send none: the driver knows it).
     pub name: Option<String>,
     /// Value.
-    pub value: i64,
+    pub value: AccumulatorValue,
 }
 
 /// Metrics and accumulator values of one running task, in a heartbeat.
@@ -472,6 +505,10 @@ pub enum TaskOutcome {
         size: u64,
         /// The task's metrics.
         metrics: TaskMetrics,
+        /// Its final accumulator values (they travel here, not in the block: the driver
+        /// merges them once the block is fetched).
+        #[rkyv(with = LeanVec)]
+        accumulators: Vec<AccumulatorUpdate>,
     },
     /// A failure (FAILED, KILLED, LOST).
     Failure {

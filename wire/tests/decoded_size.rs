@@ -33,7 +33,12 @@ fn accumulators(count: usize) -> Vec<AccumulatorUpdate> {
         .map(|i| AccumulatorUpdate {
             id: i as u64,
             name: name(i),
-            value: -(i as i64),
+            // Each kind; bytes values of several lengths (0 allocates nothing).
+            value: match i % 3 {
+                0 => flint_wire::AccumulatorValue::Long(-(i as i64)),
+                1 => flint_wire::AccumulatorValue::double(i as f64),
+                _ => flint_wire::AccumulatorValue::Bytes(vec![7; i % 50]),
+            },
         })
         .collect()
 }

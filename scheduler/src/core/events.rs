@@ -193,6 +193,23 @@ pub enum SchedulerEvent {
         /// Why.
         reason: String,
     },
+    /// A successful task attempt brought accumulator updates (posted after its
+    /// `TaskEnd`). Only a partition's first success of a running job is `counted`
+    /// (merged into the driver's accumulators); the others are shown, not merged.
+    TaskAccumulators {
+        /// The attempt's task id (TID).
+        task_id: u64,
+        /// Its stage attempt.
+        task_set: TaskSetId,
+        /// The task's index in its task set.
+        index: u32,
+        /// The partition it computed.
+        partition: u32,
+        /// Its accumulators' final values in this attempt.
+        updates: Vec<AccumulatorUpdate>,
+        /// Whether they were merged.
+        counted: bool,
+    },
     /// An executor's heartbeat reported its running tasks' metrics (Spark's
     /// `SparkListenerExecutorMetricsUpdate`). Only tasks the scheduler runs on that
     /// executor are included; a heartbeat with none posts nothing.
@@ -233,6 +250,16 @@ pub trait SchedulerListener {
     fn on_executor_added(&mut self, executor_id: &str, host: &str) {}
     /// An executor was removed.
     fn on_executor_removed(&mut self, executor_id: &str, reason: &str) {}
+    /// A successful attempt's accumulator updates, and whether they were merged (only a
+    /// partition's first success is).
+    fn on_task_accumulators(
+        &mut self,
+        task_id: u64,
+        partition: u32,
+        updates: &[AccumulatorUpdate],
+        counted: bool,
+    ) {
+    }
     /// An executor's heartbeat reported its running tasks' metrics.
     fn on_executor_metrics_update(&mut self, executor_id: &str, updates: &[TaskMetricsUpdate]) {}
 }
@@ -262,6 +289,13 @@ impl SchedulerEvent {
                 executor_id,
                 updates,
             } => listener.on_executor_metrics_update(executor_id, updates),
+            SchedulerEvent::TaskAccumulators {
+                task_id,
+                partition,
+                updates,
+                counted,
+                ..
+            } => listener.on_task_accumulators(*task_id, *partition, updates, *counted),
             _ => {}
         }
     }

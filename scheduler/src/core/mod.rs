@@ -16,8 +16,10 @@
 //!   decides what the driver sends ([`driver_core::Output`]); with the executor
 //!   registry, large result fetches, and the accounting of executors asked for, killed
 //!   and failed.
+//! - [`accumulators`]: the driver's accumulators, merged once per successful partition.
 //! - [`config`], [`error`], [`events`]: what the state machines read, refuse and report.
 
+pub mod accumulators;
 pub mod config;
 pub mod dag;
 pub(crate) mod driver_core;

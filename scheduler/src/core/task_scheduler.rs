@@ -10,6 +10,7 @@ use flint_wire::{
 };
 use tracing::{debug, error, info, warn};
 
+use crate::core::accumulators::{Accumulators, AttemptEnd, Merge, PartitionKey};
 use crate::core::config::{SchedulerConfig, SchedulingMode};
 use crate::core::error::SchedulerError;
 use crate::core::events::{Action, JobResult, SchedulerEvent, TaskResult};
@@ -78,7 +79,18 @@ pub struct TaskScheduler {
     /// comes (the seeds keep them in `executorIdToHost` meanwhile): their host and the
     /// tasks they were running, which their task sets still count as running.
     pending_loss: FxHashMap<SharedStr, PendingLoss>,
+    /// The driver's accumulators and the partitions they merged.
+    accumulators: Accumulators,
+    /// Whether successes with accumulator updates post
+    /// [`SchedulerEvent::TaskAccumulators`].
+    accumulator_events: bool,
+    /// Emptied lists of accumulator updates, for the next results to be decoded into:
+    /// a result with updates then allocates none.
+    spare_accumulator_lists: Vec<Vec<flint_wire::AccumulatorUpdate>>,
 }
+
+/// Spare lists of accumulator updates kept at most.
+const SPARE_ACCUMULATOR_LISTS: usize = 64;
 
 /// An executor lost before the reason was known (see [`TaskScheduler::executor_lost`]).
 #[derive(Debug)]
@@ -119,6 +131,9 @@ impl TaskScheduler {
             excluded_hosts: FxHashSet::default(),
             task_start_events: true,
             pending_loss: FxHashMap::default(),
+            accumulators: Accumulators::default(),
+            accumulator_events: true,
+            spare_accumulator_lists: Vec::new(),
         }
     }
 
@@ -373,6 +388,9 @@ impl TaskScheduler {
             .insert(id.stage_attempt_id, key);
 
         if self.running_jobs.insert(job_id) {
+            if job_id < crate::core::driver_core::FIRST_JOB_ID && !self.accumulators.is_empty() {
+                self.accumulators.job_started(job_id);
+            }
             self.actions
                 .push_back(Action::Event(SchedulerEvent::JobStart { job_id }));
         }
@@ -416,6 +434,12 @@ impl TaskScheduler {
                     failure: failure.clone(),
                 }));
             if ends_job && self.running_jobs.remove(&job_id) {
+                // A job of stages ends when its DAG scheduler says so: a stage that
+                // could not fetch its input ends its task set's job here, and runs
+                // again under the same job.
+                if job_id < crate::core::driver_core::FIRST_JOB_ID {
+                    self.accumulators.job_ended(job_id);
+                }
                 let result = match failure {
                     Some(message) => JobResult::Failed(message),
                     None => JobResult::Succeeded,
@@ -596,6 +620,38 @@ impl TaskScheduler {
             }
         }
         self.after_task_set_change(key);
+    }
+
+    /// Whether successes that carry accumulator updates post
+    /// [`SchedulerEvent::TaskAccumulators`] (the default). A driver with nobody
+    /// listening turns them off: the updates' list is then reused.
+    pub fn set_accumulator_events(&mut self, on: bool) {
+        self.accumulator_events = on;
+    }
+
+    /// The driver's accumulators: register them here, read their values after a job.
+    pub fn accumulators(&self) -> &Accumulators {
+        &self.accumulators
+    }
+
+    /// The driver's accumulators, to register one.
+    pub fn accumulators_mut(&mut self) -> &mut Accumulators {
+        &mut self.accumulators
+    }
+
+    /// An empty list to decode a result's accumulator updates into (reused when it
+    /// can be).
+    pub fn spare_accumulator_list(&mut self) -> Vec<flint_wire::AccumulatorUpdate> {
+        self.spare_accumulator_lists.pop().unwrap_or_default()
+    }
+
+    /// Takes back a list of accumulator updates once merged, for
+    /// [`TaskScheduler::spare_accumulator_list`].
+    fn recycle_accumulator_list(&mut self, mut list: Vec<flint_wire::AccumulatorUpdate>) {
+        if list.capacity() > 0 && self.spare_accumulator_lists.len() < SPARE_ACCUMULATOR_LISTS {
+            list.clear();
+            self.spare_accumulator_lists.push(list);
+        }
     }
 
     /// Whether launches post [`SchedulerEvent::TaskStart`] (the default). A driver
@@ -845,6 +901,39 @@ impl TaskScheduler {
         }
     }
 
+    /// A success's accumulator updates, merged if it is its partition's first success
+    /// in a job that has not ended (see [`crate::core::accumulators`]); then posted to
+    /// listeners, or their list kept for reuse.
+    fn merge_accumulators(
+        &mut self,
+        now: Instant,
+        task_id: u64,
+        task_set: TaskSetId,
+        index: u32,
+        key: PartitionKey,
+        updates: Option<Vec<flint_wire::AccumulatorUpdate>>,
+    ) {
+        let updates = updates.unwrap_or_default();
+        let counted = !self.accumulators.is_empty()
+            && self
+                .accumulators
+                .attempt_ended(now, key, AttemptEnd::Succeeded, &updates)
+                == Merge::Merged;
+        if self.accumulator_events && !updates.is_empty() {
+            self.actions
+                .push_back(Action::Event(SchedulerEvent::TaskAccumulators {
+                    task_id,
+                    task_set,
+                    index,
+                    partition: key.partition,
+                    updates,
+                    counted,
+                }));
+        } else {
+            self.recycle_accumulator_list(updates);
+        }
+    }
+
     /// An executor's heartbeat with its running tasks' metrics (the seeds'
     /// `executorHeartbeatReceived`); false if the executor is not known (it should
     /// register again). The updates of tasks running on it are posted as
@@ -1058,11 +1147,11 @@ impl TaskScheduler {
         let Some(key) = self.running.remove(task_id) else {
             return;
         };
-        let Some(executor_id) = self
+        let Some((executor_id, index)) = self
             .task_sets
             .get(&key)
             .and_then(|m| m.running_attempt(task_id))
-            .map(|a| a.executor_id.clone())
+            .map(|a| (a.executor_id.clone(), a.index))
         else {
             return;
         };
@@ -1078,8 +1167,17 @@ impl TaskScheduler {
             }
             (_, outcome) => outcome,
         };
+        let mut accumulators = None;
         let result = match (state, outcome) {
-            (TaskState::Finished, TaskOutcome::Direct { value, metrics, .. }) => {
+            (
+                TaskState::Finished,
+                TaskOutcome::Direct {
+                    value,
+                    metrics,
+                    accumulators: updates,
+                },
+            ) => {
+                accumulators = Some(updates);
                 Ok(TaskResult::Direct { value, metrics })
             }
             (
@@ -1088,13 +1186,17 @@ impl TaskScheduler {
                     block_id,
                     size,
                     metrics,
+                    accumulators: updates,
                 },
-            ) => Ok(TaskResult::Indirect {
-                executor_id: executor_id.clone(),
-                block_id,
-                size,
-                metrics,
-            }),
+            ) => {
+                accumulators = Some(updates);
+                Ok(TaskResult::Indirect {
+                    executor_id: executor_id.clone(),
+                    block_id,
+                    size,
+                    metrics,
+                })
+            }
             (TaskState::Finished, TaskOutcome::None) => Ok(TaskResult::Direct {
                 value: bytes::Bytes::new(),
                 metrics: Default::default(),
@@ -1137,7 +1239,14 @@ impl TaskScheduler {
         if let Some(manager) = self.task_sets.get_mut(&key) {
             match result {
                 Ok(result) => {
-                    manager.handle_successful_task(now, task_id, result, &mut self.actions)
+                    let task_set = manager.id();
+                    let key = PartitionKey {
+                        job_id: manager.job_id(),
+                        stage_id: task_set.stage_id,
+                        partition: manager.partition_id(index),
+                    };
+                    manager.handle_successful_task(now, task_id, result, &mut self.actions);
+                    self.merge_accumulators(now, task_id, task_set, index, key, accumulators);
                 }
                 Err(failure) => {
                     // The task is pending again, perhaps for another executor; not when

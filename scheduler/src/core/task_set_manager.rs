@@ -264,6 +264,13 @@ impl TaskSetManager {
         self.running.reserve(launches.min(self.pending_tasks()));
     }
 
+    /// The partition task `index` computes.
+    pub(crate) fn partition_id(&self, index: u32) -> u32 {
+        self.specs
+            .get(index as usize)
+            .map_or(index, |spec| spec.partition_id)
+    }
+
     pub(crate) fn running_attempt(&self, task_id: u64) -> Option<&RunningAttempt> {
         self.running.get(task_id)
     }

@@ -97,6 +97,7 @@ impl DriverState {
     pub fn add_listener(&mut self, listener: Box<dyn SchedulerListener + Send>) {
         self.listeners.push(listener);
         self.core.scheduler.set_task_start_events(true);
+        self.core.scheduler.set_accumulator_events(true);
     }
 
     /// Follows a task set the core just took.

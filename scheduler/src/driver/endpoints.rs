@@ -11,9 +11,10 @@ use bytes::Bytes;
 use flint_rpc::log_budget::LogBudget;
 use flint_rpc::{Endpoint, EndpointContext, Incoming, TimerId};
 use flint_wire::{
-    check_decoded_size, cut_text, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome,
-    BlockId, DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome, TaskState,
-    EXECUTOR_ENDPOINT, MAX_FAILURE_TEXT,
+    check_decoded_size, cut_text, AccumulatorUpdate, AccumulatorValue, ArchivedAccumulatorUpdate,
+    ArchivedAccumulatorValue, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome, BlockId,
+    DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome, TaskState, EXECUTOR_ENDPOINT,
+    MAX_FAILURE_TEXT,
 };
 use rkyv::rancor;
 use tracing::{debug, warn};
@@ -91,12 +92,16 @@ impl Endpoint for DriverEndpoint {
         let mut state = lock(&state);
         match message.message() {
             ArchivedMessage::StatusUpdate(update) => {
-                let (task_state, outcome) =
-                    match outcome_from_archived(message.frame(), &update.outcome, self.max_decoded)
-                    {
-                        Ok(outcome) => (TaskState::from(&update.state), outcome),
-                        Err(refused) => (TaskState::Failed, refused),
-                    };
+                let spare = &mut || state.core.scheduler.spare_accumulator_list();
+                let (task_state, outcome) = match outcome_from_archived(
+                    message.frame(),
+                    &update.outcome,
+                    self.max_decoded,
+                    spare,
+                ) {
+                    Ok(outcome) => (TaskState::from(&update.state), outcome),
+                    Err(refused) => (TaskState::Failed, refused),
+                };
                 let unfetched = state.core.status_update(
                     now,
                     message.sender(),
@@ -375,12 +380,37 @@ fn result_value(frame: &Frame, value: &[u8]) -> Bytes {
 /// the frame ([`result_value`]). A result whose accumulators would take more than
 /// `max_decoded` bytes decoded is refused: the error is the failure to report for the
 /// attempt instead.
+/// A result's accumulator updates, decoded into `list` (a spare one: a result with
+/// updates then allocates nothing for them, short of names or bytes values).
+fn accumulators_from_archived(
+    archived: &[ArchivedAccumulatorUpdate],
+    mut list: Vec<AccumulatorUpdate>,
+) -> Vec<AccumulatorUpdate> {
+    list.clear();
+    list.extend(archived.iter().map(|update| AccumulatorUpdate {
+        id: update.id.to_native(),
+        name: update.name.as_ref().map(|name| name.as_str().to_owned()),
+        value: match &update.value {
+            ArchivedAccumulatorValue::Long(n) => AccumulatorValue::Long(n.to_native()),
+            ArchivedAccumulatorValue::Double(bits) => AccumulatorValue::Double(bits.to_native()),
+            ArchivedAccumulatorValue::Bytes(bytes) => AccumulatorValue::Bytes(bytes.to_vec()),
+        },
+    }));
+    list
+}
+
 fn outcome_from_archived(
     frame: &Frame,
     outcome: &ArchivedTaskOutcome,
     max_decoded: usize,
+    spare: &mut dyn FnMut() -> Vec<AccumulatorUpdate>,
 ) -> Result<TaskOutcome, TaskOutcome> {
     if let ArchivedTaskOutcome::Direct {
+        metrics,
+        accumulators,
+        ..
+    }
+    | ArchivedTaskOutcome::Indirect {
         metrics,
         accumulators,
         ..
@@ -408,14 +438,20 @@ fn outcome_from_archived(
             accumulators: if accumulators.is_empty() {
                 Vec::new()
             } else {
-                rkyv::deserialize::<_, rancor::Error>(accumulators).unwrap_or_default()
+                accumulators_from_archived(accumulators, spare())
             },
         },
         ArchivedTaskOutcome::Indirect {
             block_id,
             size,
             metrics,
+            accumulators,
         } => TaskOutcome::Indirect {
+            accumulators: if accumulators.is_empty() {
+                Vec::new()
+            } else {
+                accumulators_from_archived(accumulators, spare())
+            },
             block_id: match block_id {
                 flint_wire::ArchivedBlockId::TaskResult { task_id } => BlockId::TaskResult {
                     task_id: task_id.to_native(),
@@ -529,7 +565,7 @@ mod tests {
                     .map(|id| flint_wire::AccumulatorUpdate {
                         id,
                         name: None,
-                        value: 0,
+                        value: flint_wire::AccumulatorValue::Long(0),
                     })
                     .collect(),
             },
@@ -569,5 +605,93 @@ mod tests {
             assert_eq!(value.len(), len);
             assert_eq!(is_view(&frame, &value), view, "{len} bytes");
         }
+    }
+
+    fn outcome_frame(outcome: TaskOutcome) -> Frame {
+        let update = Message::StatusUpdate(StatusUpdate {
+            executor_id: "1".into(),
+            task_id: 1,
+            state: TaskState::Finished,
+            outcome,
+        });
+        let route = Route::OneWay {
+            endpoint: "CoarseGrainedScheduler".into(),
+        };
+        flint_testkit::frames::frame_of(&route, &update)
+    }
+
+    fn archived_outcome(frame: &Frame) -> &ArchivedTaskOutcome {
+        let ArchivedMessage::StatusUpdate(update) = &frame.envelope().unwrap().message else {
+            unreachable!()
+        };
+        &update.outcome
+    }
+
+    fn update(id: u64, value: AccumulatorValue) -> AccumulatorUpdate {
+        AccumulatorUpdate {
+            id,
+            name: None,
+            value,
+        }
+    }
+
+    #[test]
+    fn accumulators_are_decoded_into_the_spare_list_for_direct_and_indirect_results() {
+        let updates = vec![
+            update(1, AccumulatorValue::Long(-3)),
+            update(2, AccumulatorValue::double(2.5)),
+            update(3, AccumulatorValue::Bytes(b"xyz".to_vec())),
+        ];
+        let indirect = TaskOutcome::Indirect {
+            block_id: BlockId::TaskResult { task_id: 1 },
+            size: 10,
+            metrics: TaskMetrics::default(),
+            accumulators: updates.clone(),
+        };
+        let direct = TaskOutcome::Direct {
+            value: Bytes::from_static(b"v"),
+            metrics: TaskMetrics::default(),
+            accumulators: updates.clone(),
+        };
+        for outcome in [direct, indirect] {
+            let frame = outcome_frame(outcome.clone());
+            let spare = Vec::with_capacity(8);
+            let room = spare.as_ptr();
+            let mut given = Some(spare);
+            let mut take = || given.take().expect("one list asked for");
+            let decoded =
+                outcome_from_archived(&frame, archived_outcome(&frame), 1 << 20, &mut take)
+                    .unwrap();
+            assert_eq!(decoded, outcome);
+            let (TaskOutcome::Direct { accumulators, .. }
+            | TaskOutcome::Indirect { accumulators, .. }) = &decoded
+            else {
+                unreachable!()
+            };
+            assert_eq!(accumulators.as_ptr(), room, "decoded into the spare list");
+        }
+    }
+
+    #[test]
+    fn an_indirect_result_whose_accumulators_would_decode_past_the_limit_is_refused() {
+        let named = (0..100)
+            .map(|id| AccumulatorUpdate {
+                id,
+                name: Some("a name of some length".into()),
+                value: AccumulatorValue::Long(1),
+            })
+            .collect();
+        let frame = outcome_frame(TaskOutcome::Indirect {
+            block_id: BlockId::TaskResult { task_id: 1 },
+            size: 10,
+            metrics: TaskMetrics::default(),
+            accumulators: named,
+        });
+        let mut take = || -> Vec<AccumulatorUpdate> { panic!("nothing is decoded") };
+        let refused = outcome_from_archived(&frame, archived_outcome(&frame), 1024, &mut take);
+        let Err(TaskOutcome::Failure { message, .. }) = refused else {
+            panic!("{refused:?}")
+        };
+        assert!(message.contains("accumulator updates"), "{message}");
     }
 }

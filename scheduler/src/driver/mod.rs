@@ -290,6 +290,36 @@ impl Driver {
         self.state().add_listener(Box::new(listener));
     }
 
+    /// Registers an accumulator before the jobs that add to it: its tasks add to the
+    /// returned id through their `TaskContext` (flint-executor's `add_long`,
+    /// `add_double`, `merge_bytes`; hand them the id in their input). Each partition's
+    /// values are merged once, from its first successful attempt
+    /// ([`crate::accumulators`]); read the result with [`Driver::accumulator_value`]
+    /// after the job.
+    pub fn register_accumulator(
+        &self,
+        name: &str,
+        kind: crate::accumulators::AccumulatorKind,
+    ) -> crate::accumulators::AccumulatorId {
+        self.state()
+            .core
+            .scheduler
+            .accumulators_mut()
+            .register(name, kind)
+    }
+
+    /// The merged value of accumulator `id` (`None` if no accumulator has that id):
+    /// final once the jobs that add to it have ended. Heartbeats' partial values are
+    /// never in it (listeners see them in `ExecutorMetricsUpdate`).
+    pub fn accumulator_value(&self, id: u64) -> Option<flint_wire::AccumulatorValue> {
+        self.state()
+            .core
+            .scheduler
+            .accumulators()
+            .value(id)
+            .cloned()
+    }
+
     /// Submits a task set (the seeds' `submitTasks`): free cores are offered at once.
     ///
     /// The first submission waits until the driver is ready

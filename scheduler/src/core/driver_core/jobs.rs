@@ -421,6 +421,7 @@ impl DriverCore {
                     self.scheduler.cancel_tasks(stage_id, false);
                 }
                 DagAction::JobEnded { job_id, result } => {
+                    self.scheduler.accumulators_mut().job_ended(job_id);
                     let stats = self.jobs.stats.remove(&job_id).unwrap_or_default();
                     self.jobs.task_set_jobs.retain(|_, job| *job != job_id);
                     self.outputs.push_back(Output::JobEnded {

@@ -189,6 +189,7 @@ impl DriverCore {
     ) -> DriverCore {
         // Turned on with the first listener: nothing else reads them.
         scheduler.set_task_start_events(false);
+        scheduler.set_accumulator_events(false);
         let jobs = Jobs::new(config.max_consecutive_stage_attempts);
         DriverCore {
             heartbeats: HeartbeatTracker::new(limits.network_timeout),
@@ -619,9 +620,18 @@ impl DriverCore {
                 block_id,
                 size,
                 metrics,
+                accumulators,
             } = outcome
             {
-                self.start_fetch(now, executor_id, task_id, block_id, size, metrics);
+                self.start_fetch(
+                    now,
+                    executor_id,
+                    task_id,
+                    block_id,
+                    size,
+                    metrics,
+                    accumulators,
+                );
             } else {
                 let value = match &outcome {
                     TaskOutcome::Direct { value, .. } => &value[..],

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use flint_wire::{
-    bytes_to_string, BlockId, SharedStr, TaskFailureKind, TaskMetrics, TaskOutcome, TaskState,
+    bytes_to_string, AccumulatorUpdate, BlockId, SharedStr, TaskFailureKind, TaskMetrics,
+    TaskOutcome, TaskState,
 };
 use tracing::{debug, warn};
 
@@ -28,6 +29,8 @@ pub(super) struct ResultFetch {
     block_id: BlockId,
     size: u64,
     metrics: TaskMetrics,
+    /// The task's accumulator updates, merged once its result is fetched.
+    accumulators: Vec<AccumulatorUpdate>,
     received: BytesMut,
 }
 
@@ -73,6 +76,7 @@ impl DriverCore {
         !self.fetches.is_empty() && self.fetches.contains_key(&task_id)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn start_fetch(
         &mut self,
         now: Instant,
@@ -81,6 +85,7 @@ impl DriverCore {
         block_id: BlockId,
         size: u64,
         metrics: TaskMetrics,
+        accumulators: Vec<AccumulatorUpdate>,
     ) {
         let Some(executor) = self.executors.get(executor_id) else {
             self.fetch_failed(now, task_id, format!("executor {executor_id} is gone"));
@@ -100,6 +105,7 @@ impl DriverCore {
                 block_id,
                 size,
                 metrics,
+                accumulators,
                 received: BytesMut::with_capacity(reserve),
             },
         );
@@ -212,7 +218,7 @@ impl DriverCore {
         let outcome = TaskOutcome::Direct {
             value: fetch.received.freeze(),
             metrics: fetch.metrics,
-            accumulators: Vec::new(),
+            accumulators: fetch.accumulators,
         };
         self.scheduler
             .status_update(now, task_id, TaskState::Finished, outcome);

@@ -451,6 +451,7 @@ fn a_large_result_is_fetched_in_chunks_from_the_peer_that_holds_it_even_once_rem
         block_id,
         size,
         metrics: Default::default(),
+        accumulators: Vec::new(),
     };
     core.status_update(t0, None, "1", task_id, TaskState::Finished, outcome);
     // The executor goes; the fetch keeps its peer.
@@ -517,6 +518,7 @@ fn a_fetch_that_gets_something_else_fails_and_the_task_runs_again() {
         block_id,
         size: 10,
         metrics: Default::default(),
+        accumulators: Vec::new(),
     };
     core.status_update(t0, None, "1", task_id, TaskState::Finished, outcome);
     assert!(drain(&mut core, t0)

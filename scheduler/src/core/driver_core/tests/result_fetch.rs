@@ -16,6 +16,7 @@ fn fetching(t0: Instant, size: u64) -> (DriverCore, PeerId, u64, u32) {
         block_id: BlockId::TaskResult { task_id },
         size,
         metrics: Default::default(),
+        accumulators: Vec::new(),
     };
     core.status_update(t0, None, "1", task_id, TaskState::Finished, outcome);
     let max_len = drain(&mut core, t0)
@@ -234,5 +235,54 @@ fn an_indirect_result_whose_executor_vanishes_mid_fetch_runs_its_task_again_once
             )]
         );
         assert_eq!(launches(&outputs).len(), 1, "it runs again, on executor 2");
+    }
+}
+
+/// An indirect result's accumulator updates wait for its fetch: merged once the block
+/// has arrived, and not at all when the fetch fails (the task runs again and its next
+/// success brings them).
+#[test]
+fn an_indirect_result_s_accumulators_are_merged_once_it_is_fetched() {
+    use flint_wire::{AccumulatorUpdate, AccumulatorValue};
+    let t0 = Instant::now();
+    for fetched in [true, false] {
+        let mut core = core(0.0, Duration::from_secs(30), t0);
+        let id = core
+            .scheduler
+            .accumulators_mut()
+            .register("n", crate::AccumulatorKind::Long)
+            .id;
+        core.register_executor(t0, remote("1", 1001)).unwrap();
+        let launched = launches(&submit(&mut core, t0, 0, 1));
+        let [(_, task_id)] = launched[..] else {
+            panic!("{launched:?}")
+        };
+        let outcome = TaskOutcome::Indirect {
+            block_id: BlockId::TaskResult { task_id },
+            size: 4,
+            metrics: Default::default(),
+            accumulators: vec![AccumulatorUpdate {
+                id,
+                name: None,
+                value: AccumulatorValue::Long(5),
+            }],
+        };
+        core.status_update(t0, None, "1", task_id, TaskState::Finished, outcome);
+        drain(&mut core, t0);
+        let value = |core: &DriverCore| core.scheduler.accumulators().value(id).cloned();
+        assert_eq!(value(&core), Some(AccumulatorValue::Long(0)), "not before");
+        let reply = if fetched {
+            Ok(ChunkReply::Chunk {
+                offset: 0,
+                total_size: 4,
+                data: &[1, 2, 3, 4],
+            })
+        } else {
+            Err(ChunkFailure::Other("gone".to_owned()))
+        };
+        core.chunk_received(t0, task_id, reply);
+        drain(&mut core, t0);
+        let expected = if fetched { 5 } else { 0 };
+        assert_eq!(value(&core), Some(AccumulatorValue::Long(expected)));
     }
 }

@@ -1,0 +1,331 @@
+//! Accumulators through the pure task scheduler: random interleavings of launches,
+//! successes, failures, kills, lost executors, duplicate reports, speculative copies and
+//! stage resubmissions, every task adding 1. At every step the accumulator holds exactly
+//! the number of partitions that succeeded so far: each merged once, never from a failed
+//! or killed attempt. Time is injected; nothing sleeps.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use flint_scheduler::{
+    AccumulatorKind, AccumulatorValue, Action, ExecutorLossReason, SchedulerConfig, SchedulerEvent,
+    SpeculationConfig, TaskEndReason, TaskScheduler, TaskSet, WorkerOffer, FIRST_JOB_ID,
+};
+use flint_wire::{
+    AccumulatorUpdate, FetchFailure, TaskFailureKind, TaskMetrics, TaskOutcome, TaskState,
+};
+use proptest::prelude::*;
+
+const HOSTS: usize = 3;
+/// A job of stages (as the DAG scheduler submits them): a stage that could not fetch its
+/// input is resubmitted under the same job.
+const JOB: u32 = FIRST_JOB_ID;
+const STAGE: u32 = FIRST_JOB_ID + 1;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Executor `k` (on host `k`) offers `cores`.
+    Offer(usize, u32),
+    /// A running attempt succeeds.
+    Succeed(usize),
+    /// A running attempt fails (counted).
+    Fail(usize),
+    /// A running attempt is killed.
+    Kill(usize),
+    /// A running attempt cannot fetch its input: its task set ends, to be resubmitted.
+    FetchFail(usize),
+    /// An attempt that succeeded reports its success again.
+    Duplicate(usize),
+    /// Time passes: speculation looks for slow tasks.
+    Tick(u64),
+    /// Executor `k` is lost with its running attempts.
+    Lose(usize),
+    /// The stage gets a new attempt of every partition (when no attempt of it is
+    /// active), as after a lost map output.
+    Resubmit,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..HOSTS, 1u32..4).prop_map(|(k, c)| Op::Offer(k, c)),
+        4 => any::<usize>().prop_map(Op::Succeed),
+        1 => any::<usize>().prop_map(Op::Fail),
+        1 => any::<usize>().prop_map(Op::Kill),
+        1 => any::<usize>().prop_map(Op::FetchFail),
+        1 => any::<usize>().prop_map(Op::Duplicate),
+        2 => (1u64..3000).prop_map(Op::Tick),
+        1 => (0..HOSTS).prop_map(Op::Lose),
+        1 => Just(Op::Resubmit),
+    ]
+}
+
+fn adds_one(id: u64) -> TaskOutcome {
+    TaskOutcome::Direct {
+        value: Bytes::new(),
+        metrics: TaskMetrics::default(),
+        accumulators: vec![AccumulatorUpdate {
+            id,
+            name: None,
+            value: AccumulatorValue::Long(1),
+        }],
+    }
+}
+
+fn failure() -> TaskOutcome {
+    TaskOutcome::Failure {
+        kind: TaskFailureKind::Exception,
+        message: "boom".into(),
+        counts_towards_failures: true,
+        metrics: TaskMetrics::default(),
+    }
+}
+
+fn fetch_failure() -> TaskOutcome {
+    TaskOutcome::FetchFailed {
+        failure: Box::new(FetchFailure {
+            address: None,
+            shuffle_id: 0,
+            map_index: Some(0),
+            reduce_id: 0,
+            message: "lost".into(),
+        }),
+        metrics: TaskMetrics::default(),
+    }
+}
+
+struct Run {
+    scheduler: TaskScheduler,
+    now: Instant,
+    id: u64,
+    running: Vec<u64>,
+    succeeded_attempts: Vec<u64>,
+    attempt: u32,
+    /// Partitions with an accepted success (a `TaskEnd` with `Success`).
+    succeeded: BTreeSet<u32>,
+    /// Partitions listeners saw counted, in order.
+    counted: Vec<u32>,
+    lost: [bool; HOSTS],
+}
+
+impl Run {
+    fn new(partitions: u32) -> Run {
+        let now = Instant::now();
+        let mut scheduler = TaskScheduler::new(SchedulerConfig {
+            speculation: Some(SpeculationConfig::default()),
+            ..SchedulerConfig::default()
+        });
+        let id = scheduler
+            .accumulators_mut()
+            .register("tasks", AccumulatorKind::Long)
+            .id;
+        scheduler
+            .submit_tasks(now, TaskSet::new(JOB, STAGE, partitions, Bytes::new()))
+            .unwrap();
+        Run {
+            scheduler,
+            now,
+            id,
+            running: Vec::new(),
+            succeeded_attempts: Vec::new(),
+            attempt: 0,
+            succeeded: BTreeSet::new(),
+            counted: Vec::new(),
+            lost: [false; HOSTS],
+        }
+    }
+
+    fn take(&mut self, i: usize) -> Option<u64> {
+        if self.running.is_empty() {
+            return None;
+        }
+        let at = i % self.running.len();
+        Some(self.running.swap_remove(at))
+    }
+
+    fn apply(&mut self, op: &Op, partitions: u32) {
+        let now = self.now;
+        match *op {
+            Op::Offer(k, cores) => {
+                if self.lost[k] {
+                    return;
+                }
+                let offer = [WorkerOffer::new(k.to_string(), format!("host-{k}"), cores)];
+                let launched = self.scheduler.resource_offers(now, &offer);
+                self.running
+                    .extend(launched.iter().flatten().map(|t| t.task_id));
+            }
+            Op::Succeed(i) => {
+                if let Some(task_id) = self.take(i) {
+                    let outcome = adds_one(self.id);
+                    self.scheduler
+                        .status_update(now, task_id, TaskState::Finished, outcome);
+                    self.succeeded_attempts.push(task_id);
+                }
+            }
+            Op::Fail(i) => {
+                if let Some(task_id) = self.take(i) {
+                    self.scheduler
+                        .status_update(now, task_id, TaskState::Failed, failure());
+                }
+            }
+            Op::Kill(i) => {
+                if let Some(task_id) = self.take(i) {
+                    self.scheduler
+                        .status_update(now, task_id, TaskState::Killed, failure());
+                }
+            }
+            Op::FetchFail(i) => {
+                if let Some(task_id) = self.take(i) {
+                    self.scheduler
+                        .status_update(now, task_id, TaskState::Failed, fetch_failure());
+                }
+            }
+            Op::Duplicate(i) => {
+                if !self.succeeded_attempts.is_empty() {
+                    let task_id = self.succeeded_attempts[i % self.succeeded_attempts.len()];
+                    let outcome = adds_one(self.id);
+                    self.scheduler
+                        .status_update(now, task_id, TaskState::Finished, outcome);
+                }
+            }
+            Op::Tick(ms) => {
+                self.now += Duration::from_millis(ms);
+                self.scheduler.handle_timeout(self.now);
+            }
+            Op::Lose(k) => {
+                if !std::mem::replace(&mut self.lost[k], true) {
+                    let reason = ExecutorLossReason::SlaveLost {
+                        message: "gone".into(),
+                        worker_lost: false,
+                    };
+                    let lost: Vec<u64> = self.scheduler.running_tasks_on(&k.to_string()).collect();
+                    self.scheduler.executor_lost(now, &k.to_string(), reason);
+                    self.running.retain(|t| !lost.contains(t));
+                }
+            }
+            Op::Resubmit => {
+                let active = self
+                    .scheduler
+                    .task_sets()
+                    .any(|m| m.id().stage_id == STAGE && !m.is_zombie());
+                if !active {
+                    self.attempt += 1;
+                    let task_set = TaskSet::new(JOB, STAGE, partitions, Bytes::new())
+                        .with_attempt(self.attempt);
+                    self.scheduler.submit_tasks(now, task_set).unwrap();
+                }
+            }
+        }
+        for action in self.scheduler.drain_actions() {
+            match action {
+                Action::Event(SchedulerEvent::TaskEnd {
+                    index,
+                    reason: TaskEndReason::Success(_),
+                    ..
+                }) => {
+                    // TaskSet::new: the task of index i computes partition i.
+                    self.succeeded.insert(index);
+                }
+                Action::Event(SchedulerEvent::TaskAccumulators {
+                    partition, counted, ..
+                }) if counted => self.counted.push(partition),
+                _ => {}
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn each_partition_that_succeeded_is_merged_exactly_once(
+        partitions in 1u32..12,
+        ops in proptest::collection::vec(op(), 1..200),
+    ) {
+        let mut run = Run::new(partitions);
+        for op in &ops {
+            run.apply(op, partitions);
+            let value = run.scheduler.accumulators().value(run.id).cloned();
+            prop_assert_eq!(
+                value,
+                Some(AccumulatorValue::Long(run.succeeded.len() as i64)),
+                "after {:?}", op
+            );
+        }
+        let mut counted = run.counted.clone();
+        counted.sort_unstable();
+        counted.dedup();
+        prop_assert_eq!(counted.len(), run.counted.len(), "a partition counted twice");
+        prop_assert_eq!(counted, run.succeeded.iter().copied().collect::<Vec<_>>());
+    }
+}
+
+/// An interleaving the proptest is after, spelled out: a partition merged from its first
+/// attempt is not merged again when the stage is resubmitted and runs it again, nor on a
+/// duplicate report of its success.
+#[test]
+fn a_resubmitted_stage_and_a_duplicate_report_add_nothing_more() {
+    let mut run = Run::new(2);
+    run.apply(&Op::Offer(0, 2), 2);
+    run.apply(&Op::Succeed(0), 2);
+    // The other cannot read its input: the stage is resubmitted with both partitions.
+    run.apply(&Op::FetchFail(0), 2);
+    assert!(run.running.is_empty());
+    assert_eq!(run.succeeded.len(), 1);
+    run.apply(&Op::Resubmit, 2);
+    run.apply(&Op::Offer(1, 2), 2);
+    assert_eq!(run.running.len(), 2);
+    run.apply(&Op::Succeed(0), 2);
+    run.apply(&Op::Succeed(0), 2);
+    assert_eq!(run.succeeded.len(), 2);
+    assert_eq!(
+        run.scheduler.accumulators().value(run.id),
+        Some(&AccumulatorValue::Long(2))
+    );
+    // A late duplicate report of the first success: nothing more.
+    run.apply(&Op::Duplicate(0), 2);
+    assert_eq!(
+        run.scheduler.accumulators().value(run.id),
+        Some(&AccumulatorValue::Long(2))
+    );
+}
+
+/// A heartbeat's partial values are shown to listeners and never merged; the value
+/// comes from the task's result alone.
+#[test]
+fn partial_values_from_heartbeats_are_progress_only() {
+    let mut run = Run::new(1);
+    run.apply(&Op::Offer(0, 1), 1);
+    let task_id = run.running[0];
+    let partial = flint_wire::TaskAccumUpdates {
+        task_id,
+        metrics: TaskMetrics::default(),
+        accumulators: vec![AccumulatorUpdate {
+            id: run.id,
+            name: None,
+            value: AccumulatorValue::Long(7),
+        }],
+    };
+    assert!(run
+        .scheduler
+        .executor_heartbeat_received("0", vec![partial]));
+    let shown = run.scheduler.drain_actions().any(|action| {
+        matches!(
+            action,
+            Action::Event(SchedulerEvent::ExecutorMetricsUpdate { ref updates, .. })
+                if updates[0].accumulators[0].value == AccumulatorValue::Long(7)
+        )
+    });
+    assert!(shown, "listeners see the partial value");
+    assert_eq!(
+        run.scheduler.accumulators().value(run.id),
+        Some(&AccumulatorValue::Long(0))
+    );
+    run.apply(&Op::Succeed(0), 1);
+    assert_eq!(
+        run.scheduler.accumulators().value(run.id),
+        Some(&AccumulatorValue::Long(1))
+    );
+}

@@ -1,0 +1,312 @@
+//! Accumulators across real processes: a driver in this process, `flint executor`
+//! processes on 127.0.0.1. Every task adds 1 to one long accumulator *before* it fails,
+//! sleeps or crashes (the built-in `accumulate`), so that a driver that merged a failed,
+//! killed or lost attempt, or a partition twice, would count more than the partitions.
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flint::rpc::Conf;
+use flint::scheduler::dag::{JobSpec, StageSpec};
+use flint::scheduler::{
+    AccumulatorKind, AccumulatorValue, Driver, SchedulerEvent, SchedulerListener, TaskEndReason,
+    TaskLocation, TaskSet, TaskSpec,
+};
+use flint::wire::{TaskPayload, TaskState};
+use flint_testkit::process::Processes;
+
+const FLINT: &str = env!("CARGO_BIN_EXE_flint");
+const PARTITIONS: u32 = 40;
+/// Fails its first two attempts.
+const FAILS_TWICE: u32 = 3;
+/// Sleeps 4 s in its first attempt, on executor "a": a speculative copy on another host
+/// finishes first (a copy never runs on the host of its original).
+const SLOW: u32 = 5;
+/// Ends its executor's process ("c") in its first attempt.
+const CRASHES: u32 = 7;
+/// Executors, each on a host of its own name.
+const EXECUTORS: [&str; 3] = ["a", "b", "c"];
+const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `flint executor` processes of 2 cores, each on a host of its own name, with `pairs`.
+fn spawn_executors(driver: &Driver, ids: &[&str], pairs: &[&str]) -> Processes {
+    let mut processes = Processes(Vec::new());
+    for id in ids {
+        let mut command = Command::new(FLINT);
+        command
+            .args(["executor", "--driver", &driver.address().to_string()])
+            .args(["--cores", "2", "--executor-id", id, "--hostname"])
+            .arg(format!("host-{id}"));
+        for pair in pairs {
+            command.args(["--conf", pair]);
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        processes.0.push(child);
+    }
+    processes
+}
+
+#[derive(Default)]
+struct Seen {
+    speculative_launches: usize,
+    failed: usize,
+    killed: usize,
+    counted: Vec<u32>,
+    not_counted: usize,
+    executors_removed: usize,
+    partial_heartbeat_values: usize,
+}
+
+#[derive(Clone, Default)]
+struct Watch(Arc<Mutex<Seen>>);
+
+impl SchedulerListener for Watch {
+    fn on_event(&mut self, event: &SchedulerEvent) {
+        let mut seen = self.0.lock().unwrap();
+        match event {
+            SchedulerEvent::TaskStart { speculative, .. } => {
+                seen.speculative_launches += usize::from(*speculative);
+            }
+            SchedulerEvent::TaskEnd { state, .. } => match state {
+                TaskState::Failed => seen.failed += 1,
+                TaskState::Killed => seen.killed += 1,
+                _ => {}
+            },
+            SchedulerEvent::ExecutorRemoved { .. } => seen.executors_removed += 1,
+            SchedulerEvent::ExecutorMetricsUpdate { updates, .. } => {
+                seen.partial_heartbeat_values += updates
+                    .iter()
+                    .filter(|u| !u.accumulators.is_empty())
+                    .count();
+            }
+            _ => {}
+        }
+    }
+
+    fn on_task_accumulators(
+        &mut self,
+        _task_id: u64,
+        partition: u32,
+        _updates: &[flint::wire::AccumulatorUpdate],
+        counted: bool,
+    ) {
+        let mut seen = self.0.lock().unwrap();
+        if counted {
+            seen.counted.push(partition);
+        } else {
+            seen.not_counted += 1;
+        }
+    }
+}
+
+#[test]
+fn every_partition_adds_once_through_failures_speculation_and_a_lost_executor() {
+    let pairs = [
+        "executor.heartbeatInterval=200ms",
+        "network.timeout=20s",
+        "speculation=true",
+        "speculation.interval=50ms",
+        "speculation.quantile=0.5",
+    ];
+    let conf = Conf::from_pairs(pairs).unwrap();
+    let driver = Driver::standalone(&conf).unwrap();
+    let watch = Watch::default();
+    driver.add_listener(watch.clone());
+    let counter = driver.register_accumulator("tasks", AccumulatorKind::Long);
+    let other = driver.register_accumulator("untouched", AccumulatorKind::Double);
+    let processes = spawn_executors(&driver, &EXECUTORS, &pairs);
+    driver
+        .wait_for_executors(EXECUTORS.len(), Duration::from_secs(30))
+        .unwrap();
+    let on = |id: &str| {
+        [TaskLocation::Executor {
+            host: format!("host-{id}").into(),
+            executor_id: id.into(),
+        }]
+    };
+
+    let id = counter.id;
+    let payload =
+        |extra: &str| TaskPayload::encode("accumulate", format!("{id}{extra}").as_bytes()).unwrap();
+    let mut task_set = TaskSet::new(0, 0, PARTITIONS, payload(""));
+    task_set.tasks[FAILS_TWICE as usize] =
+        TaskSpec::new(FAILS_TWICE).with_payload(payload(",fail-below=2"));
+    task_set.tasks[SLOW as usize] = TaskSpec::new(SLOW)
+        .with_payload(payload(",sleep-first=4000"))
+        .with_locations(on("a"));
+    task_set.tasks[CRASHES as usize] = TaskSpec::new(CRASHES)
+        .with_payload(payload(",exit-first=3"))
+        .with_locations(on("c"));
+    let handle = driver.submit(task_set).unwrap();
+    let outcome = handle.wait(JOB_TIMEOUT).expect("the job succeeds");
+    assert_eq!(outcome.results.len(), PARTITIONS as usize);
+
+    // Exactly the number of partitions, whatever ran twice or failed on the way.
+    assert_eq!(
+        driver.accumulator_value(id),
+        Some(AccumulatorValue::Long(i64::from(PARTITIONS)))
+    );
+    assert_eq!(
+        driver.accumulator_value(other.id),
+        Some(AccumulatorValue::double(0.0))
+    );
+    assert_eq!(driver.accumulator_value(999), None);
+
+    let seen = watch.0.lock().unwrap();
+    eprintln!(
+        "{} failed, {} killed, {} speculative launches, {} executors removed, {} counted, \
+         {} shown and not counted, {} partial values in heartbeats",
+        seen.failed,
+        seen.killed,
+        seen.speculative_launches,
+        seen.executors_removed,
+        seen.counted.len(),
+        seen.not_counted,
+        seen.partial_heartbeat_values
+    );
+    // The faults did happen: two failures of one task, a lost executor, a speculative
+    // copy of the slow task (its original killed, or finishing later uncounted).
+    assert!(seen.failed >= 2, "failed attempts: {}", seen.failed);
+    assert!(seen.executors_removed >= 1, "no executor was lost");
+    assert!(
+        seen.speculative_launches >= 1,
+        "no speculative copy was launched"
+    );
+    // Listeners saw each partition counted once.
+    let mut counted = seen.counted.clone();
+    counted.sort_unstable();
+    assert_eq!(counted, (0..PARTITIONS).collect::<Vec<_>>());
+    drop(seen);
+    driver.stop().unwrap();
+    drop(processes);
+}
+
+/// Kills, once, the executor that computed the most outputs of the job's first stage,
+/// when that stage completes (before any task of the next is launched): the next stage's
+/// readers fail to fetch them and the map stage is resubmitted for them.
+struct KillAtMapStageEnd {
+    map_stage: Option<u32>,
+    outputs: std::collections::BTreeMap<String, u32>,
+    processes: Arc<Mutex<Processes>>,
+    ids: Vec<String>,
+    killed: Arc<Mutex<Option<String>>>,
+}
+
+impl SchedulerListener for KillAtMapStageEnd {
+    fn on_event(&mut self, event: &SchedulerEvent) {
+        match event {
+            SchedulerEvent::StageSubmitted { task_set, .. } if self.map_stage.is_none() => {
+                self.map_stage = Some(task_set.stage_id);
+            }
+            SchedulerEvent::TaskEnd {
+                task_set,
+                executor_id,
+                reason: TaskEndReason::Success(_),
+                ..
+            } if Some(task_set.stage_id) == self.map_stage => {
+                *self.outputs.entry(executor_id.to_string()).or_default() += 1;
+            }
+            SchedulerEvent::StageCompleted {
+                task_set,
+                failure: None,
+                ..
+            } if Some(task_set.stage_id) == self.map_stage => {
+                let mut killed = self.killed.lock().unwrap();
+                if killed.is_some() {
+                    return;
+                }
+                let victim = self
+                    .outputs
+                    .iter()
+                    .max_by_key(|(_, held)| **held)
+                    .map(|(id, _)| id.clone())
+                    .expect("the map stage ran somewhere");
+                let index = self.ids.iter().position(|id| *id == victim).unwrap();
+                // SIGKILL: the process serves none of its map outputs any more.
+                let _ = self.processes.lock().unwrap().0[index].kill();
+                *killed = Some(victim);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A job of two stages whose map tasks each add 1, and an executor killed once the map
+/// stage is done: the map stage is resubmitted for the outputs it held, and those map
+/// partitions run (and add) again; the value is still the number of map partitions.
+#[test]
+fn a_map_stage_resubmitted_after_a_lost_executor_adds_nothing_more() {
+    const MAPS: u32 = 12;
+    const REDUCES: u32 = 3;
+    let pairs = ["executor.heartbeatInterval=200ms", "network.timeout=20s"];
+    let driver = Driver::standalone(&Conf::from_pairs(pairs).unwrap()).unwrap();
+    let ids = ["a", "b"];
+    let processes = Arc::new(Mutex::new(spawn_executors(&driver, &ids, &pairs)));
+    driver
+        .wait_for_executors(ids.len(), Duration::from_secs(30))
+        .unwrap();
+    let maps = driver.register_accumulator("map tasks", AccumulatorKind::Long);
+    let killed: Arc<Mutex<Option<String>>> = Arc::default();
+    driver.add_listener(KillAtMapStageEnd {
+        map_stage: None,
+        outputs: Default::default(),
+        processes: processes.clone(),
+        ids: ids.iter().map(|id| id.to_string()).collect(),
+        killed: killed.clone(),
+    });
+    let watch = Watch::default();
+    driver.add_listener(watch.clone());
+
+    let shuffle = driver.new_shuffle_id();
+    let map = StageSpec::new(
+        "accumulate at tests/accumulators.rs",
+        MAPS,
+        TaskPayload::encode("accumulate", maps.id.to_string().as_bytes()).unwrap(),
+    );
+    let reduce = StageSpec::new(
+        "shuffle-count at tests/accumulators.rs",
+        REDUCES,
+        TaskPayload::encode("shuffle-count", b"").unwrap(),
+    )
+    .reading([shuffle]);
+    let job = JobSpec::new("accumulate", reduce).with_shuffle(shuffle, REDUCES, map);
+    let outcome = driver
+        .submit_job(job)
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .expect("the job succeeds");
+
+    // Every reduce partition read one record of every map partition.
+    for result in &outcome.results {
+        let records = u64::from_le_bytes(result[..8].try_into().unwrap());
+        assert_eq!(records, u64::from(MAPS));
+    }
+    assert!(killed.lock().unwrap().is_some(), "the map stage completed");
+    assert!(
+        outcome.stats.fetch_failures >= 1 && outcome.stats.stage_attempts >= 4,
+        "the map stage was resubmitted: {:?}",
+        outcome.stats
+    );
+    let seen = watch.0.lock().unwrap();
+    eprintln!(
+        "{:?}; {} counted, {} shown and not counted",
+        outcome.stats,
+        seen.counted.len(),
+        seen.not_counted
+    );
+    // Map partitions ran again, and added again...
+    assert!(seen.counted.len() + seen.not_counted > MAPS as usize);
+    // ... and were merged once.
+    assert_eq!(
+        driver.accumulator_value(maps.id),
+        Some(AccumulatorValue::Long(i64::from(MAPS)))
+    );
+    drop(seen);
+    driver.stop().unwrap();
+}
