@@ -16,7 +16,10 @@
 //!   partition;
 //! - [`Heartbeater`]: the heartbeat schedule and failure count, a state machine with an
 //!   injected clock;
-//! - [`BlockStore`]: results too large for a message, fetched by the driver in chunks.
+//! - [`BlockStore`]: results too large for a message, fetched by the driver in chunks;
+//! - [`broadcast`]: broadcast variables, fetched in checked pieces from the driver and
+//!   other executors once per executor, and read by tasks without a copy
+//!   ([`TaskContext::broadcast`]).
 //!
 //! # The protocol with the driver
 //!
@@ -106,6 +109,7 @@
 
 mod backend;
 mod block_store;
+pub mod broadcast;
 pub mod config;
 mod executor;
 mod handoff;
