@@ -80,9 +80,10 @@ mod driver;
 // The public modules, where they were before the crate was split into `core` and
 // `driver`: users name them by these paths.
 pub use crate::core::{
-    config, dag, error, events, heartbeat, locality, pool, rng, speculation, task_scheduler,
-    task_set, task_set_manager,
+    broadcast, config, dag, error, events, heartbeat, locality, pool, rng, speculation,
+    task_scheduler, task_set, task_set_manager,
 };
+pub use crate::driver::broadcast::Broadcast;
 pub use crate::driver::{cluster_manager, job};
 
 pub use crate::core::config::SchedulingMode;

@@ -18,6 +18,7 @@
 //!   and failed.
 //! - [`config`], [`error`], [`events`]: what the state machines read, refuse and report.
 
+pub mod broadcast;
 pub mod config;
 pub mod dag;
 pub(crate) mod driver_core;
