@@ -156,8 +156,8 @@ pub use shared_str::{AsArchivedString, SharedStr};
 pub use task_name::{AsNameString, TaskName};
 pub use task_payload::{
     ShuffleRead, ShuffleWrite, StageInfo, TaskPayload, BLOCK_MANAGER_ENDPOINT, BROADCAST_ENDPOINT,
-    DRIVER_ENDPOINT,
-    EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT, MAX_FUNCTION_NAME,
+    DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT,
+    MAX_FUNCTION_NAME,
 };
 pub use units::bytes_to_string;
 
