@@ -347,3 +347,49 @@ fn an_executor_that_joins_after_the_broadcast_was_made_gets_it_from_a_peer() {
     asker.stop();
     driver.stop().unwrap();
 }
+
+/// A broadcast bound to a job lives on the executors for the job's lifetime: when the
+/// job ends they drop it, and the next read fetches it again from the driver. Bound to
+/// a job that has ended already, it is dropped at once.
+#[test]
+fn a_broadcast_bound_to_a_job_is_dropped_by_the_executors_when_the_job_ends() {
+    let block = ["broadcast.blockSize=1m"];
+    let conf = conf(&block);
+    let driver = Driver::standalone(&conf).unwrap();
+    let _executor = Processes(vec![spawn_executor(
+        driver.address(),
+        "1",
+        &block,
+        Stdio::inherit(),
+    )]);
+    driver.wait_for_executors(1, REGISTER_TIMEOUT).unwrap();
+    let value = Bytes::from(pattern(4 << 20));
+    let broadcast = driver.broadcast(value.clone());
+    let mut job = driver.job("reads a broadcast");
+    let spec = job
+        .stage("broadcast-read", 4, broadcast.id().to_string())
+        .unwrap()
+        .result();
+    // Bound before its tasks can end: the stage waits for the driver's lock, held here.
+    let handle = driver.submit_job(spec).unwrap();
+    assert!(driver.unpersist_at_job_end(broadcast.id(), handle.job_id()));
+    let outcome = handle.wait(JOB_TIMEOUT).unwrap();
+    assert_eq!(outcome.results.len(), 4);
+    assert!(outcome
+        .results
+        .iter()
+        .all(|r| r[..8] == value.len().to_le_bytes()));
+    assert_eq!(driver.broadcast_bytes_served().0, 4 * MIB);
+    assert!(
+        driver.broadcast_holders(broadcast.id()).is_empty(),
+        "forgotten with the job"
+    );
+    // The job's end was told to the executor before anything launched after it.
+    read_everywhere(&driver, 0, 4, broadcast, &value);
+    assert_eq!(driver.broadcast_bytes_served().0, 8 * MIB, "fetched again");
+    // Bound to the job that has ended: dropped at once, fetched once more.
+    assert!(driver.unpersist_at_job_end(broadcast.id(), handle.job_id()));
+    read_everywhere(&driver, 1, 4, broadcast, &value);
+    assert_eq!(driver.broadcast_bytes_served().0, 12 * MIB);
+    driver.stop().unwrap();
+}

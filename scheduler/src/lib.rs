@@ -35,6 +35,11 @@
 //!   set's results on, [`Driver::submit_job`] a [`JobHandle`] for a job of stages
 //!   written with [`Driver::job`] ([`JobBuilder`]: map stages that shuffle, the stages
 //!   that read them, the result stage).
+//! - [`Broadcast`]: broadcast variables ([`Driver::broadcast`]; the `BroadcastManager`
+//!   endpoint serves their pieces, [`broadcast::BroadcastManager`] decides). A task set
+//!   whose serialized tasks exceed `rpc.message.maxSize` aborts with "... Consider
+//!   increasing rpc.message.maxSize or using broadcast variables for large values.";
+//!   [`Driver::broadcast`]'s example runs that same job with a broadcast instead.
 //! - [`cluster_manager`]: where executors come from; [`LocalClusterManager`] starts
 //!   `flint executor` processes on this host, on a thread of the driver's own (the
 //!   executor supply thread), never on the event loop's.

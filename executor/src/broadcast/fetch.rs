@@ -125,6 +125,7 @@ impl BroadcastFetcher {
             self.limits.max_size,
         )?;
         let mut peers = Vec::new();
+        let mut addresses = Vec::new();
         let mut held = Vec::new();
         for holder in info.holders.iter().take(MAX_HOLDERS) {
             if holder.location.executor_id.as_str() == &*self.location.executor_id {
@@ -137,6 +138,7 @@ impl BroadcastFetcher {
                 continue;
             };
             peers.push(self.env.endpoint_ref(address, BLOCK_MANAGER_ENDPOINT));
+            addresses.push(address);
             held.push(
                 holder
                     .pieces
@@ -156,7 +158,7 @@ impl BroadcastFetcher {
             retry_wait: self.limits.retry_wait,
         };
         let mut plan = FetchPlan::new(layout, &held, plan_limits, seed());
-        let pieces = self.fetch_pieces(&mut plan, &peers, sink, interrupted)?;
+        let pieces = self.fetch_pieces(&mut plan, (&peers, &addresses), sink, interrupted)?;
         let layout = plan.layout();
         // The declared size, checked against broadcast.maxSize above; every piece's
         // length was checked against the layout on arrival.
@@ -170,7 +172,7 @@ impl BroadcastFetcher {
     fn fetch_pieces(
         &self,
         plan: &mut FetchPlan,
-        peers: &[EndpointRef],
+        (peers, addresses): (&[EndpointRef], &[SocketAddr]),
         sink: &PieceSink<'_>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Vec<Bytes>, BroadcastError> {
@@ -250,11 +252,15 @@ impl BroadcastFetcher {
                 }
                 Arrival::Stale => {}
                 Arrival::Rejected(why) => {
+                    let source = match source {
+                        Source::Driver => "the driver".to_owned(),
+                        Source::Peer(i) => format!("the block server at {}", addresses[i]),
+                    };
                     let mut budget = self.peer_warnings.lock().unwrap_or_else(|e| e.into_inner());
                     flint_rpc::peer_warn!(
                         budget,
                         now,
-                        "Piece broadcast_{broadcast_id}_piece{piece} from {source:?} was \
+                        "Piece broadcast_{broadcast_id}_piece{piece} from {source} was \
                          dropped, to be fetched again: {why}"
                     );
                 }

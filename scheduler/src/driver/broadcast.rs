@@ -107,10 +107,16 @@ impl Driver {
     }
 
     /// Unpersists broadcast `id` when job `job_id` (of [`Driver::submit_job`]) ends,
-    /// however it ends: the value lives on executors for the job's lifetime. False if
-    /// there is no such broadcast.
+    /// however it ends: the value lives on executors for the job's lifetime. A job that
+    /// has ended already (or was never submitted) unpersists it at once. False if there
+    /// is no such broadcast.
     pub fn unpersist_at_job_end(&self, id: u64, job_id: u32) -> bool {
-        self.state().broadcasts.unpersist_at_job_end(id, job_id)
+        let mut state = self.state();
+        if state.job_is_open(job_id) {
+            return state.broadcasts.unpersist_at_job_end(id, job_id);
+        }
+        drop(state);
+        self.unpersist_broadcast(id)
     }
 
     /// Bytes of broadcast pieces the driver has sent, and how many pieces.

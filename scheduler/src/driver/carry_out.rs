@@ -127,6 +127,11 @@ impl DriverState {
         }
     }
 
+    /// Whether job `job_id` was taken and has not ended yet.
+    pub fn job_is_open(&self, job_id: u32) -> bool {
+        self.jobs.contains_key(&job_id)
+    }
+
     /// Follows a job the core just took.
     pub fn track_job(&mut self, job_id: u32, handle: Arc<JobShared>) {
         self.jobs.insert(job_id, handle);
@@ -227,11 +232,12 @@ impl DriverState {
                     result,
                     stats,
                 } => {
-                    if let Some(handle) = self.jobs.remove(&job_id) {
-                        handle.finish(result, stats, now);
-                    }
+                    // Before the job's waiter wakes: what it launches next comes after.
                     for broadcast_id in self.broadcasts.job_ended(job_id) {
                         self.send_to_executors(&Message::UnpersistBroadcast { broadcast_id });
+                    }
+                    if let Some(handle) = self.jobs.remove(&job_id) {
+                        handle.finish(result, stats, now);
                     }
                 }
             }
