@@ -801,6 +801,11 @@ pub enum Message {
     },
 }
 
+/// The most pieces a broadcast is cut into: the driver makes its pieces larger than
+/// `broadcast.blockSize` rather than more, and an executor refuses a description of
+/// more, so that a piece's bookkeeping stays small beside the value.
+pub const MAX_BROADCAST_PIECES: u32 = 1 << 16;
+
 /// Where the pieces of a broadcast are: the driver's answer to
 /// [`Message::GetBroadcastInfo`].
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

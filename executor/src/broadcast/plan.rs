@@ -52,6 +52,12 @@ impl Layout {
         } else {
             total_size.div_ceil(u64::from(piece_size))
         };
+        if pieces > u64::from(flint_wire::MAX_BROADCAST_PIECES) {
+            return Err(bad(format!(
+                "{pieces} pieces of {piece_size} bytes, more than {}",
+                flint_wire::MAX_BROADCAST_PIECES
+            )));
+        }
         if checksums.len() as u64 != pieces {
             return Err(bad(format!(
                 "{} checksums for {pieces} pieces of {piece_size} bytes in {total_size} bytes",
@@ -448,6 +454,13 @@ mod tests {
             "{counts}"
         );
         assert!(Layout::new(1, 10, 0, [].into_iter(), 100).is_err());
+        // Tiny pieces of a large value: refused before a checksum is read.
+        let tiny = Layout::new(1, 1 << 30, 1, std::iter::repeat_n(0, 1 << 30), 1 << 30);
+        assert!(
+            tiny.as_ref()
+                .is_err_and(|e| e.to_string().contains("1073741824 pieces")),
+            "{tiny:?}"
+        );
         let empty = Layout::new(1, 0, 0, [].into_iter(), 100).unwrap();
         assert_eq!(empty.pieces(), 0);
         let ok = Layout::new(1, 10, 4, [1, 2, 3].into_iter(), 10).unwrap();

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use flint_wire::{BlockManagerId, BroadcastInfo, PieceHolder, SharedStr};
+use flint_wire::{BlockManagerId, BroadcastInfo, PieceHolder, SharedStr, MAX_BROADCAST_PIECES};
 
 use crate::core::fx_hash::FxHashMap;
 
@@ -85,10 +85,14 @@ impl BroadcastManager {
         BroadcastManager::default()
     }
 
-    /// Makes `value` a broadcast cut in pieces of `piece_size` bytes (at least 1);
-    /// returns its id, unique for the driver's life.
+    /// Makes `value` a broadcast cut in pieces of `piece_size` bytes (at least 1, and
+    /// larger when that would make more than [`MAX_BROADCAST_PIECES`] pieces); returns
+    /// its id, unique for the driver's life.
     pub fn create(&mut self, value: Bytes, piece_size: u32) -> u64 {
-        let piece_size = piece_size.max(1);
+        let fewest = (value.len() as u64).div_ceil(u64::from(MAX_BROADCAST_PIECES));
+        let piece_size = piece_size
+            .max(1)
+            .max(u32::try_from(fewest).unwrap_or(u32::MAX));
         let id = self.next_id;
         self.next_id += 1;
         let checksums = value
@@ -325,6 +329,11 @@ mod tests {
         assert_eq!(m.piece(id + 1, 0), Err(BroadcastRefusal::Unknown(id + 1)));
         assert_eq!(m.served(), (4, 1));
         assert_ne!(m.create(value(1), 4), id, "ids are not reused");
+        // Pieces of 1 byte would be too many: larger ones instead.
+        let many = m.create(value(200_000), 1);
+        let info = m.info(many, |_| true).unwrap();
+        assert_eq!(info.piece_size, 4);
+        assert_eq!(info.checksums.len(), 50_000);
     }
 
     #[test]
