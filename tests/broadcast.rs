@@ -265,6 +265,27 @@ fn a_piece_corrupted_in_flight_is_fetched_again_and_not_handed_to_a_task() {
             .unwrap();
     }
     wait_for_holders(&driver, broadcast, pieces, 1);
+    // A report naming a block server on another host than the reporter's is not taken
+    // (the ask after it is answered once it was handled: one connection, in order).
+    manager
+        .send(&Message::BroadcastPieceStored {
+            broadcast_id: broadcast.id(),
+            piece: 0,
+            location: BlockManagerId {
+                host: "192.0.2.1".into(),
+                ..location.clone()
+            },
+        })
+        .unwrap();
+    manager
+        .ask(&Message::GetBroadcastInfo {
+            broadcast_id: broadcast.id(),
+        })
+        .unwrap();
+    assert_eq!(
+        driver.broadcast_holders(broadcast.id()),
+        [(location.clone(), pieces)]
+    );
 
     let _executor = Processes(vec![spawn_executor(
         driver.address(),

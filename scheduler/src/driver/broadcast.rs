@@ -5,6 +5,7 @@
 //!
 //! [`BroadcastManager`]: crate::broadcast::BroadcastManager
 
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -189,6 +190,22 @@ impl Endpoint for BroadcastEndpoint {
                     host: location.host.to_string(),
                     port: location.port.to_native(),
                 };
+                // A peer names block servers on its own host only: other executors are
+                // not sent to addresses elsewhere on its word. (A host name is taken as
+                // it is: resolving it here would stall the loop.)
+                if let (Ok(claimed), Some(sender)) =
+                    (location.host.parse::<IpAddr>(), message.sender())
+                {
+                    if claimed.to_canonical() != sender.ip().to_canonical() {
+                        flint_rpc::peer_warn!(
+                            self.peer_warnings,
+                            ctx.now(),
+                            "A report of a broadcast piece from {sender} names a block server \
+                             on another host ({claimed}): not taken"
+                        );
+                        return;
+                    }
+                }
                 let stored = {
                     let mut state = lock(&self.state);
                     let DriverState {
