@@ -412,5 +412,21 @@ fn a_broadcast_bound_to_a_job_is_dropped_by_the_executors_when_the_job_ends() {
     assert!(driver.unpersist_at_job_end(broadcast.id(), handle.job_id()));
     read_everywhere(&driver, 1, 4, broadcast, &value);
     assert_eq!(driver.broadcast_bytes_served().0, 12 * MIB);
+    // Destroyed, it cannot be read: the tasks fail, saying why.
+    assert!(driver.destroy_broadcast(broadcast.id()));
+    let payload =
+        TaskPayload::encode("broadcast-read", broadcast.id().to_string().as_bytes()).unwrap();
+    let error = driver
+        .submit(TaskSet::new(2, 2, 1, payload))
+        .unwrap()
+        .wait(JOB_TIMEOUT)
+        .unwrap_err()
+        .to_string();
+    let id = broadcast.id();
+    assert!(
+        error.contains(&format!("cannot read broadcast {id}:"))
+            && error.contains(&format!("Broadcast {id} not found")),
+        "{error}"
+    );
     driver.stop().unwrap();
 }
