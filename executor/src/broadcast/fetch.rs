@@ -18,6 +18,11 @@ use super::{BroadcastError, PieceSink};
 /// How often a waiting fetch looks whether its task was killed.
 const KILL_POLL: Duration = Duration::from_millis(100);
 
+/// Pieces one fetch has asked for and not received, at most: eight 4 MiB pieces keep
+/// a link busy, and stay within a source's outbox (`rpc.outbox.maxBytes`, 64 MiB)
+/// whatever `reducer.maxSizeInFlight` says.
+const MAX_PIECES_IN_FLIGHT: u64 = 8;
+
 /// Holders of pieces a fetch considers, at most: the driver's list is a peer's word on
 /// the wire, and a few sources are plenty.
 const MAX_HOLDERS: usize = 32;
@@ -28,7 +33,7 @@ pub struct FetchLimits {
     /// The largest value taken (`broadcast.maxSize`).
     pub max_size: u64,
     /// Bytes of pieces asked for and not yet received (`reducer.maxSizeInFlight`): at
-    /// least one piece is always out.
+    /// least one piece is always out, and at most eight.
     pub max_in_flight: u64,
     /// How long an ask may take (`rpc.askTimeout`).
     pub ask_timeout: Duration,
@@ -150,7 +155,8 @@ impl BroadcastFetcher {
         }
         drop(reply);
         let piece_size = layout.piece_size();
-        let max_in_flight = (self.limits.max_in_flight / u64::from(piece_size.max(1))).max(1);
+        let max_in_flight = (self.limits.max_in_flight / u64::from(piece_size.max(1)))
+            .clamp(1, MAX_PIECES_IN_FLIGHT);
         let plan_limits = PlanLimits {
             max_in_flight: usize::try_from(max_in_flight).unwrap_or(usize::MAX),
             max_attempts: self.limits.max_attempts,
