@@ -192,7 +192,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), count, "a key is in two tables");
-        assert_eq!(count, 52);
+        assert_eq!(count, 54);
         assert_eq!(
             key_info("spark.task.cpus").map(|k| k.default),
             Some(Some("1"))

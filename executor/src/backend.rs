@@ -12,11 +12,12 @@ use flint_rpc::{
 };
 use flint_wire::{
     ArchivedBlockId, ArchivedMessage, ArchivedTaskDescription, BlockId, BlockManagerId, Heartbeat,
-    Message, RegisterExecutor, BLOCK_MANAGER_ENDPOINT, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT,
-    HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT,
+    Message, RegisterExecutor, BLOCK_MANAGER_ENDPOINT, BROADCAST_ENDPOINT, DRIVER_ENDPOINT,
+    EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT,
 };
 use tracing::{debug, error, info, warn};
 
+use crate::broadcast::{BroadcastCache, BroadcastFetcher, BroadcastService, FetchLimits};
 use crate::config::ExecutorConfig;
 use crate::executor::{Executor, Staged};
 use crate::heartbeater::{random_initial_delay, HeartbeatAction, Heartbeater};
@@ -474,6 +475,13 @@ impl Endpoint for ExecutorEndpoint {
                     service.store().remove_shuffle(shuffle_id);
                 }
             }
+            ArchivedMessage::UnpersistBroadcast { broadcast_id } => {
+                let broadcast_id = broadcast_id.to_native();
+                if let Some(service) = backend.executor.broadcast_service() {
+                    let removed = service.cache().remove(broadcast_id);
+                    debug!(removed, "UnpersistBroadcast {broadcast_id}");
+                }
+            }
             ArchivedMessage::StopExecutor => {
                 info!("Driver commanded a shutdown");
                 backend.stopping.store(true, Ordering::Release);
@@ -633,6 +641,7 @@ fn start(
         config.max_size_in_flight,
         config.busy_poll,
     );
+    let broadcast_max_size = config.broadcast_max_size;
     let executor = Executor::new(config, registry, driver.clone())
         .map_err(|e| ExecutorExit::Error(format!("Cannot start the executor: {e}")))?;
     let executor_id = executor.shared_id().clone();
@@ -673,6 +682,26 @@ fn start(
         ask_timeout,
         max_payload,
     )));
+    // Broadcasts travel as shuffle blocks do: through the block server's environment,
+    // from other executors' block servers and from the driver.
+    let broadcasts = Arc::new(BroadcastCache::new());
+    executor.set_broadcast_service(Arc::new(BroadcastService::new(
+        broadcasts.clone(),
+        BroadcastFetcher::new(
+            blocks.handle(),
+            blocks
+                .handle()
+                .endpoint_ref(driver_address, BROADCAST_ENDPOINT),
+            block_manager_id.clone(),
+            FetchLimits {
+                max_size: broadcast_max_size,
+                max_in_flight,
+                ask_timeout,
+                max_attempts: FetchLimits::MAX_ATTEMPTS,
+                retry_wait: FetchLimits::RETRY_WAIT,
+            },
+        ),
+    )));
     blocks
         .handle()
         .register(
@@ -682,7 +711,8 @@ fn start(
                 max_chunk,
                 ask_timeout,
                 max_in_flight.max(max_chunk as u64),
-            ),
+            )
+            .with_broadcasts(broadcasts),
         )
         .map_err(|e| {
             ExecutorExit::Error(format!("Cannot start the executor's block server: {e}"))

@@ -17,6 +17,13 @@ pub const KEYS: &[KeyInfo] = &[
         "Port of the executor's block server, which serves its shuffle blocks; 0 is any free port.",
     ),
     KeyInfo::new(
+        "broadcast.maxSize",
+        Some("1g"),
+        Unit::Bytes,
+        "flint's own: the largest broadcast an executor fetches; a larger one fails the tasks \
+         that read it, and nothing is allocated for it.",
+    ),
+    KeyInfo::new(
         "executor.busyPoll",
         Some("50us"),
         Unit::Duration(TimeUnit::Micros),
@@ -65,6 +72,7 @@ pub const KEYS: &[KeyInfo] = &[
 ];
 
 const BLOCK_MANAGER_PORT: Key = Key::of(KEYS, "blockManager.port");
+const BROADCAST_MAX_SIZE: Key = Key::of(KEYS, "broadcast.maxSize");
 const BUSY_POLL: Key = Key::of(KEYS, "executor.busyPoll");
 /// The key of [`ExecutorConfig::connect_timeout`], named where an executor gives up.
 pub const CONNECT_TIMEOUT_KEY: &str = CONNECT_TIMEOUT.name();
@@ -120,6 +128,9 @@ pub struct ExecutorConfig {
     /// `shuffle.maxMemory`: shuffle bytes held in memory (map tasks' buffers and their
     /// outputs) before the executor spills them to `local_dir`.
     pub shuffle_max_memory: u64,
+    /// `broadcast.maxSize`: the largest broadcast value this executor fetches (the
+    /// driver's word on a size is checked against it before anything is allocated).
+    pub broadcast_max_size: u64,
 }
 
 impl ExecutorConfig {
@@ -156,6 +167,7 @@ impl ExecutorConfig {
                 .map_or_else(std::env::temp_dir, PathBuf::from),
             max_size_in_flight: conf.size(MAX_SIZE_IN_FLIGHT)?,
             shuffle_max_memory: conf.size(SHUFFLE_MAX_MEMORY)?,
+            broadcast_max_size: conf.size(BROADCAST_MAX_SIZE)?,
         })
     }
 }
@@ -191,6 +203,7 @@ mod tests {
         assert_eq!(c.local_dir, std::env::temp_dir());
         assert_eq!(c.max_size_in_flight, 48 << 20);
         assert_eq!(c.shuffle_max_memory, 256 << 20);
+        assert_eq!(c.broadcast_max_size, 1 << 30);
         assert_eq!(
             (c.executor_id.as_str(), c.hostname.as_str(), c.cores),
             ("1", "h", 2)

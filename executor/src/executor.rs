@@ -30,6 +30,7 @@ use rustc_hash::FxHashMap;
 use tracing::{debug, info, warn};
 
 use crate::block_store::BlockStore;
+use crate::broadcast::BroadcastService;
 use crate::config::ExecutorConfig;
 use crate::handoff::Handoff;
 use crate::launch::{Launch, COPY_LIMIT};
@@ -174,6 +175,8 @@ pub(crate) struct Inner {
     kills_of_all: AtomicU64,
     /// What stage tasks use of shuffles; set once, before the first task.
     pub(crate) shuffle: OnceLock<Arc<ShuffleService>>,
+    /// What tasks read broadcasts with; set once, before the first task.
+    pub(crate) broadcasts: OnceLock<Arc<BroadcastService>>,
 }
 
 impl Inner {
@@ -207,6 +210,7 @@ impl Inner {
             stopped: AtomicBool::new(false),
             kills_of_all: AtomicU64::new(0),
             shuffle: OnceLock::new(),
+            broadcasts: OnceLock::new(),
         }
     }
 
@@ -332,6 +336,18 @@ impl Executor {
     /// until given one (a stage task then fails). Only the first call counts.
     pub fn set_shuffle_service(&self, service: Arc<ShuffleService>) {
         let _ = self.inner.shuffle.set(service);
+    }
+
+    /// Gives the executor its broadcast service, which `TaskContext::broadcast` reads
+    /// through: the executor of [`crate::run_executor`] has one. Only the first call
+    /// counts.
+    pub fn set_broadcast_service(&self, service: Arc<BroadcastService>) {
+        let _ = self.inner.broadcasts.set(service);
+    }
+
+    /// The broadcast service, if it has one.
+    pub fn broadcast_service(&self) -> Option<&Arc<BroadcastService>> {
+        self.inner.broadcasts.get()
     }
 
     /// The shuffle service, if it has one.

@@ -17,7 +17,10 @@
 //!   partition;
 //! - [`Heartbeater`]: the heartbeat schedule and failure count, a state machine with an
 //!   injected clock;
-//! - [`BlockStore`]: results too large for a message, fetched by the driver in chunks.
+//! - [`BlockStore`]: results too large for a message, fetched by the driver in chunks;
+//! - [`broadcast`]: broadcast variables, fetched in checked pieces from the driver and
+//!   other executors once per executor, and read by tasks without a copy
+//!   ([`TaskContext::broadcast`]).
 //!
 //! # The protocol with the driver
 //!
@@ -30,6 +33,12 @@
 //!    `GetMapOutputStatuses` for a shuffle its reduce tasks read (once per map-output
 //!    epoch), and other executors' [`flint_wire::BLOCK_MANAGER_ENDPOINT`]s
 //!    `FetchShuffleBlock`; it listens on `blockManager.port` for theirs, and nothing else.
+//!    For a broadcast a task reads, it asks the driver's
+//!    [`flint_wire::BROADCAST_ENDPOINT`] `GetBroadcastInfo`, then `FetchBroadcastPiece`
+//!    of other executors' block servers and of the driver, and tells the driver
+//!    `BroadcastPieceStored` for each piece it holds; its block server answers
+//!    `FetchBroadcastPiece` and `GetBlockServerStats`, and the driver sends
+//!    `UnpersistBroadcast` when the value may go.
 //! 3. Each task ends with one `StatusUpdate`: FINISHED with its result in the message
 //!    when `result + 64 KiB <= rpc.message.maxSize`, else in the block store
 //!    (`TaskOutcome::Indirect`); a shuffle map task's result is its map output's
@@ -143,6 +152,7 @@
 pub mod accumulators;
 mod backend;
 mod block_store;
+pub mod broadcast;
 pub mod config;
 mod executor;
 mod handoff;

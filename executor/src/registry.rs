@@ -43,6 +43,7 @@ pub struct InvalidFunctionName {
 /// | `large-result` | a size: bytes, or with a `k`, `m` or `g` suffix (KiB, MiB, GiB) | returns that many bytes; byte i is `i % 251` |
 /// | `exit-process` | an exit code, 1 to 255 | ends the executor's whole process with that code at once, as a task that crashes its executor does |
 /// | `accumulate` | `ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE]` | adds 1 to the long accumulator `ID` (in a shuffle map stage, writes one record to each reduce partition), then: fails while its attempt number is below N; sleeps MS milliseconds in its first attempt (checking its kill flag); ends the process with CODE in its first attempt; returns an empty result |
+/// | `broadcast-read` | a broadcast id | reads the broadcast and returns its length, the address of its first byte (tasks of one executor share one copy) and the CRC32 of a 4 KiB window of it that depends on the partition ([`crate::broadcast::broadcast_read`]) |
 ///
 /// and the functions of jobs of stages in [`crate::jobs`] (`wordcount-map`,
 /// `wordcount-reduce`, `shuffle-write`, `shuffle-count`).
@@ -86,7 +87,7 @@ impl TaskRegistry {
     /// A registry with flint's built-in functions (see the table above).
     pub fn with_builtins() -> Self {
         let mut registry = TaskRegistry::new();
-        let builtins: [(&str, Arc<TaskFn>); 12] = [
+        let builtins: [(&str, Arc<TaskFn>); 13] = [
             ("noop", Arc::new(noop)),
             ("echo", Arc::new(echo)),
             ("sleep", Arc::new(sleep)),
@@ -99,6 +100,7 @@ impl TaskRegistry {
             ("wordcount-reduce", Arc::new(jobs::wordcount_reduce)),
             ("shuffle-write", Arc::new(jobs::shuffle_write)),
             ("shuffle-count", Arc::new(jobs::shuffle_count)),
+            ("broadcast-read", Arc::new(crate::broadcast::broadcast_read)),
         ];
         for (name, function) in builtins {
             registry.functions.insert(name.to_owned(), function);
@@ -404,6 +406,7 @@ mod tests {
             registry.names(),
             [
                 "accumulate",
+                "broadcast-read",
                 "echo",
                 "exit-process",
                 "fail-n-attempts",

@@ -369,6 +369,7 @@ impl Inner {
             extras: launch.extras.as_ref().ok().cloned().flatten(),
             handle,
             stage,
+            broadcasts: self.broadcasts.get().cloned(),
         };
         let result = catch_unwind(AssertUnwindSafe(|| function(&ctx, &input)));
         // A shuffle map task's result is its map status, once its output is committed;

@@ -9,6 +9,7 @@ use flint_wire::records::MalformedRecords;
 use flint_wire::{Dependency, FetchFailure, Property, SharedStr, ShuffleRead, TaskMetrics};
 
 use crate::accumulators::{AccumulatorError, TaskAccumulators};
+use crate::broadcast::{BroadcastError, BroadcastService};
 use crate::shuffle::{ShuffleError, ShuffleInput, ShuffleReadError, ShuffleService, ShuffleWriter};
 
 /// Why a task function did not produce a result.
@@ -266,6 +267,8 @@ pub struct TaskContext {
     pub(crate) extras: Option<Arc<TaskExtras>>,
     pub(crate) handle: Arc<TaskHandle>,
     pub(crate) stage: Option<StageContext>,
+    /// The executor's broadcasts; `None` outside an executor that has them.
+    pub(crate) broadcasts: Option<Arc<BroadcastService>>,
 }
 
 impl TaskContext {
@@ -282,6 +285,7 @@ impl TaskContext {
             extras: None,
             handle: Arc::default(),
             stage: None,
+            broadcasts: None,
         }
     }
 
@@ -459,6 +463,46 @@ impl TaskContext {
         let input = ShuffleInput::new(pieces);
         self.add_input_bytes(input.len_bytes());
         Ok(input)
+    }
+
+    /// The value of broadcast `broadcast_id` (made on the driver with
+    /// `Driver::broadcast`): a view of the executor's one copy, never a copy of it. The
+    /// first task of the executor to ask fetches it (other tasks asking meanwhile wait
+    /// for that fetch); later ones find it cached until the driver unpersists it. A
+    /// value that cannot be fetched fails the task, saying why; a kill while it waits
+    /// ends it KILLED.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use flint_executor::{TaskContext, TaskError};
+    ///
+    /// /// Looks its input up in a table every task shares: the broadcast whose id the
+    /// /// input starts with.
+    /// fn lookup(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
+    ///     let id = u64::from_le_bytes(input[..8].try_into().unwrap());
+    ///     let table = ctx.broadcast(id)?;
+    ///     let hit = table.windows(input.len() - 8).any(|w| w == &input[8..]);
+    ///     Ok(Bytes::from(if hit { "yes" } else { "no" }))
+    /// }
+    ///
+    /// // Outside an executor there are no broadcasts: the task fails, saying so.
+    /// let error = lookup(&TaskContext::new(1, 0), &Bytes::from_static(b"\x07\0\0\0\0\0\0\0k"));
+    /// assert!(error.unwrap_err().to_string().contains("no broadcasts"));
+    /// ```
+    pub fn broadcast(&self, broadcast_id: u64) -> Result<bytes::Bytes, TaskError> {
+        let service = self.broadcasts.as_ref().ok_or_else(|| {
+            TaskError::failed(format!(
+                "task {} cannot read broadcast {broadcast_id}: executor {} has no broadcasts",
+                self.task_id, self.executor_id
+            ))
+        })?;
+        match service.get(broadcast_id, &|| self.is_interrupted()) {
+            Ok(value) => Ok(value),
+            Err(BroadcastError::Interrupted) => Err(TaskError::killed(
+                self.handle.kill_reason().unwrap_or(NO_REASON),
+            )),
+            Err(e) => Err(TaskError::Failed(e.to_string())),
+        }
     }
 }
 

@@ -35,6 +35,11 @@
 //!   set's results on, [`Driver::submit_job`] a [`JobHandle`] for a job of stages
 //!   written with [`Driver::job`] ([`JobBuilder`]: map stages that shuffle, the stages
 //!   that read them, the result stage).
+//! - [`Broadcast`]: broadcast variables ([`Driver::broadcast`]; the `BroadcastManager`
+//!   endpoint serves their pieces, [`broadcast::BroadcastManager`] decides). A task set
+//!   whose serialized tasks exceed `rpc.message.maxSize` aborts with "... Consider
+//!   increasing rpc.message.maxSize or using broadcast variables for large values.";
+//!   [`Driver::broadcast`]'s example runs that same job with a broadcast instead.
 //! - [`cluster_manager`]: where executors come from; [`LocalClusterManager`] starts
 //!   `flint executor` processes on this host, on a thread of the driver's own (the
 //!   executor supply thread), never on the event loop's.
@@ -123,9 +128,10 @@ mod driver;
 // The public modules, where they were before the crate was split into `core` and
 // `driver`: users name them by these paths.
 pub use crate::core::{
-    accumulators, config, dag, error, events, heartbeat, locality, pool, rng, speculation,
-    task_scheduler, task_set, task_set_manager,
+    accumulators, broadcast, config, dag, error, events, heartbeat, locality, pool, rng,
+    speculation, task_scheduler, task_set, task_set_manager,
 };
+pub use crate::driver::broadcast::Broadcast;
 pub use crate::driver::{cluster_manager, job};
 
 pub use crate::core::accumulators::{AccumulatorId, AccumulatorKind, Accumulators};

@@ -666,6 +666,45 @@ pub fn sample_message(kind: MessageKind) -> Message {
             data: Bytes::from_static(b"\x05\x00\x00\x00hello\x01\x00\x00\x00!"),
         },
         MessageKind::RemoveShuffle => Message::RemoveShuffle { shuffle_id: 3 },
+        MessageKind::GetBroadcastInfo => Message::GetBroadcastInfo { broadcast_id: 4 },
+        MessageKind::BroadcastInfo => Message::BroadcastInfo(crate::BroadcastInfo {
+            broadcast_id: 4,
+            total_size: 10,
+            piece_size: 4,
+            checksums: vec![0x1234_5678, 0x9abc_def0, 7],
+            holders: vec![crate::PieceHolder {
+                location: BlockManagerId {
+                    executor_id: "exec-7".into(),
+                    host: "127.0.0.1".into(),
+                    port: 40124,
+                },
+                pieces: vec![0, 2],
+            }],
+        }),
+        MessageKind::FetchBroadcastPiece => Message::FetchBroadcastPiece {
+            broadcast_id: 4,
+            piece: 1,
+        },
+        MessageKind::BroadcastPiece => Message::BroadcastPiece {
+            broadcast_id: 4,
+            piece: 1,
+            data: Bytes::from_static(b"abcd"),
+        },
+        MessageKind::BroadcastPieceStored => Message::BroadcastPieceStored {
+            broadcast_id: 4,
+            piece: 1,
+            location: BlockManagerId {
+                executor_id: "exec-7".into(),
+                host: "127.0.0.1".into(),
+                port: 40124,
+            },
+        },
+        MessageKind::UnpersistBroadcast => Message::UnpersistBroadcast { broadcast_id: 4 },
+        MessageKind::GetBlockServerStats => Message::GetBlockServerStats,
+        MessageKind::BlockServerStats => Message::BlockServerStats {
+            broadcast_bytes_served: 4 << 20,
+            broadcast_pieces_served: 1,
+        },
     }
 }
 
@@ -717,7 +756,10 @@ pub fn sample_route(kind: MessageKind) -> Route {
         MessageKind::RegisterExecutor
         | MessageKind::FetchBlockChunk
         | MessageKind::GetMapOutputStatuses
-        | MessageKind::FetchShuffleBlock => Route::Ask {
+        | MessageKind::FetchShuffleBlock
+        | MessageKind::GetBroadcastInfo
+        | MessageKind::FetchBroadcastPiece
+        | MessageKind::GetBlockServerStats => Route::Ask {
             request_id: 40,
             endpoint: "CoarseGrainedScheduler".into(),
         },

@@ -88,6 +88,14 @@ message_kinds! {
     FetchShuffleBlock = 72,
     ShuffleBlock = 73,
     RemoveShuffle = 74,
+    GetBroadcastInfo = 80,
+    BroadcastInfo = 81,
+    FetchBroadcastPiece = 82,
+    BroadcastPiece = 83,
+    BroadcastPieceStored = 84,
+    UnpersistBroadcast = 85,
+    GetBlockServerStats = 86,
+    BlockServerStats = 87,
 }
 
 impl std::fmt::Display for MessageKind {

@@ -157,8 +157,9 @@ pub use read_uninit::ReadUninit;
 pub use shared_str::{AsArchivedString, SharedStr};
 pub use task_name::{AsNameString, TaskName};
 pub use task_payload::{
-    ShuffleRead, ShuffleWrite, StageInfo, TaskPayload, BLOCK_MANAGER_ENDPOINT, DRIVER_ENDPOINT,
-    EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT, MAX_FUNCTION_NAME,
+    ShuffleRead, ShuffleWrite, StageInfo, TaskPayload, BLOCK_MANAGER_ENDPOINT, BROADCAST_ENDPOINT,
+    DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT,
+    MAX_FUNCTION_NAME,
 };
 pub use units::bytes_to_string;
 

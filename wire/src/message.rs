@@ -782,4 +782,105 @@ pub enum Message {
         /// The shuffle.
         shuffle_id: u32,
     },
+    /// Executor to the driver's broadcast manager
+    /// ([`BROADCAST_ENDPOINT`](crate::BROADCAST_ENDPOINT)), an ask: how a broadcast is cut
+    /// into pieces, their checksums, and which executors hold which pieces.
+    GetBroadcastInfo {
+        /// The broadcast.
+        broadcast_id: u64,
+    },
+    /// The driver's answer to [`Message::GetBroadcastInfo`].
+    BroadcastInfo(BroadcastInfo),
+    /// An ask, of the driver's broadcast manager or of an executor's block server
+    /// ([`BLOCK_MANAGER_ENDPOINT`](crate::BLOCK_MANAGER_ENDPOINT)): one piece of a
+    /// broadcast (the seeds' `broadcast_<id>_piece<n>` block).
+    FetchBroadcastPiece {
+        /// The broadcast.
+        broadcast_id: u64,
+        /// The piece, from 0.
+        piece: u32,
+    },
+    /// The answer to [`Message::FetchBroadcastPiece`]: the piece's bytes, to be checked
+    /// against the checksum the driver gave.
+    BroadcastPiece {
+        /// The broadcast.
+        broadcast_id: u64,
+        /// The piece.
+        piece: u32,
+        /// Its bytes.
+        #[cfg_attr(test, proptest(strategy = "arb_bytes()"))]
+        data: Bytes,
+    },
+    /// Executor to the driver's broadcast manager, one-way: it now holds (and its block
+    /// server serves) this piece, checked (the seeds' `updateBlockInfo` of a piece).
+    BroadcastPieceStored {
+        /// The broadcast.
+        broadcast_id: u64,
+        /// The piece.
+        piece: u32,
+        /// The executor's block server.
+        location: BlockManagerId,
+    },
+    /// Driver to executor, one-way: forget the broadcast's value and pieces (unpersisted,
+    /// or its job ended); a later task that reads it fetches it again.
+    UnpersistBroadcast {
+        /// The broadcast.
+        broadcast_id: u64,
+    },
+    /// An ask of an executor's block server: what it has served of broadcasts so far.
+    GetBlockServerStats,
+    /// The answer to [`Message::GetBlockServerStats`].
+    BlockServerStats {
+        /// Broadcast piece bytes served to other executors.
+        broadcast_bytes_served: u64,
+        /// Broadcast pieces served.
+        broadcast_pieces_served: u64,
+    },
+}
+
+/// The most pieces a broadcast is cut into: the driver makes its pieces larger than
+/// `broadcast.blockSize` rather than more, and an executor refuses a description of
+/// more, so that a piece's bookkeeping stays small beside the value.
+pub const MAX_BROADCAST_PIECES: u32 = 1 << 16;
+
+/// Where the pieces of a broadcast are: the driver's answer to
+/// [`Message::GetBroadcastInfo`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct BroadcastInfo {
+    /// The broadcast.
+    pub broadcast_id: u64,
+    /// Its whole size in bytes.
+    pub total_size: u64,
+    /// The size of every piece but the last (`broadcast.blockSize`, at most what a
+    /// message carries).
+    pub piece_size: u32,
+    /// The CRC32 of each piece, by piece.
+    #[cfg_attr(
+        test,
+        proptest(strategy = "proptest::collection::vec(any::<u32>(), 0..20)")
+    )]
+    pub checksums: Vec<u32>,
+    /// Executors that hold pieces, with which: a sample, not necessarily all.
+    #[cfg_attr(
+        test,
+        proptest(strategy = "proptest::collection::vec(any::<PieceHolder>(), 0..4)")
+    )]
+    pub holders: Vec<PieceHolder>,
+}
+
+/// An executor that holds pieces of a broadcast, in [`BroadcastInfo`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct PieceHolder {
+    /// Its block server.
+    pub location: BlockManagerId,
+    /// The pieces it holds.
+    #[cfg_attr(
+        test,
+        proptest(strategy = "proptest::collection::vec(any::<u32>(), 0..20)")
+    )]
+    pub pieces: Vec<u32>,
 }

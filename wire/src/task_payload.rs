@@ -58,6 +58,9 @@ pub const MAP_OUTPUT_TRACKER_ENDPOINT: &str = "MapOutputTracker";
 /// Name of an executor's block server endpoint (the seeds' `BlockManager`), on its own
 /// port (`blockManager.port`): other executors fetch shuffle blocks from it.
 pub const BLOCK_MANAGER_ENDPOINT: &str = "BlockManager";
+/// The driver's broadcast manager: where executors learn how a broadcast is cut and
+/// fetch pieces no other executor holds yet.
+pub const BROADCAST_ENDPOINT: &str = "BroadcastManager";
 
 /// The longest function name a serialized task can carry.
 pub const MAX_FUNCTION_NAME: usize = u8::MAX as usize;

@@ -10,6 +10,7 @@ use flint_wire::{ArchivedMessage, Message, BLOCK_MANAGER_ENDPOINT};
 use tracing::debug;
 
 use super::ShuffleStore;
+use crate::broadcast::BroadcastCache;
 use crate::reply_retry::{Answer, RetriedReplies};
 
 /// Answers `FetchShuffleBlock` asks with chunks of the store's blocks, at most
@@ -26,6 +27,8 @@ pub struct BlockServer {
     max_chunk: u64,
     refused: RetriedReplies,
     peer_warnings: LogBudget,
+    /// The executor's broadcasts, whose pieces it serves too.
+    broadcasts: Option<Arc<BroadcastCache>>,
 }
 
 impl BlockServer {
@@ -43,12 +46,59 @@ impl BlockServer {
             max_chunk: max_chunk as u64,
             refused: RetriedReplies::new("FetchShuffleBlock", ask_timeout, max_kept),
             peer_warnings: LogBudget::default(),
+            broadcasts: None,
         }
+    }
+
+    /// The same server serving the pieces `cache` holds of broadcasts
+    /// (`FetchBroadcastPiece`), and what it served of them (`GetBlockServerStats`).
+    pub fn with_broadcasts(mut self, cache: Arc<BroadcastCache>) -> Self {
+        self.broadcasts = Some(cache);
+        self
+    }
+
+    /// Answers the broadcast asks; false for any other message.
+    fn receive_broadcast(
+        &mut self,
+        ctx: &mut EndpointContext<'_>,
+        incoming: &Incoming<'_>,
+    ) -> bool {
+        let Some(cache) = &self.broadcasts else {
+            return false;
+        };
+        let answer = match incoming.message() {
+            ArchivedMessage::FetchBroadcastPiece {
+                broadcast_id,
+                piece,
+            } => crate::broadcast::serve_piece(cache, broadcast_id.to_native(), piece.to_native()),
+            ArchivedMessage::GetBlockServerStats => {
+                let (bytes, pieces) = cache.served();
+                Answer::Reply(Message::BlockServerStats {
+                    broadcast_bytes_served: bytes,
+                    broadcast_pieces_served: pieces,
+                })
+            }
+            _ => return false,
+        };
+        match incoming.reply_handle() {
+            Some(reply) => self.refused.answer(ctx, reply, answer),
+            None => flint_rpc::peer_warn!(
+                self.peer_warnings,
+                ctx.now(),
+                "{} from {:?} was not an ask: there is nobody to answer",
+                incoming.message().kind(),
+                incoming.sender()
+            ),
+        }
+        true
     }
 }
 
 impl Endpoint for BlockServer {
     fn receive(&mut self, ctx: &mut EndpointContext<'_>, incoming: Incoming<'_>) {
+        if self.receive_broadcast(ctx, &incoming) {
+            return;
+        }
         let ArchivedMessage::FetchShuffleBlock {
             shuffle_id,
             map_index,

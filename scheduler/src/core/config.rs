@@ -21,6 +21,13 @@ const MILLIS: Unit = Unit::Duration(TimeUnit::Millis);
 /// meaning.
 pub const KEYS: &[KeyInfo] = &[
     KeyInfo::new(
+        "broadcast.blockSize",
+        Some("4m"),
+        Unit::Bytes,
+        "Size of the pieces a broadcast travels in, each checked on arrival; at most \
+         rpc.message.maxSize less 64 KiB (larger is cut to that).",
+    ),
+    KeyInfo::new(
         "default.parallelism",
         None,
         Unit::Count,
@@ -184,6 +191,7 @@ const fn optional(name: &str) -> OptionalKey {
     OptionalKey::of(KEYS, name)
 }
 
+const BROADCAST_BLOCK_SIZE: Key = key("broadcast.blockSize");
 const DEFAULT_PARALLELISM: OptionalKey = optional("default.parallelism");
 const DRIVER_MAX_RESULT_SIZE: Key = key("driver.maxResultSize");
 const EXCLUDE_ON_FAILURE: Key = key("excludeOnFailure.enabled");
@@ -422,6 +430,12 @@ impl SchedulerConfig {
             ),
         })
     }
+}
+
+/// `broadcast.blockSize`, in bytes (at least 1): the size of a broadcast's pieces.
+/// Read by the driver beside [`SchedulerConfig`], which tests and benches build whole.
+pub(crate) fn broadcast_block_size(conf: &Conf) -> Result<u64, ConfError> {
+    Ok(conf.size(BROADCAST_BLOCK_SIZE)?.max(1))
 }
 
 /// `executor.maxCores` when it is not set, on a host with `cpus` CPUs: the larger of

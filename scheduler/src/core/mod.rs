@@ -20,6 +20,7 @@
 //! - [`config`], [`error`], [`events`]: what the state machines read, refuse and report.
 
 pub mod accumulators;
+pub mod broadcast;
 pub mod config;
 pub mod dag;
 pub(crate) mod driver_core;

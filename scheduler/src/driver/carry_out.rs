@@ -15,6 +15,7 @@ use flint_rpc::{EndpointRef, Reply, RpcError};
 use flint_wire::{ArchivedMessage, Message, TaskDescription, WireError};
 use tracing::debug;
 
+use crate::core::broadcast::BroadcastManager;
 use crate::core::driver_core::{
     ChunkFailure, ChunkReply, DriverCore, LaunchRefused, Output, PeerId,
 };
@@ -45,6 +46,11 @@ pub(crate) struct DriverState {
     /// Lines about messages that could not be sent to peers (a peer that stops reading
     /// decides how many).
     send_warnings: LogBudget,
+    /// The broadcast variables, and which executors hold their pieces.
+    pub broadcasts: BroadcastManager,
+    /// The size of new broadcasts' pieces (`broadcast.blockSize`, at most what a message
+    /// carries).
+    pub broadcast_piece_size: u32,
 }
 
 impl std::fmt::Debug for DriverState {
@@ -79,6 +85,8 @@ impl DriverState {
                 ask_timeout,
                 self_ref: self_ref.clone(),
                 send_warnings: LogBudget::default(),
+                broadcasts: BroadcastManager::new(),
+                broadcast_piece_size: u32::MAX,
             })
         })
     }
@@ -110,6 +118,19 @@ impl DriverState {
         for endpoint in self.peers.iter().flatten() {
             let _ = endpoint.send(&Message::RemoveShuffle { shuffle_id });
         }
+    }
+
+    /// Sends `message` to every executor (one-way; one whose connection fails is gone
+    /// with it).
+    pub fn send_to_executors(&self, message: &Message) {
+        for endpoint in self.peers.iter().flatten() {
+            let _ = endpoint.send(message);
+        }
+    }
+
+    /// Whether job `job_id` was taken and has not ended yet.
+    pub fn job_is_open(&self, job_id: u32) -> bool {
+        self.jobs.contains_key(&job_id)
     }
 
     /// Follows a job the core just took.
@@ -212,6 +233,10 @@ impl DriverState {
                     result,
                     stats,
                 } => {
+                    // Before the job's waiter wakes: what it launches next comes after.
+                    for broadcast_id in self.broadcasts.job_ended(job_id) {
+                        self.send_to_executors(&Message::UnpersistBroadcast { broadcast_id });
+                    }
                     if let Some(handle) = self.jobs.remove(&job_id) {
                         handle.finish(result, stats, now);
                     }

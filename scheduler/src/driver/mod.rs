@@ -12,8 +12,10 @@
 //!   requests to the supply thread);
 //! - [`cluster_manager`]: where executors come from;
 //! - [`supply`]: the thread the cluster manager runs on;
-//! - [`job`]: [`TaskSetHandle`], to await a task set's results.
+//! - [`job`]: [`TaskSetHandle`], to await a task set's results;
+//! - [`broadcast`]: [`Driver::broadcast`] and the broadcast manager's endpoint.
 
+pub mod broadcast;
 mod carry_out;
 pub mod cluster_manager;
 mod endpoints;
@@ -211,6 +213,11 @@ impl Driver {
         }
         let (queue, inbox) = supply::channel();
         let state = DriverState::new(core, queue.clone(), settings.ask_timeout);
+        // A piece and its reply's envelope fit one message.
+        let block_size = crate::core::config::broadcast_block_size(conf)?
+            .min((settings.max_payload as u64).saturating_sub(broadcast::PIECE_OVERHEAD))
+            .max(1);
+        lock(&state).broadcast_piece_size = u32::try_from(block_size).unwrap_or(u32::MAX);
         let supply = supply::spawn(
             &queue,
             inbox,
@@ -231,6 +238,10 @@ impl Driver {
         handle.register(
             MAP_OUTPUT_TRACKER_ENDPOINT,
             MapOutputTrackerEndpoint::new(state.clone()),
+        )?;
+        handle.register(
+            flint_wire::BROADCAST_ENDPOINT,
+            broadcast::BroadcastEndpoint::new(state.clone()),
         )?;
         info!("Driver listening on {}", env.address());
         Ok(Driver {

@@ -76,7 +76,7 @@ fn the_table_is_sorted_unique_and_documented_in_one_line() {
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(keys, sorted);
-    assert_eq!(keys.len(), 25);
+    assert_eq!(keys.len(), 26);
     for info in KEYS {
         assert!(!info.doc.is_empty(), "{}", info.key);
         assert!(!info.doc.contains('\n'), "{}", info.key);
@@ -324,4 +324,17 @@ fn executor_max_cores_defaults_to_the_larger_of_1024_and_16_times_the_cpus() {
     for value in ["0", "-1", "many", ""] {
         assert_refused("executor.maxCores", value);
     }
+}
+
+#[test]
+fn the_broadcast_block_size_is_read_beside_the_config() {
+    use crate::core::config::broadcast_block_size;
+    assert_eq!(broadcast_block_size(&Conf::new()), Ok(4 << 20));
+    let conf: Conf = [("spark.broadcast.blockSize", "1m")].into_iter().collect();
+    assert_eq!(broadcast_block_size(&conf), Ok(1 << 20));
+    let conf: Conf = [("broadcast.blockSize", "0")].into_iter().collect();
+    assert_eq!(broadcast_block_size(&conf), Ok(1), "at least a byte");
+    let conf: Conf = [("broadcast.blockSize", "lots")].into_iter().collect();
+    let error = broadcast_block_size(&conf).unwrap_err();
+    assert!(error.to_string().contains("broadcast.blockSize"), "{error}");
 }
