@@ -76,6 +76,7 @@
 
 mod core;
 mod driver;
+pub mod status;
 
 // The public modules, where they were before the crate was split into `core` and
 // `driver`: users name them by these paths.
@@ -83,6 +84,7 @@ pub use crate::core::{
     config, dag, error, events, heartbeat, locality, pool, rng, speculation, task_scheduler,
     task_set, task_set_manager,
 };
+pub use crate::driver::status::{StatusBoard, MIN_PUBLISH_INTERVAL, STATUS_ENDPOINT};
 pub use crate::driver::{cluster_manager, job};
 
 pub use crate::core::config::SchedulingMode;
