@@ -2,7 +2,7 @@
 //! read them, and the checks that need keys of several crates.
 //!
 //! Each crate owns its keys ([`flint_rpc::conf::KEYS`], [`flint_scheduler::KEYS`],
-//! [`flint_executor::config::KEYS`]); this module lists them together ([`CATALOGUE`],
+//! [`flint_executor::config::KEYS`], [`flint_ui::KEYS`]); this module lists them together ([`CATALOGUE`],
 //! printed by `flint conf`), finds keys no crate reads with the closest known key
 //! ([`unknown_keys`]), and checks a whole configuration ([`validate`]).
 //!
@@ -38,7 +38,7 @@ pub struct KeyGroup {
 }
 
 /// Every key flint reads, by crate.
-pub const CATALOGUE: [KeyGroup; 3] = [
+pub const CATALOGUE: [KeyGroup; 4] = [
     KeyGroup {
         crate_name: "flint-rpc",
         about: "the transport, in drivers and executors alike",
@@ -53,6 +53,11 @@ pub const CATALOGUE: [KeyGroup; 3] = [
         crate_name: "flint-executor",
         about: "executors",
         keys: flint_executor::config::KEYS,
+    },
+    KeyGroup {
+        crate_name: "flint-ui",
+        about: "the driver's status page",
+        keys: flint_ui::KEYS,
     },
 ];
 
@@ -192,7 +197,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), count, "a key is in two tables");
-        assert_eq!(count, 51);
+        assert_eq!(count, 53);
         assert_eq!(
             key_info("spark.task.cpus").map(|k| k.default),
             Some(Some("1"))
