@@ -154,3 +154,84 @@ pub(crate) fn serve(mut stream: TcpStream, handler: impl FnOnce(&Request<'_>) ->
     };
     write_response(&mut stream, &response, false);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+
+    /// Sends `raw` to a connection `serve` answers with a handler that echoes the path
+    /// and query; the status code and body.
+    fn exchange(raw: &[u8]) -> (u16, String) {
+        exchange_pieces(&[raw])
+    }
+
+    /// As [`exchange`], the request written in `pieces` 20 ms apart.
+    fn exchange_pieces(pieces: &[&[u8]]) -> (u16, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            serve(stream, |request| {
+                Response::text(200, format!("{} {}", request.path, request.query))
+            });
+        });
+        let mut client = TcpStream::connect(address).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        for piece in pieces {
+            let _ = client.write_all(piece);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut response = Vec::new();
+        let _ = client.read_to_end(&mut response);
+        server.join().unwrap();
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+        let body = text.split_once("\r\n\r\n").unwrap().1.trim_end().to_owned();
+        (status, body)
+    }
+
+    #[test]
+    fn a_get_reaches_the_handler_with_its_path_and_query() {
+        let (status, body) = exchange(b"GET /api/v1/status?x=1 HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!((status, body.as_str()), (200, "/api/v1/status x=1"));
+    }
+
+    #[test]
+    fn a_request_head_in_pieces_is_read_whole() {
+        let (status, body) =
+            exchange_pieces(&[b"GET /me", b"trics HTTP/1.1\r\nHo", b"st: h\r\n\r\n"]);
+        assert_eq!((status, body.as_str()), (200, "/metrics"));
+    }
+
+    #[test]
+    fn a_head_over_the_limit_gets_431_without_reading_it_all() {
+        let mut raw = b"GET / HTTP/1.1\r\nX-Filler: ".to_vec();
+        raw.resize(MAX_REQUEST_HEAD * 4, b'a');
+        assert_eq!(exchange(&raw).0, 431);
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for n in 0..=MAX_HEADERS {
+            many.extend_from_slice(format!("X-{n}: 1\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(exchange(&many).0, 431);
+    }
+
+    #[test]
+    fn bodies_other_methods_and_garbage_are_refused() {
+        let body = b"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello";
+        assert_eq!(exchange(body).0, 413);
+        let chunked = b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(exchange(chunked).0, 413);
+        assert_eq!(exchange(b"DELETE / HTTP/1.1\r\n\r\n").0, 405);
+        assert_eq!(exchange(b"\x00\x01\x02 garbage\r\n\r\n").0, 400);
+        // An empty body is no body.
+        assert_eq!(
+            exchange(b"GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n").0,
+            200
+        );
+    }
+}

@@ -274,3 +274,81 @@ fn escape(value: &str) -> String {
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use flint_scheduler::status::{LatencyHistogram, Totals, WindowStats};
+
+    use super::*;
+
+    fn snapshot(latencies_us: &[u64]) -> StatusSnapshot {
+        let mut latency = LatencyHistogram::default();
+        for &us in latencies_us {
+            latency.record(Duration::from_micros(us));
+        }
+        StatusSnapshot {
+            uptime: Duration::from_secs(3),
+            sequence: 1,
+            jobs: Vec::new(),
+            stages: Vec::new(),
+            executors: Vec::new(),
+            totals: Totals {
+                tasks_succeeded: latencies_us.len() as u64 - 1,
+                tasks_failed: 1,
+                ..Totals::default()
+            },
+            latency,
+            window: WindowStats::default(),
+            throughput: Vec::new(),
+            total_cores: 4,
+            running_tasks: 2,
+            pending_executors: 0,
+            executor_failures: 0,
+            failure: None,
+            transport: Default::default(),
+        }
+    }
+
+    #[test]
+    fn every_sample_belongs_to_a_declared_family_and_buckets_are_cumulative() {
+        let text = render(&snapshot(&[5, 80, 80, 300, 2_000_000, 90_000_000]));
+        let mut families = Vec::new();
+        let mut buckets = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                families.push(rest.split(' ').next().unwrap().to_owned());
+                continue;
+            }
+            if line.starts_with('#') {
+                continue;
+            }
+            let (name, value) = line.rsplit_once(' ').unwrap();
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("{line}"));
+            let bare = name.split('{').next().unwrap();
+            let family = bare
+                .strip_suffix("_bucket")
+                .or_else(|| bare.strip_suffix("_sum"))
+                .or_else(|| bare.strip_suffix("_count"))
+                .filter(|f| families.iter().any(|known| known == f))
+                .unwrap_or(bare);
+            assert!(families.iter().any(|f| f == family), "{line}: no # TYPE");
+            if bare == "flint_task_launch_latency_seconds_bucket" {
+                buckets.push(value);
+            }
+        }
+        assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+        assert_eq!(*buckets.last().unwrap(), 6.0);
+        // 5 µs, 80 µs twice, 300 µs: 1 under 10 µs, 3 under 100 µs, 4 under 500 µs.
+        assert_eq!(&buckets[..6], &[1.0, 1.0, 1.0, 3.0, 3.0, 4.0]);
+        assert!(text.contains("flint_tasks_finished_total{outcome=\"succeeded\"} 5\n"));
+        assert!(text.contains("flint_tasks_finished_total{outcome=\"failed\"} 1\n"));
+        assert!(text.contains("flint_task_launch_latency_seconds_count 6\n"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
