@@ -186,7 +186,7 @@ fn the_api_and_metrics_count_what_the_job_did() {
         .map(|_| TcpStream::connect(address).unwrap())
         .collect();
 
-    // Bad requests get their codes.
+    // Bad requests get their codes, answered while the silent clients hold theirs.
     assert_eq!(get(address, "/no/such/page").0, 404);
     assert_eq!(
         get(address, "/api/v1/applications/someone-else/jobs").0,

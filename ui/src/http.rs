@@ -14,9 +14,9 @@ const MAX_HEADERS: usize = 64;
 /// How long a client may take to send its request, and to take the response's bytes
 /// (per read or write).
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections accepted and waiting for a thread to answer them; past this, new ones
+/// Connections open at once, each answered on a thread of its own; past this, new ones
 /// get 503 at once.
-pub const MAX_QUEUED: usize = 32;
+pub const MAX_CONNECTIONS: usize = 32;
 
 /// What a request asks for.
 #[derive(Debug)]
@@ -153,6 +153,29 @@ pub(crate) fn serve(mut stream: TcpStream, handler: impl FnOnce(&Request<'_>) ->
         }
     };
     write_response(&mut stream, &response, false);
+    linger(stream);
+}
+
+/// Bytes of a refused request read and dropped after the answer, and for how long.
+const LINGER_BYTES: usize = 256 * 1024;
+const LINGER_TIME: Duration = Duration::from_millis(500);
+
+/// After refusing a request whose bytes may still be coming: closing with unread bytes
+/// would reset the connection, and the client would lose the answer before reading
+/// it. Its sending side is closed, then what it still sends is read and dropped, a
+/// bounded amount for a bounded time.
+fn linger(mut stream: TcpStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(LINGER_TIME));
+    let started = std::time::Instant::now();
+    let mut sink = [0u8; 4096];
+    let mut drained = 0;
+    while drained < LINGER_BYTES && started.elapsed() < LINGER_TIME {
+        match stream.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //!
 //! The server reads [`StatusSnapshot`]s the driver publishes
 //! ([`flint_scheduler::Driver::publish_status`]) and nothing else: it runs on threads of
-//! its own (one accepting, a few answering), never takes the driver's lock, and however
+//! its own (one accepting, one per open connection, at most [`MAX_CONNECTIONS`]), never
+//! takes the driver's lock, and however
 //! many clients poll it, the driver builds one snapshot per publishing interval.
 //!
 //! - `/` — the page: jobs and stages with their progress, executors, the last minute's
@@ -17,8 +18,9 @@
 //!
 //! Requests are bounded: a request head over [`MAX_REQUEST_HEAD`] bytes gets 431, a body
 //! gets 413, anything but GET or HEAD 405, an unknown path 404; a client that sends
-//! nothing for [`CLIENT_TIMEOUT`] is dropped, and past [`MAX_QUEUED`] waiting connections
-//! new ones get 503.
+//! nothing for [`CLIENT_TIMEOUT`] is dropped, and past [`MAX_CONNECTIONS`] open
+//! connections new ones get 503: a slow client holds one thread, not the others'
+//! answers.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -43,9 +45,8 @@ mod http;
 mod metrics;
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
@@ -54,7 +55,7 @@ use flint_scheduler::status::StatusSnapshot;
 use flint_scheduler::StatusBoard;
 use tracing::{debug, info, warn};
 
-pub use http::{CLIENT_TIMEOUT, MAX_QUEUED, MAX_REQUEST_HEAD};
+pub use http::{CLIENT_TIMEOUT, MAX_CONNECTIONS, MAX_REQUEST_HEAD};
 
 /// The keys the status page reads, with default, unit and meaning.
 pub const KEYS: &[KeyInfo] = &[
@@ -137,8 +138,8 @@ impl Site {
     }
 }
 
-/// Threads answering connections.
-const WORKERS: usize = 2;
+/// The stack of a thread answering a connection: rendering a snapshot takes little.
+const ANSWER_STACK: usize = 256 * 1024;
 
 /// A running status server; stopped when dropped.
 pub struct StatusServer {
@@ -177,25 +178,11 @@ impl StatusServer {
                 .unwrap_or(SystemTime::UNIX_EPOCH),
         });
         let stopping = Arc::new(AtomicBool::new(false));
-        let (queue, waiting) = sync_channel::<TcpStream>(MAX_QUEUED);
-        let waiting = Arc::new(Mutex::new(waiting));
-        let mut threads = Vec::with_capacity(WORKERS + 1);
-        for n in 0..WORKERS {
-            let (site, waiting) = (site.clone(), waiting.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("flint-ui-{n}"))
-                    .spawn(move || answer_connections(&site, &waiting))
-                    .map_err(UiError::Thread)?,
-            );
-        }
         let stop = stopping.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("flint-ui-accept".into())
-                .spawn(move || accept_connections(&listener, &queue, &stop))
-                .map_err(UiError::Thread)?,
-        );
+        let threads = vec![std::thread::Builder::new()
+            .name("flint-ui-accept".into())
+            .spawn(move || accept_connections(&listener, &site, &stop))
+            .map_err(UiError::Thread)?];
         info!("Status page at http://{address}/ (metrics at /metrics)");
         Ok(StatusServer {
             address,
@@ -209,7 +196,9 @@ impl StatusServer {
         self.address
     }
 
-    /// Stops accepting and waits for the threads to end. Idempotent.
+    /// Stops accepting and waits for the accepting thread to end; answers under way
+    /// end on their own, within [`CLIENT_TIMEOUT`] of their client's last byte.
+    /// Idempotent.
     pub fn stop(&mut self) {
         if self.stopping.swap(true, Ordering::AcqRel) {
             return;
@@ -265,11 +254,8 @@ fn bind(ip: IpAddr, port: u16) -> Result<TcpListener, UiError> {
     })
 }
 
-fn accept_connections(
-    listener: &TcpListener,
-    queue: &SyncSender<TcpStream>,
-    stopping: &AtomicBool,
-) {
+fn accept_connections(listener: &TcpListener, site: &Arc<Site>, stopping: &AtomicBool) {
+    let open = Arc::new(AtomicUsize::new(0));
     let mut refusals = 0u64;
     for stream in listener.incoming() {
         if stopping.load(Ordering::Acquire) {
@@ -284,30 +270,30 @@ fn accept_connections(
                 continue;
             }
         };
-        match queue.try_send(stream) {
-            Ok(()) => {}
-            Err(TrySendError::Full(stream)) => {
-                refusals += 1;
-                if refusals.is_power_of_two() {
-                    warn!("the status page refused {refusals} connection(s) so far: {MAX_QUEUED} were waiting");
-                }
-                http::busy(stream);
+        if open.load(Ordering::Acquire) >= MAX_CONNECTIONS {
+            refusals += 1;
+            if refusals.is_power_of_two() {
+                warn!(
+                    "the status page refused {refusals} connection(s) so far: \
+                     {MAX_CONNECTIONS} were open"
+                );
             }
-            Err(TrySendError::Disconnected(_)) => break,
+            http::busy(stream);
+            continue;
+        }
+        open.fetch_add(1, Ordering::AcqRel);
+        let (site, done) = (site.clone(), open.clone());
+        let spawned = std::thread::Builder::new()
+            .name("flint-ui".into())
+            .stack_size(ANSWER_STACK)
+            .spawn(move || {
+                http::serve(stream, |request| api::route(&site, request));
+                done.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            open.fetch_sub(1, Ordering::AcqRel);
+            debug!("the status page could not start a thread: {e}");
         }
     }
     debug!("the status page stopped accepting");
-}
-
-fn answer_connections(site: &Site, waiting: &Mutex<Receiver<TcpStream>>) {
-    loop {
-        let next = {
-            let waiting = waiting.lock().unwrap_or_else(|e| e.into_inner());
-            waiting.recv()
-        };
-        let Ok(stream) = next else {
-            return;
-        };
-        http::serve(stream, |request| api::route(site, request));
-    }
 }
