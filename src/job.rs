@@ -372,6 +372,9 @@ pub(crate) fn with_ready_driver<R>(
         **keep = Some(ui);
     }
     let stopped = driver.stop();
+    if let Some(Some(ui)) = hooks.keep_ui.as_deref() {
+        ui.driver_stopped();
+    }
     let ran = result?;
     if let Err(e) = stopped {
         // The job ran to its end: its report stands.

@@ -208,6 +208,8 @@ fn the_api_and_metrics_count_what_the_job_did() {
     // Once it ended, every count is the job's.
     let apps = get_json(address, "/api/v1/applications");
     let app_id = apps[0]["id"].as_str().unwrap().to_owned();
+    // The driver stopped: the attempt is complete.
+    assert_eq!(apps[0]["attempts"][0]["completed"], true, "{apps}");
     assert!(apps[0]["attempts"][0]["startTime"]
         .as_str()
         .unwrap()
@@ -274,6 +276,7 @@ fn the_api_and_metrics_count_what_the_job_did() {
     );
     let status = get_json(address, "/api/v1/status");
     assert_eq!(status["tasksFinished"], TASKS);
+    assert_eq!(status["driverStopped"], true);
     assert!(status["tasksPerSec"].as_f64().unwrap() > 0.0, "{status}");
     assert!(status["latencyP50Ms"].as_f64().unwrap() >= 1.0, "{status}");
 

@@ -25,7 +25,10 @@
 //!   `jobs.rs`). It decides every message the driver sends, as outputs the glue carries
 //!   out.
 //!
-//! These live in `src/core/`. Around them, in `src/driver/`, the glue that runs them for
+//! - [`status`]: [`status::StatusSnapshot`], what a status page shows of the driver,
+//!   and [`status::StatusBook`], the state machine that keeps it from the events.
+//!
+//! These live in `src/core/` (and `src/status/`). Around them, in `src/driver/`, the glue that runs them for
 //! real on flint-rpc:
 //!
 //! - [`Driver`]: the driver's RPC environment with its endpoints
@@ -35,6 +38,8 @@
 //!   set's results on, [`Driver::submit_job`] a [`JobHandle`] for a job of stages
 //!   written with [`Driver::job`] ([`JobBuilder`]: map stages that shuffle, the stages
 //!   that read them, the result stage).
+//! - [`Driver::publish_status`]: a [`StatusBoard`] with the driver's last
+//!   [`status::StatusSnapshot`], built on a timer of its event loop at most every 100 ms.
 //! - [`cluster_manager`]: where executors come from; [`LocalClusterManager`] starts
 //!   `flint executor` processes on this host, on a thread of the driver's own (the
 //!   executor supply thread), never on the event loop's.

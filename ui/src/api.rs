@@ -127,17 +127,18 @@ struct Application {
 impl Application {
     fn of(site: &Site, snapshot: &StatusSnapshot) -> Self {
         let now = at(site, snapshot.uptime);
+        let stopped = site.stopped_at();
         let epoch = |t: SystemTime| millis(t.duration_since(UNIX_EPOCH).unwrap_or_default());
         Application {
             id: site.app_id.clone(),
             name: site.app_name.clone(),
             attempts: vec![Attempt {
                 start_time: spark_date(site.started),
-                end_time: spark_date(UNIX_EPOCH),
+                end_time: spark_date(stopped.unwrap_or(UNIX_EPOCH)),
                 last_updated: spark_date(now),
                 duration: millis(snapshot.uptime),
                 spark_user: std::env::var("USER").unwrap_or_default(),
-                completed: false,
+                completed: stopped.is_some(),
                 app_spark_version: concat!("flint ", env!("CARGO_PKG_VERSION")),
                 start_time_epoch: epoch(site.started),
                 last_updated_epoch: epoch(now),
@@ -302,6 +303,8 @@ struct Status {
     app_name: String,
     sequence: u64,
     uptime_ms: u64,
+    /// Whether the driver stopped: the figures are its last.
+    driver_stopped: bool,
     tasks_succeeded: u64,
     tasks_failed: u64,
     tasks_finished: u64,
@@ -352,6 +355,7 @@ impl Status {
             app_name: site.app_name.clone(),
             sequence: s.sequence,
             uptime_ms: millis(s.uptime),
+            driver_stopped: site.stopped_at().is_some(),
             tasks_succeeded: s.totals.tasks_succeeded,
             tasks_failed: s.totals.tasks_failed,
             tasks_finished: s.totals.tasks_finished(),

@@ -130,11 +130,17 @@ struct Site {
     app_name: String,
     /// The wall clock when the driver started (Spark's API gives dates).
     started: SystemTime,
+    /// When the driver stopped, once it has: the page then shows its last snapshot.
+    stopped: std::sync::Mutex<Option<SystemTime>>,
 }
 
 impl Site {
     fn snapshot(&self) -> Arc<StatusSnapshot> {
         self.board.latest()
+    }
+
+    fn stopped_at(&self) -> Option<SystemTime> {
+        *self.stopped.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -144,6 +150,7 @@ const ANSWER_STACK: usize = 256 * 1024;
 /// A running status server; stopped when dropped.
 pub struct StatusServer {
     address: SocketAddr,
+    site: Arc<Site>,
     stopping: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -176,16 +183,19 @@ impl StatusServer {
             started: SystemTime::now()
                 .checked_sub(uptime)
                 .unwrap_or(SystemTime::UNIX_EPOCH),
+            stopped: std::sync::Mutex::new(None),
         });
         let stopping = Arc::new(AtomicBool::new(false));
         let stop = stopping.clone();
+        let accepting = site.clone();
         let threads = vec![std::thread::Builder::new()
             .name("flint-ui-accept".into())
-            .spawn(move || accept_connections(&listener, &site, &stop))
+            .spawn(move || accept_connections(&listener, &accepting, &stop))
             .map_err(UiError::Thread)?];
         info!("Status page at http://{address}/ (metrics at /metrics)");
         Ok(StatusServer {
             address,
+            site,
             stopping,
             threads,
         })
@@ -194,6 +204,14 @@ impl StatusServer {
     /// Where it listens.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Tells the page that the driver stopped: it shows the driver's last snapshot as
+    /// such, and the API's application attempt is completed (Spark's `completed`,
+    /// `endTime`).
+    pub fn driver_stopped(&self) {
+        let mut stopped = self.site.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        stopped.get_or_insert_with(SystemTime::now);
     }
 
     /// Stops accepting and waits for the accepting thread to end; answers under way

@@ -348,7 +348,7 @@ impl Driver {
         Ok(admitted)
     }
 
-    /// Publishes a [`status::StatusSnapshot`] of the driver every `interval` (at least
+    /// Publishes a [`crate::status::StatusSnapshot`] of the driver every `interval` (at least
     /// [`status::MIN_PUBLISH_INTERVAL`]), on a timer of its event loop, and returns where
     /// to read the last one: for a status page or metrics, off the launch path. Later
     /// calls return the same board.
