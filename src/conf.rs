@@ -129,6 +129,7 @@ pub fn validate(conf: &Conf) -> Result<(), InvalidConf> {
     conf.validate()?;
     SchedulerConfig::read(conf)?;
     let executor = ExecutorConfig::from_conf(conf, "", "", 1)?;
+    flint_ui::UiConfig::from_conf(conf)?;
 
     let heartbeat_interval = executor.heartbeat_interval;
     let network_timeout = conf.network_timeout()?;
@@ -259,6 +260,10 @@ mod tests {
         );
         assert!(validate(&conf(&[("executor.busyPoll", "2s")])).is_err());
         assert!(validate(&conf(&[("rpc.port", "http")])).is_err());
+        let err = validate(&conf(&[("ui.port", "70000")])).unwrap_err();
+        assert!(err.to_string().contains("ui.port"), "{err}");
+        assert!(validate(&conf(&[("ui.enabled", "maybe")])).is_err());
+        assert!(validate(&conf(&[("ui.enabled", "false"), ("ui.port", "0")])).is_ok());
 
         let err = validate(&conf(&[("network.timeout", "10s")])).unwrap_err();
         assert!(matches!(

@@ -14,6 +14,10 @@ const PAGE: &str = include_str!("page.html");
 
 const JSON: &str = "application/json";
 
+/// Jobs, and stages, that `/api/v1/status` gives: the newest (the Spark-shaped
+/// endpoints give every one retained).
+const PAGE_ROWS: usize = 100;
+
 pub(crate) fn route(site: &Site, request: &Request<'_>) -> Response {
     let path = request.path.trim_end_matches('/');
     let _ = request.query;
@@ -386,8 +390,19 @@ impl Status {
                 closed_timeout: t.closed_timeout,
                 budget_waits: t.budget_waits,
             },
-            jobs: jobs(site, s),
-            stages: stages(site, s),
+            // The newest only: the page polls this twice a second, and shows no more.
+            jobs: s
+                .jobs
+                .iter()
+                .take(PAGE_ROWS)
+                .map(|j| Job::of(site, j))
+                .collect(),
+            stages: s
+                .stages
+                .iter()
+                .take(PAGE_ROWS)
+                .map(|st| Stage::of(site, st))
+                .collect(),
             executors: s.executors.iter().map(|e| Executor::of(site, e)).collect(),
         }
     }
