@@ -2,7 +2,7 @@
 //! read them, and the checks that need keys of several crates.
 //!
 //! Each crate owns its keys ([`flint_rpc::conf::KEYS`], [`flint_scheduler::KEYS`],
-//! [`flint_executor::config::KEYS`]); this module lists them together ([`CATALOGUE`],
+//! [`flint_executor::config::KEYS`], [`flint_ui::KEYS`]); this module lists them together ([`CATALOGUE`],
 //! printed by `flint conf`), finds keys no crate reads with the closest known key
 //! ([`unknown_keys`]), and checks a whole configuration ([`validate`]).
 //!
@@ -38,7 +38,7 @@ pub struct KeyGroup {
 }
 
 /// Every key flint reads, by crate.
-pub const CATALOGUE: [KeyGroup; 3] = [
+pub const CATALOGUE: [KeyGroup; 4] = [
     KeyGroup {
         crate_name: "flint-rpc",
         about: "the transport, in drivers and executors alike",
@@ -53,6 +53,11 @@ pub const CATALOGUE: [KeyGroup; 3] = [
         crate_name: "flint-executor",
         about: "executors",
         keys: flint_executor::config::KEYS,
+    },
+    KeyGroup {
+        crate_name: "flint-ui",
+        about: "the driver's status page",
+        keys: flint_ui::KEYS,
     },
 ];
 
@@ -124,6 +129,7 @@ pub fn validate(conf: &Conf) -> Result<(), InvalidConf> {
     conf.validate()?;
     SchedulerConfig::read(conf)?;
     let executor = ExecutorConfig::from_conf(conf, "", "", 1)?;
+    flint_ui::UiConfig::from_conf(conf)?;
 
     let heartbeat_interval = executor.heartbeat_interval;
     let network_timeout = conf.network_timeout()?;
@@ -192,7 +198,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), count, "a key is in two tables");
-        assert_eq!(count, 54);
+        assert_eq!(count, 56);
         assert_eq!(
             key_info("spark.task.cpus").map(|k| k.default),
             Some(Some("1"))
@@ -254,6 +260,10 @@ mod tests {
         );
         assert!(validate(&conf(&[("executor.busyPoll", "2s")])).is_err());
         assert!(validate(&conf(&[("rpc.port", "http")])).is_err());
+        let err = validate(&conf(&[("ui.port", "70000")])).unwrap_err();
+        assert!(err.to_string().contains("ui.port"), "{err}");
+        assert!(validate(&conf(&[("ui.enabled", "maybe")])).is_err());
+        assert!(validate(&conf(&[("ui.enabled", "false"), ("ui.port", "0")])).is_ok());
 
         let err = validate(&conf(&[("network.timeout", "10s")])).unwrap_err();
         assert!(matches!(

@@ -336,6 +336,10 @@ pub struct JobHooks<'a> {
     /// When it becomes true the job stops (its executors with it) and
     /// [`JobError::Interrupted`] is returned.
     pub interrupted: Option<&'a AtomicBool>,
+    /// Where to keep the driver's status page once the job ended (`flint run --ui`):
+    /// given, the page is moved here, showing the job as it ended, rather than stopped
+    /// with the driver.
+    pub keep_ui: Option<&'a mut Option<flint_ui::StatusServer>>,
 }
 
 /// The configuration pairs to hand to the executors a local cluster manager starts: all
@@ -458,9 +462,21 @@ pub(crate) fn with_ready_driver<R>(
 ) -> Result<R, JobError> {
     let started = Instant::now();
     let driver = start_driver(conf, cluster_manager, hooks)?;
+    let ui = crate::ui::serve(conf, &driver, "flint")?;
+    if let (Some(ui), Some(_)) = (&ui, &hooks.keep_ui) {
+        eprintln!("flint: status page at http://{}/", ui.address());
+    }
     let result = wait_until_ready(&driver, executors, started, startup_timeout, hooks)
         .and_then(|()| run(&driver, started.elapsed(), hooks));
+    if let (Some(ui), Some(keep)) = (ui, hooks.keep_ui.as_mut()) {
+        // Two publishing intervals: the page shows the job's end, not 100 ms before it.
+        std::thread::sleep(flint_ui::PUBLISH_INTERVAL * 2);
+        **keep = Some(ui);
+    }
     let stopped = driver.stop();
+    if let Some(Some(ui)) = hooks.keep_ui.as_deref() {
+        ui.driver_stopped();
+    }
     let ran = result?;
     if let Err(e) = stopped {
         // The job ran to its end: its report stands.

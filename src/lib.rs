@@ -7,7 +7,8 @@
 //! - [`rpc`]: the transport (event loop, endpoints, send/ask, configuration);
 //! - [`conf`]: every crate's configuration keys together, and the checks between them;
 //! - [`scheduler`]: the driver side;
-//! - [`executor`]: the executor side.
+//! - [`executor`]: the executor side;
+//! - [`status_page`]: the driver's status page, JSON API and metrics over HTTP.
 //!
 //! ```
 //! use flint::wire::{Encoder, FrameDecoder, Message, Route};
@@ -25,8 +26,10 @@ pub mod bench;
 pub mod conf;
 pub mod job;
 pub mod stages;
+pub mod ui;
 
 pub use flint_executor as executor;
 pub use flint_rpc as rpc;
 pub use flint_scheduler as scheduler;
+pub use flint_ui as status_page;
 pub use flint_wire as wire;

@@ -157,6 +157,10 @@ struct JobArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Serve the status page (ui.enabled=true) and keep it up after the job, showing
+    /// the job as it ended, until Ctrl-C.
+    #[arg(long)]
+    ui: bool,
     /// Configuration, KEY=VALUE (any key of the configuration, `spark.` prefix optional).
     #[arg(long = "conf", value_name = "KEY=VALUE")]
     conf: Vec<String>,
@@ -365,7 +369,10 @@ impl<T: std::fmt::Display> From<T> for Failure {
 fn finish(json: bool, result: Result<String, Failure>) -> ExitCode {
     match result {
         Ok(report) => {
-            println!("{report}");
+            // Empty: already printed (flint run --ui prints it before its wait).
+            if !report.is_empty() {
+                println!("{report}");
+            }
             ExitCode::SUCCESS
         }
         Err(failure) => {
@@ -505,10 +512,19 @@ fn run_and_report(
             ),
         );
     };
+    let mut kept_ui = None;
+    let conf = &if job.ui {
+        let mut conf = conf.clone();
+        conf.set("ui.enabled", "true");
+        conf
+    } else {
+        conf.clone()
+    };
     let hooks = JobHooks {
         listening: Some(&mut on_listening),
         progress: Some(&mut on_progress),
         interrupted: Some(&interrupted),
+        keep_ui: job.ui.then_some(&mut kept_ui),
     };
     let result = match &stages {
         None => run_job(conf, &spec, cluster, hooks).map(|report| {
@@ -536,6 +552,18 @@ fn run_and_report(
     };
     if let Some(bar) = &bar {
         bar.finish_and_clear();
+    }
+    if let (Some(server), Ok(report)) = (&kept_ui, &result) {
+        // The report first, then the page until Ctrl-C.
+        println!("{report}");
+        eprintln!(
+            "flint: the status page stays up at http://{}/ until Ctrl-C",
+            server.address()
+        );
+        while !interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        return Ok(String::new());
     }
     match result {
         Ok(report) => Ok(report),

@@ -43,6 +43,21 @@ pub struct RpcStats {
     pub budget_waits: u64,
     /// The most bytes the receive budget held for large frames at once.
     pub most_reserved: u64,
+    /// Bytes read from connections' sockets (handshakes included).
+    pub bytes_received: u64,
+    /// Bytes written to connections' sockets (handshakes included).
+    pub bytes_sent: u64,
+    /// Whole frames received on connections.
+    pub frames_received: u64,
+    /// Connections closed for a frame that broke the protocol (bad header, checksum,
+    /// oversized, undecodable).
+    pub closed_protocol: u64,
+    /// Connections closed because their peer failed authentication or did not finish it
+    /// within `authenticate.timeout`.
+    pub closed_auth: u64,
+    /// Connections closed for a stalled or trickled frame, or for idling
+    /// (`network.timeout`, `rpc.io.idleTimeout`).
+    pub closed_timeout: u64,
 }
 
 /// A cheap, clonable handle on an environment, usable from any thread.
@@ -76,6 +91,12 @@ impl RpcEnvHandle {
             connected: self.shared.connected.load(Ordering::Relaxed),
             budget_waits: self.shared.budget_waits.load(Ordering::Relaxed),
             most_reserved: self.shared.most_reserved.load(Ordering::Relaxed),
+            bytes_received: self.shared.bytes_received.load(Ordering::Relaxed),
+            bytes_sent: self.shared.bytes_sent.load(Ordering::Relaxed),
+            frames_received: self.shared.frames_received.load(Ordering::Relaxed),
+            closed_protocol: self.shared.closed_protocol.load(Ordering::Relaxed),
+            closed_auth: self.shared.closed_auth.load(Ordering::Relaxed),
+            closed_timeout: self.shared.closed_timeout.load(Ordering::Relaxed),
         }
     }
 

@@ -161,6 +161,17 @@ pub(crate) struct Shared {
     pub(crate) connected: AtomicU64,
     pub(crate) budget_waits: AtomicU64,
     pub(crate) most_reserved: AtomicU64,
+    /// Bytes read from and written to sockets, and frames received: one relaxed add per
+    /// read or write syscall and per frame, from the loop thread alone.
+    pub(crate) bytes_received: AtomicU64,
+    pub(crate) bytes_sent: AtomicU64,
+    pub(crate) frames_received: AtomicU64,
+    /// Connections closed for what their peer did, by reason (see [`RpcStats`]).
+    ///
+    /// [`RpcStats`]: crate::RpcStats
+    pub(crate) closed_protocol: AtomicU64,
+    pub(crate) closed_auth: AtomicU64,
+    pub(crate) closed_timeout: AtomicU64,
     /// Connections whose deadlines the loop looked at, one by one (unit tests).
     #[cfg(all(test, not(loom)))]
     pub(crate) deadline_checks: AtomicU64,
@@ -201,6 +212,12 @@ impl Shared {
             connected: AtomicU64::new(0),
             budget_waits: AtomicU64::new(0),
             most_reserved: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            frames_received: AtomicU64::new(0),
+            closed_protocol: AtomicU64::new(0),
+            closed_auth: AtomicU64::new(0),
+            closed_timeout: AtomicU64::new(0),
         }
     }
 

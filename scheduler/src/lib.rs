@@ -25,7 +25,10 @@
 //!   `jobs.rs`). It decides every message the driver sends, as outputs the glue carries
 //!   out.
 //!
-//! These live in `src/core/`. Around them, in `src/driver/`, the glue that runs them for
+//! - [`status`]: [`status::StatusSnapshot`], what a status page shows of the driver,
+//!   and [`status::StatusBook`], the state machine that keeps it from the events.
+//!
+//! These live in `src/core/` (and `src/status/`). Around them, in `src/driver/`, the glue that runs them for
 //! real on flint-rpc:
 //!
 //! - [`Driver`]: the driver's RPC environment with its endpoints
@@ -40,6 +43,8 @@
 //!   whose serialized tasks exceed `rpc.message.maxSize` aborts with "... Consider
 //!   increasing rpc.message.maxSize or using broadcast variables for large values.";
 //!   [`Driver::broadcast`]'s example runs that same job with a broadcast instead.
+//! - [`Driver::publish_status`]: a [`StatusBoard`] with the driver's last
+//!   [`status::StatusSnapshot`], built on a timer of its event loop at most every 100 ms.
 //! - [`cluster_manager`]: where executors come from; [`LocalClusterManager`] starts
 //!   `flint executor` processes on this host, on a thread of the driver's own (the
 //!   executor supply thread), never on the event loop's.
@@ -124,6 +129,7 @@
 
 mod core;
 mod driver;
+pub mod status;
 
 // The public modules, where they were before the crate was split into `core` and
 // `driver`: users name them by these paths.
@@ -132,6 +138,7 @@ pub use crate::core::{
     speculation, task_scheduler, task_set, task_set_manager,
 };
 pub use crate::driver::broadcast::Broadcast;
+pub use crate::driver::status::{StatusBoard, MIN_PUBLISH_INTERVAL, STATUS_ENDPOINT};
 pub use crate::driver::{cluster_manager, job};
 
 pub use crate::core::accumulators::{AccumulatorId, AccumulatorKind, Accumulators};

@@ -234,6 +234,9 @@ impl Drop for RawPingPong {
 
 /// A driver with executor processes, ready to run task sets one after another.
 pub struct BenchCluster {
+    /// Its status page, if `ui.enabled` (as for any driver flint starts): what it costs
+    /// is part of what is measured (scripts/bench-ui-poll compares).
+    _ui: Option<flint_ui::StatusServer>,
     driver: Driver,
     next_stage: u32,
     payload: Bytes,
@@ -252,6 +255,7 @@ impl BenchCluster {
         driver.request_total_executors(executors as i64)?;
         driver.wait_for_executors(executors, Duration::from_secs(60))?;
         Ok(BenchCluster {
+            _ui: crate::ui::serve(conf, &driver, "flint bench")?,
             driver,
             next_stage: 0,
             payload: TaskPayload::encode("noop", b"").expect("a valid name"),

@@ -3,6 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -175,6 +176,21 @@ impl std::fmt::Display for CloseReason {
 }
 
 impl EventLoop {
+    /// The counter of [`crate::RpcStats`] a close for `reason` adds to: closes for what
+    /// the peer did, by kind; none for ends, stops, refusals and evictions (counted
+    /// where they happen).
+    fn close_counter(&self, reason: &CloseReason) -> Option<&AtomicU64> {
+        let shared = &self.shared;
+        match reason {
+            CloseReason::Wire(_) => Some(&shared.closed_protocol),
+            CloseReason::Auth(_) | CloseReason::AuthTimeout(_) => Some(&shared.closed_auth),
+            CloseReason::StalledFrame { .. }
+            | CloseReason::SlowFrame { .. }
+            | CloseReason::Idle(_) => Some(&shared.closed_timeout),
+            _ => None,
+        }
+    }
+
     pub(super) fn close(&mut self, key: ConnKey, reason: CloseReason) {
         let Some(mut conn) = self.connections.remove(&key) else {
             return;
@@ -201,6 +217,9 @@ impl EventLoop {
                 );
             }
             self.release_budget(key, now);
+        }
+        if let Some(counter) = self.close_counter(&reason) {
+            counter.fetch_add(1, Ordering::Relaxed);
         }
         if reason.tells_peer() {
             let text = reason.to_string();

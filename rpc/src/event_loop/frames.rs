@@ -43,6 +43,7 @@ impl EventLoop {
                 Err(e) => return Err(CloseReason::Wire(e)),
             };
             // The frame is in: what it holds is its reader's from here on.
+            self.shared.frames_received.fetch_add(1, Ordering::Relaxed);
             let reserved = conn.state.frame_arrived();
             let conn = if reserved > 0 {
                 self.release_budget(key, self.now);

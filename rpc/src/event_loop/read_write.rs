@@ -2,6 +2,7 @@
 //! read budget for this wake-up is spent, vectored writes of what outboxes hold.
 
 use std::io::{self, IoSlice, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Buf, BytesMut};
 use flint_wire::{Encoder, Message, Route, FLAG_WILL_SEAL};
@@ -76,6 +77,9 @@ impl EventLoop {
                 Ok(0) => Some(CloseReason::EndOfStream),
                 Ok(read) => {
                     conn.read_in_round += read;
+                    self.shared
+                        .bytes_received
+                        .fetch_add(read as u64, Ordering::Relaxed);
                     conn.state.moved_at(self.now, &self.shared.settings);
                     drained = conn.decoder.last_read_was_short() && !conn.peer_closed;
                     None
@@ -125,7 +129,7 @@ impl EventLoop {
                 conn.writing.push_back(bytes);
             }
         }
-        match write_queued(conn) {
+        match write_queued(conn, &self.shared.bytes_sent) {
             // A peer that takes what it is sent, however slowly, is not idle.
             Ok(true) => conn.state.moved_at(self.now, &self.shared.settings),
             Ok(false) => {}
@@ -154,7 +158,7 @@ pub(super) fn send_control(
 /// Writes the connection's queued buffers until they are gone or the socket would block.
 /// Writes what the connection has queued until done or the socket is full; whether any
 /// bytes left.
-fn write_queued(conn: &mut Connection) -> io::Result<bool> {
+fn write_queued(conn: &mut Connection, bytes_sent: &AtomicU64) -> io::Result<bool> {
     let mut progressed = false;
     while !conn.writing.is_empty() {
         let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
@@ -172,6 +176,7 @@ fn write_queued(conn: &mut Connection) -> io::Result<bool> {
             Ok(mut written) => {
                 progressed = true;
                 conn.outbox.written(written);
+                bytes_sent.fetch_add(written as u64, Ordering::Relaxed);
                 while written > 0 {
                     let front = conn.writing.front_mut().expect("written bytes were queued");
                     if written >= front.len() {

@@ -93,6 +93,12 @@ impl HeartbeatTracker {
         }
     }
 
+    /// When an executor was last heard from (its registration, or its last
+    /// heartbeat); `None` if it is not tracked.
+    pub fn last_seen(&self, executor_id: &str) -> Option<Instant> {
+        self.last_seen.get(executor_id).copied()
+    }
+
     /// Whether an executor is tracked.
     pub fn is_tracked(&self, executor_id: &str) -> bool {
         self.last_seen.contains_key(executor_id)

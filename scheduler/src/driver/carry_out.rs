@@ -108,6 +108,12 @@ impl DriverState {
         self.core.scheduler.set_accumulator_events(true);
     }
 
+    /// Adds a listener without turning TaskStart events on: one that reads only what
+    /// the other events carry costs the launch path nothing.
+    pub fn add_quiet_listener(&mut self, listener: Box<dyn SchedulerListener + Send>) {
+        self.listeners.push(listener);
+    }
+
     /// Follows a task set the core just took.
     pub fn track(&mut self, id: TaskSetId, handle: Arc<TaskSetShared>) {
         self.handles.insert(id, handle);

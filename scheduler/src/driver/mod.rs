@@ -22,6 +22,7 @@ mod endpoints;
 mod from_conf;
 pub mod job;
 pub(crate) mod job_builder;
+pub mod status;
 mod supply;
 
 use flint_rpc::timer::deadline_after;
@@ -166,6 +167,9 @@ pub struct Driver {
     stopped: AtomicBool,
     /// The next shuffle id [`Driver::new_shuffle_id`] gives.
     next_shuffle_id: AtomicU32,
+    /// When it started, and its status board once [`Driver::publish_status`] was called.
+    started: Instant,
+    status: std::sync::OnceLock<status::StatusBoard>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -184,6 +188,7 @@ impl Driver {
         conf: &Conf,
         mut cluster_manager: Box<dyn ClusterManager>,
     ) -> Result<Driver, DriverError> {
+        let started = Instant::now();
         let config = SchedulerConfig::from_conf(conf)?;
         let mut scheduler = TaskScheduler::new(config.clone());
         if let Some(path) = &config.allocation_file {
@@ -251,6 +256,8 @@ impl Driver {
             supply,
             stopped: AtomicBool::new(false),
             next_shuffle_id: AtomicU32::new(0),
+            started,
+            status: std::sync::OnceLock::new(),
         })
     }
 
@@ -380,6 +387,18 @@ impl Driver {
         };
         self.revive_offers();
         Ok(admitted)
+    }
+
+    /// Publishes a [`crate::status::StatusSnapshot`] of the driver every `interval` (at least
+    /// [`status::MIN_PUBLISH_INTERVAL`]), on a timer of its event loop, and returns where
+    /// to read the last one: for a status page or metrics, off the launch path. Later
+    /// calls return the same board.
+    pub fn publish_status(&self, interval: Duration) -> Result<status::StatusBoard, DriverError> {
+        if let Some(board) = self.status.get() {
+            return Ok(board.clone());
+        }
+        let board = status::start(&self.state, self.env.handle(), self.started, interval)?;
+        Ok(self.status.get_or_init(|| board).clone())
     }
 
     /// A shuffle id no other shuffle of this driver has: shuffle ids name shuffles for

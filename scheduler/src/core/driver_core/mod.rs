@@ -63,6 +63,7 @@ mod executors;
 mod jobs;
 mod output;
 mod result_fetch;
+mod status;
 #[cfg(test)]
 mod tests;
 
@@ -93,6 +94,9 @@ use jobs::Jobs;
 pub use jobs::FIRST_JOB_ID;
 pub use output::{ChunkFailure, ChunkReply, IfRefused, JobStats, LaunchRefused, Output, PeerId};
 use result_fetch::ResultFetch;
+#[cfg(test)]
+pub(crate) use status::TaskSetView;
+pub(crate) use status::{id_order, CoreView, ExecutorView};
 
 /// The seeds' reason for an executor whose connection closed.
 pub const DISASSOCIATED: &str = "Remote RPC client disassociated. Likely due to containers exceeding thresholds, or network issues. Check driver logs for WARN messages.";
