@@ -93,6 +93,13 @@ enum Command {
     Bench(BenchArgs),
     /// List every configuration key with its default, unit and meaning, by crate.
     Conf,
+    /// The CPU load of `flint bench --busy`: PERCENT of every CPU until killed.
+    #[command(name = flint::bench::LOAD_COMMAND, hide = true)]
+    Load {
+        /// Percent of each CPU kept busy.
+        #[arg(value_parser = clap::value_parser!(u8).range(1..=100))]
+        percent: u8,
+    },
 }
 
 // Counts take allow_negative_numbers: without it, clap reads `--executors -5` as an
@@ -128,6 +135,17 @@ struct BenchArgs {
     /// Configuration, KEY=VALUE, for every driver and executor.
     #[arg(long = "conf", value_name = "KEY=VALUE")]
     conf: Vec<String>,
+    /// Measure beside a fixed CPU load of PERCENT of every CPU (default 50), so that a
+    /// busy host is the same from run to run.
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        num_args = 0..=1,
+        default_missing_value = "50",
+        value_parser = clap::value_parser!(u8).range(1..=100),
+        allow_negative_numbers = true
+    )]
+    busy: Option<u8>,
 }
 
 /// The kind of job `flint run` and `flint driver` run.
@@ -283,6 +301,7 @@ fn main() -> ExitCode {
         Command::Driver(args) => driver(args),
         Command::Executor(args) => executor(args),
         Command::Bench(args) => bench(args),
+        Command::Load { percent } => flint::bench::run_cpu_load(percent),
         Command::Conf => {
             print!("{}", flint::conf::catalogue_text());
             ExitCode::SUCCESS
@@ -723,6 +742,7 @@ fn bench(args: BenchArgs) -> ExitCode {
         executors: args.executors,
         prefetch: args.prefetch,
         conf,
+        busy_load_percent: args.busy,
     };
     match run_bench(&options) {
         Ok(report) if args.json => {

@@ -773,3 +773,16 @@ fn the_progress_bar_on_a_terminal_shows_a_rounded_rate_and_an_eta() {
         "{screen:?}"
     );
 }
+
+#[test]
+fn a_busy_load_out_of_range_is_refused_before_anything_starts() {
+    for value in ["0", "101", "-5"] {
+        let output = flint(&["bench", "--busy", value], Duration::from_secs(20));
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "--busy {value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("invalid value '{value}' for '--busy")),
+            "--busy {value}: {stderr}"
+        );
+    }
+}

@@ -297,6 +297,9 @@ pub struct BenchOptions {
     pub prefetch: usize,
     /// Further configuration for every driver and executor.
     pub conf: Vec<(String, String)>,
+    /// A CPU load to run beside the measurement ([`run_cpu_load`]), in percent of every
+    /// CPU: the busy case, reproducible.
+    pub busy_load_percent: Option<u8>,
 }
 
 /// The figures, each beside its floor.
@@ -346,6 +349,14 @@ pub struct BenchReport {
     pub prefetch: usize,
     /// The transport's figures: ask against its floor, one-way throughput.
     pub transport: TransportReport,
+    /// Context switches of the whole machine (`/proc/stat`, so every flint process and
+    /// thread) per task of the strict schedule; `None` where `/proc` is not there.
+    pub strict_switches_per_task: Option<f64>,
+    /// The same over raw TCP's strict schedule.
+    pub raw_strict_switches_per_task: Option<f64>,
+    /// The CPU load run beside the measurement (`flint bench --busy`), in percent of
+    /// every CPU; `None` for a quiet run.
+    pub busy_load_percent: Option<u8>,
 }
 
 impl BenchReport {
@@ -429,6 +440,9 @@ impl BenchReport {
             "ask_ratio_range": [self.transport.ask_ratio_range.0, self.transport.ask_ratio_range.1],
             "one_way_msgs_per_sec": self.transport.one_way_per_sec,
             "one_way_min_msgs_per_sec": self.transport.one_way_min_per_sec,
+            "strict_context_switches_per_task": self.strict_switches_per_task,
+            "raw_strict_context_switches_per_task": self.raw_strict_switches_per_task,
+            "busy_load_percent": self.busy_load_percent,
             "version": env!("CARGO_PKG_VERSION"),
         })
         .to_string()
@@ -487,6 +501,15 @@ impl BenchReport {
                 ),
             ),
             (
+                "context switches per task, no pipelining".to_owned(),
+                self.strict_switches_per_task
+                    .map_or("-".to_owned(), |n| format!("{n:.2}")),
+                self.raw_strict_switches_per_task
+                    .map_or("/proc/stat cannot be read here".to_owned(), |raw| {
+                        format!("raw TCP's schedule {raw:.2} (whole machine, /proc/stat)")
+                    }),
+            ),
+            (
                 "loopback TCP work per task (one thread)".to_owned(),
                 format!("{:.1} us", self.loopback_cpu_us),
                 format!(
@@ -539,6 +562,11 @@ impl BenchReport {
             ),
         ];
         let mut out = String::new();
+        if let Some(load) = self.busy_load_percent {
+            out.push_str(&format!(
+                "measured beside a CPU load of {load}% of every CPU (--busy)\n"
+            ));
+        }
         for (what, figure, note) in rows {
             out.push_str(&format!("{what:<44} {figure:>16}   {note}\n"));
         }
@@ -818,6 +846,10 @@ pub fn raw_strict(frames: FrameSizes, executors: usize, tasks: u64) -> std::io::
 
 /// Measures everything `flint bench` prints.
 pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
+    let _load = match options.busy_load_percent {
+        Some(percent) => Some(CpuLoad::start(&options.program, percent).map_err(io_error)?),
+        None => None,
+    };
     let pairs = options.conf.iter().map(|(k, v)| format!("{k}={v}"));
     let base = Conf::from_pairs(pairs)?;
     let frames = FrameSizes::of_noop_task();
@@ -851,9 +883,15 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
         let cluster = local_cluster(&options.program, 1, &conf);
         Ok(run_job(&conf, &spec, Box::new(cluster), JobHooks::default())?.tasks_per_sec)
     };
+    let switches = context_switches();
     let strict_tps = throughput(0)?;
+    let strict_switches = context_switches();
     let raw_strict_tps =
         raw_strict(frames, options.executors, u64::from(options.tasks)).map_err(io_error)?;
+    let raw_switches = context_switches();
+    let per_task = |from: Option<u64>, to: Option<u64>| {
+        Some(to?.saturating_sub(from?) as f64 / f64::from(options.tasks))
+    };
     let pipelined_tps = throughput(options.prefetch)?;
     let loopback = loopback_cost(frames, options.samples).map_err(io_error)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
@@ -883,12 +921,88 @@ pub fn run_bench(options: &BenchOptions) -> Result<BenchReport, JobError> {
         pipelined_tps,
         prefetch: options.prefetch,
         transport,
+        strict_switches_per_task: per_task(switches, strict_switches),
+        raw_strict_switches_per_task: per_task(strict_switches, raw_switches),
+        busy_load_percent: options.busy_load_percent,
     })
+}
+
+/// The process running [`run_cpu_load`], killed when dropped.
+struct CpuLoad(std::process::Child);
+
+impl CpuLoad {
+    fn start(program: &Path, percent: u8) -> std::io::Result<CpuLoad> {
+        std::process::Command::new(program)
+            .args([LOAD_COMMAND, &percent.to_string()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map(CpuLoad)
+    }
+}
+
+impl Drop for CpuLoad {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The hidden `flint` command that runs [`run_cpu_load`].
+pub const LOAD_COMMAND: &str = "__load";
+
+/// Context switches of the whole machine since it booted (`ctxt` of `/proc/stat`).
+///
+/// The whole machine rather than flint's processes: an executor process that has
+/// exited takes its counts with it, and a quiet machine switches a few hundred times a
+/// second besides, against the hundreds of thousands a schedule of tasks makes.
+pub fn context_switches() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines()
+        .find_map(|line| line.strip_prefix("ctxt "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// A fixed CPU load (`flint bench --busy`): a thread per CPU, each busy `percent` of
+/// every 10 ms and asleep the rest, so that a busy host is the same from run to run.
+/// Runs in a process of its own (`flint __load PERCENT`), so that it is none of the
+/// measured processes' CPU or switches.
+pub fn run_cpu_load(percent: u8) -> ! {
+    let period = Duration::from_millis(10);
+    let busy = period.mul_f64(f64::from(percent.min(100)) / 100.0);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spin = move || loop {
+        let start = std::time::Instant::now();
+        while start.elapsed() < busy {
+            std::hint::spin_loop();
+        }
+        std::thread::sleep(period.saturating_sub(busy));
+    };
+    for _ in 1..cpus {
+        std::thread::spawn(spin);
+    }
+    spin()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_switches_are_read_from_proc_and_grow() {
+        let Some(before) = context_switches() else {
+            eprintln!("no /proc/stat here: skipped");
+            return;
+        };
+        // A thread that sleeps and wakes switches at least twice.
+        for _ in 0..10 {
+            std::thread::spawn(|| std::thread::sleep(Duration::from_millis(1)))
+                .join()
+                .unwrap();
+        }
+        let after = context_switches().unwrap();
+        assert!(after >= before + 20, "{before} -> {after}");
+    }
 
     #[test]
     fn the_floor_uses_the_real_frame_sizes_and_round_trips() {
@@ -991,9 +1105,15 @@ mod tests {
                 one_way_per_sec: 3_000_000.0,
                 one_way_min_per_sec: 2_500_000.0,
             },
+            strict_switches_per_task: Some(4.5),
+            raw_strict_switches_per_task: Some(2.25),
+            busy_load_percent: Some(50),
         };
         let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
         for (field, expected) in [
+            ("strict_context_switches_per_task", 4.5),
+            ("raw_strict_context_switches_per_task", 2.25),
+            ("busy_load_percent", 50.0),
             ("floor_rtt_us", 20.0),
             ("floor_rtt_free_us", 70.0),
             ("floor_rtt_one_cpu_us", 20.0),
@@ -1054,6 +1174,14 @@ mod tests {
         assert!(table.contains("3000000 msgs/s"), "{table}");
         assert!(
             table.contains("raw TCP 16.0 us: flint adds 4.0 us, 1.25 x"),
+            "{table}"
+        );
+        assert!(
+            table.starts_with("measured beside a CPU load of 50% of every CPU"),
+            "{table}"
+        );
+        assert!(
+            table.contains("4.50   raw TCP's schedule 2.25 (whole machine"),
             "{table}"
         );
         let unpinned = BenchReport {
