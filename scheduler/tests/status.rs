@@ -33,6 +33,11 @@ fn snapshots_are_published_at_most_every_100_ms_and_read_without_the_driver() {
     assert!(again.latest().sequence >= board.latest().sequence - 1);
     let last = board.latest();
     assert_eq!(last.executors.len(), 0);
-    assert!(last.uptime >= elapsed);
+    // The last snapshot is up to an interval old (a busy host's timer may lag more).
+    assert!(
+        last.uptime >= elapsed.saturating_sub(3 * MIN_PUBLISH_INTERVAL),
+        "uptime {:?} after {elapsed:?}",
+        last.uptime
+    );
     driver.stop().unwrap();
 }
