@@ -692,6 +692,9 @@ fn start(
             blocks
                 .handle()
                 .endpoint_ref(driver_address, BROADCAST_ENDPOINT),
+            // Reports of pieces held go on the connection the executor registers on:
+            // the driver takes them from there only.
+            handle.endpoint_ref(driver_address, BROADCAST_ENDPOINT),
             block_manager_id.clone(),
             FetchLimits {
                 max_size: broadcast_max_size,

@@ -350,6 +350,11 @@ impl DriverState {
                     handle.finish(failure.clone(), now);
                 }
             }
+            // Its block server is gone: other executors are no longer sent there for
+            // broadcast pieces (one that registers again under the id starts empty).
+            SchedulerEvent::ExecutorRemoved { executor_id, .. } => {
+                self.broadcasts.executor_removed(executor_id);
+            }
             _ => {}
         }
         for listener in &mut self.listeners {
