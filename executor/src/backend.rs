@@ -475,11 +475,17 @@ impl Endpoint for ExecutorEndpoint {
                     service.store().remove_shuffle(shuffle_id);
                 }
             }
-            ArchivedMessage::UnpersistBroadcast { broadcast_id } => {
-                let broadcast_id = broadcast_id.to_native();
+            ArchivedMessage::UnpersistBroadcast {
+                broadcast_id,
+                generation,
+            } => {
+                let (broadcast_id, generation) = (broadcast_id.to_native(), generation.to_native());
                 if let Some(service) = backend.executor.broadcast_service() {
-                    let removed = service.cache().remove(broadcast_id);
-                    debug!(removed, "UnpersistBroadcast {broadcast_id}");
+                    let removed = service.cache().unpersist(broadcast_id, generation);
+                    debug!(
+                        removed,
+                        "UnpersistBroadcast {broadcast_id} (generation {generation})"
+                    );
                 }
             }
             ArchivedMessage::StopExecutor => {

@@ -701,7 +701,10 @@ pub fn sample_message(kind: MessageKind) -> Message {
                 port: 40124,
             },
         },
-        MessageKind::UnpersistBroadcast => Message::UnpersistBroadcast { broadcast_id: 4 },
+        MessageKind::UnpersistBroadcast => Message::UnpersistBroadcast {
+            broadcast_id: 4,
+            generation: 2,
+        },
         MessageKind::GetBlockServerStats => Message::GetBlockServerStats,
         MessageKind::BlockServerStats => Message::BlockServerStats {
             broadcast_bytes_served: 4 << 20,

@@ -829,6 +829,10 @@ pub enum Message {
     UnpersistBroadcast {
         /// The broadcast.
         broadcast_id: u64,
+        /// Its [`BroadcastInfo::generation`] from this unpersist on: a value (or the
+        /// pieces of one) fetched by a description of this generation or later was
+        /// fetched after the unpersist, and the driver counts on its reports; it stays.
+        generation: u64,
     },
     /// An ask of an executor's block server: what it has served of broadcasts so far.
     GetBlockServerStats,

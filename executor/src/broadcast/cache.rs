@@ -20,6 +20,8 @@ const KILL_POLL: Duration = Duration::from_millis(100);
 struct Partial {
     value: Vec<u8>,
     piece_size: u32,
+    /// The generation of the description it is fetched by.
+    generation: u64,
     /// By piece.
     held: Vec<bool>,
     count: usize,
@@ -54,7 +56,12 @@ enum Entry {
         partial: SharedPartial,
     },
     /// The whole value; a piece is a view of it.
-    Ready { value: Bytes, piece_size: u32 },
+    Ready {
+        value: Bytes,
+        piece_size: u32,
+        /// The generation of the description it was fetched by.
+        generation: u64,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -76,13 +83,15 @@ pub struct PieceSink<'c> {
 
 impl PieceSink<'_> {
     /// Readies the value for `total_size` bytes in pieces of `piece_size` (the layout
-    /// the driver declared, already checked against `broadcast.maxSize`): allocated
-    /// here, once, unless an earlier fetch of this value left pieces, which are kept.
-    /// The pieces held already, not to be fetched again.
-    pub fn start(&self, total_size: u64, piece_size: u32) -> Vec<u32> {
+    /// the driver declared, of unpersist generation `generation`, already checked
+    /// against `broadcast.maxSize`): allocated here, once, unless an earlier fetch of
+    /// this value left pieces, which are kept. The pieces held already, not to be
+    /// fetched again.
+    pub fn start(&self, total_size: u64, piece_size: u32, generation: u64) -> Vec<u32> {
         let mut partial = lock_partial(&self.partial);
-        if let Some(p) = &*partial {
+        if let Some(p) = &mut *partial {
             if p.value.len() as u64 == total_size && p.piece_size == piece_size {
+                p.generation = p.generation.max(generation);
                 return (0..p.held.len() as u32)
                     .filter(|&i| p.held[i as usize])
                     .collect();
@@ -96,6 +105,7 @@ impl PieceSink<'_> {
         *partial = Some(Partial {
             value: vec![0; total_size as usize],
             piece_size: piece_size.max(1),
+            generation,
             held: vec![false; pieces as usize],
             count: 0,
         });
@@ -142,7 +152,10 @@ impl PieceSink<'_> {
             return None;
         }
         let Partial {
-            value, piece_size, ..
+            value,
+            piece_size,
+            generation,
+            ..
         } = partial.take()?;
         let value = Bytes::from(value);
         if let Some(entry) = entries.entries.get_mut(&self.broadcast_id) {
@@ -151,6 +164,7 @@ impl PieceSink<'_> {
                 *entry = Entry::Ready {
                     value: value.clone(),
                     piece_size,
+                    generation,
                 };
             }
         }
@@ -287,6 +301,7 @@ impl BroadcastCache {
                         Entry::Ready {
                             value: value.clone(),
                             piece_size: (*piece_size).max(1),
+                            generation: 0,
                         },
                     );
                 }
@@ -301,13 +316,14 @@ impl BroadcastCache {
     }
 
     /// Puts a whole value whose pieces are `piece_size` bytes (what a fetch does, and
-    /// what tests and a driver-side executor may do).
+    /// what tests and a driver-side executor may do), of generation 0.
     pub fn insert(&self, broadcast_id: u64, value: Bytes, piece_size: u32) {
         self.lock().entries.insert(
             broadcast_id,
             Entry::Ready {
                 value,
                 piece_size: piece_size.max(1),
+                generation: 0,
             },
         );
         self.changed.notify_all();
@@ -318,7 +334,9 @@ impl BroadcastCache {
     pub fn piece(&self, broadcast_id: u64, piece: u32) -> Option<Bytes> {
         let partial = match self.lock().entries.get(&broadcast_id)? {
             Entry::Fetching { partial, .. } => partial.clone(),
-            Entry::Ready { value, piece_size } => {
+            Entry::Ready {
+                value, piece_size, ..
+            } => {
                 let start = usize::try_from(u64::from(piece) * u64::from(*piece_size)).ok()?;
                 if start >= value.len() {
                     return None;
@@ -339,6 +357,29 @@ impl BroadcastCache {
         let removed = self.lock().entries.remove(&broadcast_id).is_some();
         self.changed.notify_all();
         removed
+    }
+
+    /// The driver unpersisted `broadcast_id`, making its descriptions of generation
+    /// `generation`: forgets it (as [`BroadcastCache::remove`]) unless it was fetched by
+    /// a description of that generation or later, after the unpersist (the driver
+    /// takes that fetch's reports, and sends other executors here for its pieces).
+    /// Whether it was forgotten.
+    pub fn unpersist(&self, broadcast_id: u64, generation: u64) -> bool {
+        let mut entries = self.lock();
+        let newer = match entries.entries.get(&broadcast_id) {
+            None => return false,
+            Some(Entry::Ready { generation: g, .. }) => *g >= generation,
+            Some(Entry::Fetching { partial, .. }) => lock_partial(partial)
+                .as_ref()
+                .is_some_and(|p| p.generation >= generation),
+        };
+        if newer {
+            return false;
+        }
+        entries.entries.remove(&broadcast_id);
+        drop(entries);
+        self.changed.notify_all();
+        true
     }
 
     /// Broadcasts held whole.

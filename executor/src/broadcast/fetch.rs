@@ -174,7 +174,7 @@ impl BroadcastFetcher {
             retry_wait: self.limits.retry_wait,
         };
         // The declared size, checked against broadcast.maxSize by the layout.
-        let kept = sink.start(layout.total_size(), piece_size);
+        let kept = sink.start(layout.total_size(), piece_size, generation);
         let mut plan = FetchPlan::new(layout, &held, plan_limits, seed());
         for piece in kept {
             plan.mark_held(piece);

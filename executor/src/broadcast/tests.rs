@@ -102,7 +102,7 @@ fn pieces_are_served_while_the_fetch_goes_on_and_an_unpersist_meanwhile_wins() {
     let got = cache.get_or_fetch(
         4,
         |sink| {
-            assert_eq!(sink.start(10, 4), Vec::<u32>::new());
+            assert_eq!(sink.start(10, 4, 0), Vec::<u32>::new());
             assert!(sink.add(0, &whole[..4]), "kept, to be reported");
             assert!(!sink.add(1, &whole[..3]), "not a piece's length");
             // Served before the value is whole.
@@ -203,7 +203,7 @@ fn a_killed_first_reader_leaves_its_pieces_served_and_a_waiter_goes_on_from_them
             cache.get_or_fetch(
                 6,
                 |sink| {
-                    sink.start(10, 4);
+                    sink.start(10, 4, 0);
                     assert!(sink.add(0, &whole[..4]));
                     entered.send(()).unwrap();
                     // Its task is killed with one piece in.
@@ -226,7 +226,7 @@ fn a_killed_first_reader_leaves_its_pieces_served_and_a_waiter_goes_on_from_them
                 6,
                 |sink| {
                     // The piece the killed reader had stays: only the others are fetched.
-                    assert_eq!(sink.start(10, 4), [0]);
+                    assert_eq!(sink.start(10, 4, 0), [0]);
                     assert!(sink.add(1, &whole[4..8]));
                     assert!(sink.add(2, &whole[8..]));
                     Ok((sink.finish().unwrap(), 4))
@@ -244,7 +244,7 @@ fn a_killed_first_reader_leaves_its_pieces_served_and_a_waiter_goes_on_from_them
     let _ = cache.get_or_fetch(
         8,
         |sink| {
-            sink.start(10, 4);
+            sink.start(10, 4, 0);
             sink.add(1, &whole[4..8]);
             Err(BroadcastError::Interrupted)
         },
@@ -480,4 +480,46 @@ fn the_fetcher_reports_no_piece_once_unpersisted_and_a_kill_leaves_its_pieces_to
         5,
         "two pieces, the one the kill cut short, then the two missing"
     );
+}
+
+#[test]
+fn an_unpersist_drops_only_what_was_fetched_before_it() {
+    let cache = BroadcastCache::new();
+    let whole = value(10);
+    let got = cache.get_or_fetch(
+        9,
+        |sink| {
+            // Described after the driver's second unpersist.
+            sink.start(10, 4, 2);
+            assert!(sink.add(0, &whole[..4]));
+            // The second unpersist's message comes late: this fetch is after it, the
+            // driver takes its reports, and it stays.
+            assert!(!cache.unpersist(9, 2));
+            assert!(cache.piece(9, 0).is_some());
+            assert!(sink.add(1, &whole[4..8]));
+            assert!(sink.add(2, &whole[8..]));
+            Ok((sink.finish().unwrap(), 4))
+        },
+        &|| false,
+    );
+    assert_eq!(got.unwrap(), whole);
+    assert!(!cache.unpersist(9, 1) && !cache.unpersist(9, 2));
+    assert_eq!(cache.len(), 1);
+    // A third unpersist: gone.
+    assert!(cache.unpersist(9, 3));
+    assert!(cache.is_empty() && cache.piece(9, 0).is_none());
+    assert!(!cache.unpersist(9, 3), "nothing left");
+    // A fetch not yet described is dropped: its pieces are not kept nor reported.
+    let got = cache.get_or_fetch(
+        9,
+        |sink| {
+            assert!(cache.unpersist(9, 3));
+            sink.start(10, 4, 3);
+            assert!(!sink.add(0, &whole[..4]));
+            Ok((whole.clone(), 4))
+        },
+        &|| false,
+    );
+    assert_eq!(got.unwrap(), whole);
+    assert!(cache.is_empty());
 }

@@ -117,6 +117,12 @@ impl BroadcastManager {
         id
     }
 
+    /// How many times broadcast `id` was unpersisted (its descriptions' generation), if
+    /// it exists: what executors are told with an unpersist.
+    pub fn generation(&self, id: u64) -> Option<u64> {
+        self.entries.get(&id).map(|e| e.generation)
+    }
+
     /// The size of broadcast `id`, if it exists.
     pub fn size(&self, id: u64) -> Option<u64> {
         self.entries.get(&id).map(|e| e.value.len() as u64)
@@ -390,7 +396,9 @@ mod tests {
         assert!(m.unpersist_at_job_end(a, 7));
         assert!(!m.unpersist_at_job_end(99, 7));
         assert_eq!(m.job_ended(6), Vec::<u64>::new());
+        assert_eq!(m.generation(a), Some(0));
         assert_eq!(m.job_ended(7), [a]);
+        assert_eq!(m.generation(a), Some(1));
         assert!(m.holders(a).is_empty());
         assert_eq!(m.holders(b), [(location("1"), 1)]);
         assert_eq!(m.job_ended(7), Vec::<u64>::new(), "once");

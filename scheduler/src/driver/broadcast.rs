@@ -92,8 +92,11 @@ impl Driver {
     pub fn unpersist_broadcast(&self, id: u64) -> bool {
         let mut state = self.state();
         let found = state.broadcasts.unpersist(id);
-        if found {
-            state.send_to_executors(&Message::UnpersistBroadcast { broadcast_id: id });
+        if let (true, Some(generation)) = (found, state.broadcasts.generation(id)) {
+            state.send_to_executors(&Message::UnpersistBroadcast {
+                broadcast_id: id,
+                generation,
+            });
         }
         found
     }

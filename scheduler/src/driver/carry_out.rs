@@ -241,7 +241,11 @@ impl DriverState {
                 } => {
                     // Before the job's waiter wakes: what it launches next comes after.
                     for broadcast_id in self.broadcasts.job_ended(job_id) {
-                        self.send_to_executors(&Message::UnpersistBroadcast { broadcast_id });
+                        let generation = self.broadcasts.generation(broadcast_id).unwrap_or(0);
+                        self.send_to_executors(&Message::UnpersistBroadcast {
+                            broadcast_id,
+                            generation,
+                        });
                     }
                     if let Some(handle) = self.jobs.remove(&job_id) {
                         handle.finish(result, stats, now);
