@@ -249,8 +249,9 @@ impl BroadcastManager {
         holders
     }
 
-    /// Forgets what executors hold of broadcast `id` (they are told to drop it); the
-    /// value stays, to be fetched again. Whether it exists.
+    /// Forgets what executors hold of broadcast `id` (they are told to drop it) and
+    /// starts a new generation, so that reports of fetches described before are
+    /// dropped; the value stays, to be fetched again. Whether it exists.
     pub fn unpersist(&mut self, id: u64) -> bool {
         match self.entries.get_mut(&id) {
             Some(entry) => {
