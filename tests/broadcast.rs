@@ -259,24 +259,53 @@ fn a_piece_corrupted_in_flight_is_fetched_again_and_not_handed_to_a_task() {
         manager
             .send(&Message::BroadcastPieceStored {
                 broadcast_id: broadcast.id(),
+                generation: 0,
                 piece,
                 location: location.clone(),
             })
             .unwrap();
     }
     wait_for_holders(&driver, broadcast, pieces, 1);
-    // A report naming a block server on another host than the reporter's is not taken
+    // A report naming a block server on another host than the one the reporter
+    // registered with, or a host name of a megabyte (which would make every
+    // description of the broadcast too large to send), names the registered host
     // (the ask after it is answered once it was handled: one connection, in order).
-    manager
+    for host in ["192.0.2.1".to_owned(), "h".repeat(1 << 20)] {
+        manager
+            .send(&Message::BroadcastPieceStored {
+                broadcast_id: broadcast.id(),
+                generation: 0,
+                piece: 0,
+                location: BlockManagerId {
+                    host,
+                    ..location.clone()
+                },
+            })
+            .unwrap();
+    }
+    // A report for the hostile executor from another connection is not taken: it
+    // would point other executors at port 1.
+    let stranger = RpcEnv::client(&conf).unwrap();
+    let stranger_manager = stranger
+        .handle()
+        .endpoint_ref(driver.address(), BROADCAST_ENDPOINT);
+    stranger_manager
         .send(&Message::BroadcastPieceStored {
             broadcast_id: broadcast.id(),
+            generation: 0,
             piece: 0,
             location: BlockManagerId {
-                host: "192.0.2.1".into(),
+                port: 1,
                 ..location.clone()
             },
         })
         .unwrap();
+    stranger_manager
+        .ask(&Message::GetBroadcastInfo {
+            broadcast_id: broadcast.id(),
+        })
+        .unwrap();
+    stranger.stop();
     manager
         .ask(&Message::GetBroadcastInfo {
             broadcast_id: broadcast.id(),
@@ -305,7 +334,55 @@ fn a_piece_corrupted_in_flight_is_fetched_again_and_not_handed_to_a_task() {
         (8 * MIB, u64::from(pieces)),
         "every corrupt piece was fetched again from the driver, once"
     );
+    // Unpersisted: a report sent before (of generation 0) and received after is
+    // dropped; one of the generation a fetch is told now is taken.
+    assert!(driver.unpersist_broadcast(broadcast.id()));
+    let report = |generation| {
+        manager
+            .send(&Message::BroadcastPieceStored {
+                broadcast_id: broadcast.id(),
+                generation,
+                piece: 0,
+                location: location.clone(),
+            })
+            .unwrap();
+        let info = manager
+            .ask(&Message::GetBroadcastInfo {
+                broadcast_id: broadcast.id(),
+            })
+            .unwrap();
+        let ArchivedMessage::BroadcastInfo(info) = info.message() else {
+            panic!("no description");
+        };
+        info.generation.to_native()
+    };
+    assert_eq!(report(0), 1);
+    assert!(
+        !driver
+            .broadcast_holders(broadcast.id())
+            .iter()
+            .any(|(l, _)| l.executor_id == location.executor_id),
+        "a stale report names no holder"
+    );
+    report(1);
+    assert_eq!(
+        driver.broadcast_holders(broadcast.id())[0],
+        (location.clone(), 1)
+    );
+    // The hostile executor goes: it is no longer named as a holder.
     hostile.stop();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while driver
+        .broadcast_holders(broadcast.id())
+        .iter()
+        .any(|(l, _)| l.executor_id == location.executor_id)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the removed executor is still a holder"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     driver.stop().unwrap();
 }
 

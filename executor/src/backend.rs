@@ -475,11 +475,17 @@ impl Endpoint for ExecutorEndpoint {
                     service.store().remove_shuffle(shuffle_id);
                 }
             }
-            ArchivedMessage::UnpersistBroadcast { broadcast_id } => {
-                let broadcast_id = broadcast_id.to_native();
+            ArchivedMessage::UnpersistBroadcast {
+                broadcast_id,
+                generation,
+            } => {
+                let (broadcast_id, generation) = (broadcast_id.to_native(), generation.to_native());
                 if let Some(service) = backend.executor.broadcast_service() {
-                    let removed = service.cache().remove(broadcast_id);
-                    debug!(removed, "UnpersistBroadcast {broadcast_id}");
+                    let removed = service.cache().unpersist(broadcast_id, generation);
+                    debug!(
+                        removed,
+                        "UnpersistBroadcast {broadcast_id} (generation {generation})"
+                    );
                 }
             }
             ArchivedMessage::StopExecutor => {
@@ -692,6 +698,9 @@ fn start(
             blocks
                 .handle()
                 .endpoint_ref(driver_address, BROADCAST_ENDPOINT),
+            // Reports of pieces held go on the connection the executor registers on:
+            // the driver takes them from there only.
+            handle.endpoint_ref(driver_address, BROADCAST_ENDPOINT),
             block_manager_id.clone(),
             FetchLimits {
                 max_size: broadcast_max_size,

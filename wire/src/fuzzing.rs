@@ -669,6 +669,7 @@ pub fn sample_message(kind: MessageKind) -> Message {
         MessageKind::GetBroadcastInfo => Message::GetBroadcastInfo { broadcast_id: 4 },
         MessageKind::BroadcastInfo => Message::BroadcastInfo(crate::BroadcastInfo {
             broadcast_id: 4,
+            generation: 1,
             total_size: 10,
             piece_size: 4,
             checksums: vec![0x1234_5678, 0x9abc_def0, 7],
@@ -692,6 +693,7 @@ pub fn sample_message(kind: MessageKind) -> Message {
         },
         MessageKind::BroadcastPieceStored => Message::BroadcastPieceStored {
             broadcast_id: 4,
+            generation: 1,
             piece: 1,
             location: BlockManagerId {
                 executor_id: "exec-7".into(),
@@ -699,7 +701,10 @@ pub fn sample_message(kind: MessageKind) -> Message {
                 port: 40124,
             },
         },
-        MessageKind::UnpersistBroadcast => Message::UnpersistBroadcast { broadcast_id: 4 },
+        MessageKind::UnpersistBroadcast => Message::UnpersistBroadcast {
+            broadcast_id: 4,
+            generation: 2,
+        },
         MessageKind::GetBlockServerStats => Message::GetBlockServerStats,
         MessageKind::BlockServerStats => Message::BlockServerStats {
             broadcast_bytes_served: 4 << 20,

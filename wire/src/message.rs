@@ -816,6 +816,9 @@ pub enum Message {
     BroadcastPieceStored {
         /// The broadcast.
         broadcast_id: u64,
+        /// [`BroadcastInfo::generation`] of the description the piece was fetched by: a
+        /// report of a generation unpersisted since is dropped.
+        generation: u64,
         /// The piece.
         piece: u32,
         /// The executor's block server.
@@ -826,6 +829,10 @@ pub enum Message {
     UnpersistBroadcast {
         /// The broadcast.
         broadcast_id: u64,
+        /// Its [`BroadcastInfo::generation`] from this unpersist on: a value (or the
+        /// pieces of one) fetched by a description of this generation or later was
+        /// fetched after the unpersist, and the driver counts on its reports; it stays.
+        generation: u64,
     },
     /// An ask of an executor's block server: what it has served of broadcasts so far.
     GetBlockServerStats,
@@ -851,6 +858,9 @@ pub const MAX_BROADCAST_PIECES: u32 = 1 << 16;
 pub struct BroadcastInfo {
     /// The broadcast.
     pub broadcast_id: u64,
+    /// How many times it was unpersisted so far: its executors' reports of pieces carry
+    /// it, so that one sent before an unpersist and received after it is dropped.
+    pub generation: u64,
     /// Its whole size in bytes.
     pub total_size: u64,
     /// The size of every piece but the last (`broadcast.blockSize`, at most what a

@@ -6,7 +6,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use flint_rpc::log_budget::LogBudget;
 use flint_rpc::{EndpointRef, Reply, RpcEnvHandle, RpcError};
 use flint_wire::{ArchivedMessage, BlockManagerId, Message, BLOCK_MANAGER_ENDPOINT};
@@ -37,16 +37,17 @@ pub struct FetchLimits {
     pub max_in_flight: u64,
     /// How long an ask may take (`rpc.askTimeout`).
     pub ask_timeout: Duration,
-    /// Attempts of one piece before the fetch fails.
+    /// Attempts of one piece of the driver before the fetch fails; a peer is asked for
+    /// it once at most, besides.
     pub max_attempts: u32,
     /// How long a piece the driver failed waits before it is asked of the driver again.
     pub retry_wait: Duration,
 }
 
 impl FetchLimits {
-    /// Attempts of one piece, by default: a corrupt copy at a peer, then the driver, and
-    /// two more tries of the driver.
-    pub const MAX_ATTEMPTS: u32 = 4;
+    /// Attempts of one piece of the driver, by default: after a corrupt or missing copy
+    /// at a peer, the driver, and two more tries of it.
+    pub const MAX_ATTEMPTS: u32 = 3;
     /// The wait before the driver is asked again, by default.
     pub const RETRY_WAIT: Duration = Duration::from_millis(200);
 }
@@ -56,6 +57,9 @@ impl FetchLimits {
 pub struct BroadcastFetcher {
     env: RpcEnvHandle,
     driver: EndpointRef,
+    /// The driver's broadcast manager on the connection the executor registered on:
+    /// the driver takes reports of pieces held from there only.
+    reports: EndpointRef,
     location: BlockManagerId,
     limits: FetchLimits,
     /// Lines about pieces peers got wrong.
@@ -72,24 +76,29 @@ struct Arrived {
 impl BroadcastFetcher {
     /// A fetcher for the executor whose block server is `location`, asking `driver` (the
     /// driver's [`flint_wire::BROADCAST_ENDPOINT`]) and other executors' block servers
-    /// over `env`.
+    /// over `env`, and telling the driver of the pieces it holds through `reports` (the
+    /// same endpoint, on the connection the executor registered on).
     pub fn new(
         env: RpcEnvHandle,
         driver: EndpointRef,
+        reports: EndpointRef,
         location: BlockManagerId,
         limits: FetchLimits,
     ) -> Self {
         BroadcastFetcher {
             env,
             driver,
+            reports,
             location,
             limits,
             peer_warnings: Mutex::new(LogBudget::default()),
         }
     }
 
-    /// The value of `broadcast_id` and its piece size, fetched whole; each piece is
-    /// reported to `sink` (served from then on) and to the driver as it arrives.
+    /// The value of `broadcast_id` and its piece size, fetched whole into `sink`, which
+    /// allocates it once; each piece is put in `sink` as it arrives and, once the
+    /// cache keeps it (and its block server serves it), reported to the driver. Pieces
+    /// an earlier fetch left in `sink` are not fetched again.
     pub fn fetch(
         &self,
         broadcast_id: u64,
@@ -153,6 +162,7 @@ impl BroadcastFetcher {
                     .collect::<Vec<u32>>(),
             );
         }
+        let generation = info.generation.to_native();
         drop(reply);
         let piece_size = layout.piece_size();
         let max_in_flight = (self.limits.max_in_flight / u64::from(piece_size.max(1)))
@@ -163,27 +173,34 @@ impl BroadcastFetcher {
             ask_timeout: self.limits.ask_timeout,
             retry_wait: self.limits.retry_wait,
         };
+        // The declared size, checked against broadcast.maxSize by the layout.
+        let kept = sink.start(layout.total_size(), piece_size, generation);
         let mut plan = FetchPlan::new(layout, &held, plan_limits, seed());
-        let pieces = self.fetch_pieces(&mut plan, (&peers, &addresses), sink, interrupted)?;
-        let layout = plan.layout();
-        // The declared size, checked against broadcast.maxSize above; every piece's
-        // length was checked against the layout on arrival.
-        let mut value = BytesMut::with_capacity(layout.total_size() as usize);
-        for piece in &pieces {
-            value.extend_from_slice(piece);
+        for piece in kept {
+            plan.mark_held(piece);
         }
-        Ok((value.freeze(), piece_size))
+        self.fetch_pieces(
+            &mut plan,
+            generation,
+            (&peers, &addresses),
+            sink,
+            interrupted,
+        )?;
+        let value = sink
+            .finish()
+            .ok_or_else(|| failed("every piece arrived but the value is not whole".to_owned()))?;
+        Ok((value, piece_size))
     }
 
     fn fetch_pieces(
         &self,
         plan: &mut FetchPlan,
+        generation: u64,
         (peers, addresses): (&[EndpointRef], &[SocketAddr]),
         sink: &PieceSink<'_>,
         interrupted: &dyn Fn() -> bool,
-    ) -> Result<Vec<Bytes>, BroadcastError> {
+    ) -> Result<(), BroadcastError> {
         let broadcast_id = plan.layout().broadcast_id();
-        let mut pieces = vec![Bytes::new(); plan.layout().pieces() as usize];
         let (sender, arrivals) = mpsc::channel::<Arrived>();
         loop {
             let now = Instant::now();
@@ -214,7 +231,7 @@ impl BroadcastFetcher {
                 }
             }
             if plan.is_complete() {
-                return Ok(pieces);
+                return Ok(());
             }
             let Some(arrived) = wait(broadcast_id, &arrivals, plan.poll_timeout(), interrupted)?
             else {
@@ -246,15 +263,17 @@ impl BroadcastFetcher {
             }
             match plan.on_arrival(now, piece, source, data.as_slice())? {
                 Arrival::Accepted => {
-                    let data = reply.frame().bytes_of(data.as_slice());
-                    sink.add(piece, data.clone());
-                    pieces[piece as usize] = data;
-                    // Other executors may fetch it here from now on.
-                    let _ = self.driver.send(&Message::BroadcastPieceStored {
-                        broadcast_id,
-                        piece,
-                        location: self.location.clone(),
-                    });
+                    // Copied into the value; the frame goes with the reply. Reported
+                    // only if the block server serves it: not once the value was
+                    // unpersisted meanwhile.
+                    if sink.add(piece, data.as_slice()) {
+                        let _ = self.reports.send(&Message::BroadcastPieceStored {
+                            broadcast_id,
+                            generation,
+                            piece,
+                            location: self.location.clone(),
+                        });
+                    }
                 }
                 Arrival::Stale => {}
                 Arrival::Rejected(why) => {

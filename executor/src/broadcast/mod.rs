@@ -8,13 +8,17 @@
 //! the pieces in a random order, of executors that hold them first (their block servers,
 //! on `blockManager.port`, serve what their cache holds) and of the driver otherwise,
 //! as the seeds' `TorrentBroadcast` does. Every piece is checked on arrival; a wrong one
-//! is dropped and asked again of another source ([`FetchPlan`], a pure state machine).
-//! Each piece is reported to the driver once held, so that later executors can fetch it
-//! here.
+//! is dropped and asked again, of the driver ([`FetchPlan`], a pure state machine).
+//! Each piece is reported to the driver once the cache keeps it (its block server
+//! serves it from then on), so that later executors can fetch it here; the report
+//! carries the unpersist generation of the description it was fetched by, so that the
+//! driver drops one that crosses an unpersist. A fetch cut short (its task killed)
+//! leaves the pieces it has in the cache, still served, and another task that wants the
+//! value goes on from them.
 //!
-//! Nothing is allocated for a value beyond the size the driver declared, and that size
-//! is refused above `broadcast.maxSize`. A task reading the value gets a view of the
-//! one cached buffer: no copy.
+//! The value is allocated once, at the size the driver declared (refused above
+//! `broadcast.maxSize`), and each piece is copied into it as it arrives. A task reading
+//! the value gets a view of the one cached buffer: no copy.
 
 mod cache;
 mod fetch;

@@ -4,10 +4,17 @@
 //!
 //! As the seeds' `TorrentBroadcast`: pieces are asked for in a random order, each of a
 //! random executor that holds it when one does, of the driver otherwise; a piece whose
-//! checksum or length is wrong, or whose ask failed or timed out, is asked again of
-//! another source (the driver once no peer is left), at most `max_attempts` times in
-//! all before the fetch fails.
+//! checksum or length is wrong, or whose ask failed or timed out, is asked again. A
+//! piece is asked of one peer at most: the driver's list of holders can be stale (an
+//! executor lost, or that dropped the value), and however many of those it names, the
+//! driver, which holds every piece, is asked next. The driver is asked at most
+//! `max_attempts` times before the fetch fails.
+//!
+//! Each arrival, failure and timeout costs O(1) (amortized): the next piece to ask for
+//! is found by a cursor in the order and queues of pieces to ask again, and deadlines
+//! by a queue of the asks in the order they were made.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -171,7 +178,8 @@ pub enum Arrival {
 pub struct PlanLimits {
     /// Asks out at once.
     pub max_in_flight: usize,
-    /// Attempts of one piece before the fetch fails.
+    /// Attempts of one piece of the driver before the fetch fails (besides the one of
+    /// a peer that may come first).
     pub max_attempts: u32,
     /// How long an ask may take.
     pub ask_timeout: Duration,
@@ -190,10 +198,12 @@ enum Status {
 #[derive(Debug, Clone)]
 struct Piece {
     status: Status,
+    /// Failed asks, of peers and of the driver.
     attempts: u32,
-    /// Sources that failed this piece, not asked again (but the driver, after a wait).
-    failed: Vec<Source>,
-    not_before: Option<Instant>,
+    /// Failed asks of the driver: what `max_attempts` bounds.
+    driver_failures: u32,
+    /// Whether a peer was asked: the next ask goes to the driver.
+    peer_asked: bool,
     /// Peers that hold it.
     holders: Vec<usize>,
 }
@@ -203,8 +213,18 @@ struct Piece {
 pub struct FetchPlan {
     layout: Layout,
     pieces: Vec<Piece>,
-    /// The pieces in the order they are asked for.
+    /// The pieces in the order they are asked for the first time.
     order: Vec<u32>,
+    /// The first piece of `order` not asked for yet.
+    cursor: usize,
+    /// Pieces a peer failed: asked again (of the driver) at once.
+    again: VecDeque<u32>,
+    /// Pieces the driver failed, with when they are asked of it again; in that order,
+    /// since the wait is the same for all and `now` does not go back.
+    waiting: VecDeque<(Instant, u32)>,
+    /// The asks made, in order and so by deadline; those answered meanwhile are
+    /// skipped as they come to the front.
+    asks: VecDeque<(Instant, u32, Source)>,
     limits: PlanLimits,
     in_flight: usize,
     done: u32,
@@ -220,8 +240,8 @@ impl FetchPlan {
             Piece {
                 status: Status::Wanted,
                 attempts: 0,
-                failed: Vec::new(),
-                not_before: None,
+                driver_failures: 0,
+                peer_asked: false,
                 holders: Vec::new(),
             };
             count as usize
@@ -239,6 +259,10 @@ impl FetchPlan {
             layout,
             pieces,
             order: (0..count).collect(),
+            cursor: 0,
+            again: VecDeque::new(),
+            waiting: VecDeque::new(),
+            asks: VecDeque::new(),
             limits: PlanLimits {
                 max_in_flight: limits.max_in_flight.max(1),
                 max_attempts: limits.max_attempts.max(1),
@@ -281,36 +305,56 @@ impl FetchPlan {
         self.in_flight
     }
 
+    /// Counts piece `piece` as held already (by an earlier fetch of the same value
+    /// that was given up): it is not asked for. Only before the first request.
+    pub fn mark_held(&mut self, piece: u32) {
+        if let Some(p) = self.pieces.get_mut(piece as usize) {
+            if p.status == Status::Wanted {
+                p.status = Status::Done;
+                self.done += 1;
+            }
+        }
+    }
+
     /// The next ask to make now, if the limit on asks out allows one and a piece is
     /// waiting to be asked for.
     pub fn next_request(&mut self, now: Instant) -> Option<Request> {
         if self.in_flight >= self.limits.max_in_flight {
             return None;
         }
-        let index = self.order.iter().position(|&p| {
-            let piece = &self.pieces[p as usize];
-            piece.status == Status::Wanted && piece.not_before.is_none_or(|at| at <= now)
-        })?;
-        let piece_number = self.order[index];
-        let candidates: Vec<usize> = {
-            let piece = &self.pieces[piece_number as usize];
+        let piece_number = if let Some(piece) = self.again.pop_front() {
             piece
-                .holders
-                .iter()
-                .copied()
-                .filter(|&h| !piece.failed.contains(&Source::Peer(h)))
-                .collect()
+        } else if self.waiting.front().is_some_and(|&(at, _)| at <= now) {
+            self.waiting.pop_front()?.1
+        } else {
+            loop {
+                let &piece = self.order.get(self.cursor)?;
+                self.cursor += 1;
+                if self.pieces[piece as usize].status == Status::Wanted {
+                    break piece;
+                }
+            }
         };
-        let source = if candidates.is_empty() {
+        let holders = {
+            let piece = &self.pieces[piece_number as usize];
+            if piece.peer_asked {
+                0
+            } else {
+                piece.holders.len()
+            }
+        };
+        let source = if holders == 0 {
             Source::Driver
         } else {
-            Source::Peer(candidates[(self.random() % candidates.len() as u64) as usize])
+            let i = (self.random() % holders as u64) as usize;
+            Source::Peer(self.pieces[piece_number as usize].holders[i])
         };
         let deadline = now + self.limits.ask_timeout;
         let piece = &mut self.pieces[piece_number as usize];
         piece.status = Status::InFlight { source, deadline };
-        piece.not_before = None;
+        piece.peer_asked |= source != Source::Driver;
         self.in_flight += 1;
+        self.asks.push_back((deadline, piece_number, source));
         Some(Request {
             piece: piece_number,
             source,
@@ -334,6 +378,7 @@ impl FetchPlan {
                 self.pieces[piece as usize].status = Status::Done;
                 self.in_flight -= 1;
                 self.done += 1;
+                self.drop_answered_asks();
                 Ok(Arrival::Accepted)
             }
             Err(why) => {
@@ -360,12 +405,15 @@ impl FetchPlan {
 
     /// Gives up on the asks whose deadline passed.
     pub fn on_timeout(&mut self, now: Instant) -> Result<(), BroadcastError> {
-        for piece in 0..self.layout.pieces() {
-            if let Status::InFlight { source, deadline } = self.pieces[piece as usize].status {
-                if deadline <= now {
-                    let why = format!("no answer within {:?}", self.limits.ask_timeout);
-                    self.fail(now, piece, source, &why)?;
-                }
+        self.drop_answered_asks();
+        while let Some(&(deadline, piece, source)) = self.asks.front() {
+            if deadline > now {
+                break;
+            }
+            self.asks.pop_front();
+            if self.is_live(deadline, piece, source) {
+                let why = format!("no answer within {:?}", self.limits.ask_timeout);
+                self.fail(now, piece, source, &why)?;
             }
         }
         Ok(())
@@ -374,14 +422,28 @@ impl FetchPlan {
     /// When [`FetchPlan::on_timeout`] or [`FetchPlan::next_request`] has something to do
     /// without an arrival: the first deadline of an ask out, or the end of a wait.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.pieces
-            .iter()
-            .filter_map(|p| match p.status {
-                Status::InFlight { deadline, .. } => Some(deadline),
-                Status::Wanted => p.not_before,
-                Status::Done => None,
-            })
-            .min()
+        let deadline = self.asks.front().map(|&(deadline, ..)| deadline);
+        let wait = self.waiting.front().map(|&(at, _)| at);
+        deadline.into_iter().chain(wait).min()
+    }
+
+    /// Whether the ask `(deadline, piece, source)` is still out.
+    fn is_live(&self, deadline: Instant, piece: u32, source: Source) -> bool {
+        matches!(
+            self.pieces[piece as usize].status,
+            Status::InFlight { source: s, deadline: d } if s == source && d == deadline
+        )
+    }
+
+    /// Keeps the front of `asks` an ask still out, so that [`FetchPlan::poll_timeout`]
+    /// is its deadline.
+    fn drop_answered_asks(&mut self) {
+        while let Some(&(deadline, piece, source)) = self.asks.front() {
+            if self.is_live(deadline, piece, source) {
+                break;
+            }
+            self.asks.pop_front();
+        }
     }
 
     fn awaits(&self, piece: u32, source: Source) -> bool {
@@ -403,20 +465,24 @@ impl FetchPlan {
         let piece = &mut self.pieces[piece_number as usize];
         piece.status = Status::Wanted;
         piece.attempts += 1;
-        if piece.attempts >= limits.max_attempts {
-            return Err(BroadcastError::PieceFailed {
-                broadcast_id: self.layout.broadcast_id,
-                piece: piece_number,
-                attempts: piece.attempts,
-                last: why.to_owned(),
-            });
-        }
         if source == Source::Driver {
+            piece.driver_failures += 1;
+            if piece.driver_failures >= limits.max_attempts {
+                return Err(BroadcastError::PieceFailed {
+                    broadcast_id: self.layout.broadcast_id,
+                    piece: piece_number,
+                    attempts: piece.attempts,
+                    last: why.to_owned(),
+                });
+            }
             // The driver holds every piece: it is asked again, after a wait.
-            piece.not_before = Some(now + limits.retry_wait);
-        } else if !piece.failed.contains(&source) {
-            piece.failed.push(source);
+            self.waiting
+                .push_back((now + limits.retry_wait, piece_number));
+        } else {
+            // A peer failed it: the driver next, at once, whatever the other holders.
+            self.again.push_back(piece_number);
         }
+        self.drop_answered_asks();
         Ok(())
     }
 }
@@ -644,6 +710,102 @@ mod tests {
             text.contains("broadcast_9_piece0") && text.contains("3 attempts"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_piece_is_asked_of_one_peer_at_most_then_of_the_driver_however_many_hold_it() {
+        let data = value(20);
+        let layout = Layout::of(7, &data, 10);
+        let now = Instant::now();
+        // Four stale holders of everything, and the driver may be asked once only.
+        let holders = vec![vec![0, 1]; 4];
+        let limits = PlanLimits {
+            max_attempts: 1,
+            ..LIMITS
+        };
+        let mut plan = FetchPlan::new(layout.clone(), &holders, limits, 3);
+        let first: Vec<Request> = std::iter::from_fn(|| plan.next_request(now)).collect();
+        assert_eq!(first.len(), 2);
+        for request in first {
+            assert!(matches!(request.source, Source::Peer(_)));
+            plan.on_failure(now, request.piece, request.source, "connection refused")
+                .unwrap();
+        }
+        for _ in 0..2 {
+            let request = plan.next_request(now).unwrap();
+            assert_eq!(request.source, Source::Driver, "no second peer");
+            let good = piece(&layout, &data, request.piece);
+            assert_eq!(
+                plan.on_arrival(now, request.piece, Source::Driver, good),
+                Ok(Arrival::Accepted)
+            );
+        }
+        assert!(plan.is_complete());
+    }
+
+    #[test]
+    fn held_pieces_are_not_asked_and_timeouts_only_look_at_asks_out() {
+        let data = value(40);
+        let layout = Layout::of(7, &data, 10);
+        let t0 = Instant::now();
+        let mut plan = FetchPlan::new(layout.clone(), &[], LIMITS, 9);
+        plan.mark_held(1);
+        plan.mark_held(2);
+        let first = plan.next_request(t0).unwrap();
+        let t1 = t0 + Duration::from_secs(1);
+        let second = plan.next_request(t1).unwrap();
+        let mut asked = [first.piece, second.piece];
+        asked.sort_unstable();
+        assert_eq!(asked, [0, 3]);
+        // The first answered: the next deadline is the second's.
+        let good = piece(&layout, &data, first.piece);
+        assert_eq!(
+            plan.on_arrival(t1, first.piece, Source::Driver, good),
+            Ok(Arrival::Accepted)
+        );
+        assert_eq!(plan.poll_timeout(), Some(second.deadline));
+        plan.on_timeout(first.deadline).unwrap();
+        assert_eq!(plan.in_flight(), 1, "the answered ask is not timed out");
+        plan.on_timeout(second.deadline).unwrap();
+        assert_eq!(plan.in_flight(), 0);
+        let wait = second.deadline + LIMITS.retry_wait;
+        assert_eq!(plan.poll_timeout(), Some(wait));
+        assert_eq!(plan.next_request(wait).unwrap().piece, second.piece);
+    }
+
+    #[test]
+    fn the_most_pieces_cost_linear_work() {
+        // 65,536 pieces with a timeout check and a poll after each arrival: quadratic
+        // work (a scan of every piece each time) would take minutes here.
+        let count = flint_wire::MAX_BROADCAST_PIECES;
+        let layout = Layout::new(1, u64::from(count), 1, (0..count).map(|_| 0), u64::MAX).unwrap();
+        let zero = [0u8];
+        let layout = Layout {
+            checksums: vec![crc32fast::hash(&zero); count as usize],
+            ..layout
+        };
+        let limits = PlanLimits {
+            max_in_flight: 8,
+            ..LIMITS
+        };
+        let now = Instant::now();
+        let mut plan = FetchPlan::new(layout, &[], limits, 1);
+        let mut out = std::collections::VecDeque::new();
+        let mut arrivals = 0u32;
+        while !plan.is_complete() {
+            plan.on_timeout(now).unwrap();
+            while let Some(request) = plan.next_request(now) {
+                out.push_back(request.piece);
+            }
+            let p = out.pop_front().unwrap();
+            assert_eq!(
+                plan.on_arrival(now, p, Source::Driver, &zero),
+                Ok(Arrival::Accepted)
+            );
+            let _ = plan.poll_timeout();
+            arrivals += 1;
+        }
+        assert_eq!(arrivals, count);
     }
 
     #[test]

@@ -30,6 +30,10 @@ struct Entry {
     holders: FxHashMap<SharedStr, Holder>,
     /// Unpersisted everywhere when this job ends.
     job: Option<u32>,
+    /// Unpersists so far: reports carry the generation their fetch was told, and one
+    /// sent before an unpersist (on another connection than the unpersist's) is dropped
+    /// rather than naming an executor that no longer holds the piece.
+    generation: u64,
 }
 
 /// Why a piece is not served, or a report not taken.
@@ -107,9 +111,16 @@ impl BroadcastManager {
                 checksums,
                 holders: FxHashMap::default(),
                 job: None,
+                generation: 0,
             },
         );
         id
+    }
+
+    /// How many times broadcast `id` was unpersisted (its descriptions' generation), if
+    /// it exists: what executors are told with an unpersist.
+    pub fn generation(&self, id: u64) -> Option<u64> {
+        self.entries.get(&id).map(|e| e.generation)
     }
 
     /// The size of broadcast `id`, if it exists.
@@ -137,6 +148,7 @@ impl BroadcastManager {
         self.rotation = self.rotation.wrapping_add(1);
         Some(BroadcastInfo {
             broadcast_id: id,
+            generation: entry.generation,
             total_size: entry.value.len() as u64,
             piece_size: entry.piece_size,
             checksums: entry.checksums.clone(),
@@ -172,12 +184,15 @@ impl BroadcastManager {
         Ok(data)
     }
 
-    /// An executor's report that it holds piece `piece` of broadcast `id`, served at
-    /// `location`; taken only from a registered executor (`is_registered`), for a piece
-    /// that exists. A report for a broadcast unpersisted meanwhile is dropped quietly.
+    /// An executor's report that it holds piece `piece` of broadcast `id`, fetched by
+    /// the description of generation `generation`, served at `location`; taken only
+    /// from a registered executor (`is_registered`), for a piece that exists. A report
+    /// for a broadcast unpersisted since that description is dropped quietly: the
+    /// executor was told to drop the piece.
     pub fn piece_stored(
         &mut self,
         id: u64,
+        generation: u64,
         piece: u32,
         location: BlockManagerId,
         is_registered: impl Fn(&str) -> bool,
@@ -191,6 +206,9 @@ impl BroadcastManager {
             .entries
             .get_mut(&id)
             .ok_or(BroadcastRefusal::Unknown(id))?;
+        if generation != entry.generation {
+            return Ok(());
+        }
         let pieces = entry.checksums.len();
         if piece as usize >= pieces {
             return Err(BroadcastRefusal::NoSuchPiece {
@@ -231,12 +249,14 @@ impl BroadcastManager {
         holders
     }
 
-    /// Forgets what executors hold of broadcast `id` (they are told to drop it); the
-    /// value stays, to be fetched again. Whether it exists.
+    /// Forgets what executors hold of broadcast `id` (they are told to drop it) and
+    /// starts a new generation, so that reports of fetches described before are
+    /// dropped; the value stays, to be fetched again. Whether it exists.
     pub fn unpersist(&mut self, id: u64) -> bool {
         match self.entries.get_mut(&id) {
             Some(entry) => {
                 entry.holders.clear();
+                entry.generation += 1;
                 true
             }
             None => false,
@@ -267,6 +287,7 @@ impl BroadcastManager {
             if entry.job == Some(job_id) {
                 entry.job = None;
                 entry.holders.clear();
+                entry.generation += 1;
                 ended.push(id);
             }
         }
@@ -341,15 +362,15 @@ mod tests {
         let mut m = BroadcastManager::new();
         let id = m.create(value(10), 4);
         assert_eq!(
-            m.piece_stored(id, 0, location("ghost"), |_| false),
+            m.piece_stored(id, 0, 0, location("ghost"), |_| false),
             Err(BroadcastRefusal::UnknownExecutor("ghost".into()))
         );
-        assert!(m.piece_stored(id, 3, location("1"), |_| true).is_err());
+        assert!(m.piece_stored(id, 0, 3, location("1"), |_| true).is_err());
         for e in 0..20 {
-            m.piece_stored(id, 0, location(&e.to_string()), |_| true)
+            m.piece_stored(id, 0, 0, location(&e.to_string()), |_| true)
                 .unwrap();
         }
-        m.piece_stored(id, 2, location("1"), |_| true).unwrap();
+        m.piece_stored(id, 0, 2, location("1"), |_| true).unwrap();
         let first = m.info(id, |_| true).unwrap();
         assert_eq!(first.holders.len(), MAX_HOLDERS_IN_INFO);
         let second = m.info(id, |_| true).unwrap();
@@ -371,18 +392,31 @@ mod tests {
         let a = m.create(value(10), 4);
         let b = m.create(value(10), 4);
         for id in [a, b] {
-            m.piece_stored(id, 0, location("1"), |_| true).unwrap();
+            m.piece_stored(id, 0, 0, location("1"), |_| true).unwrap();
         }
         assert!(m.unpersist_at_job_end(a, 7));
         assert!(!m.unpersist_at_job_end(99, 7));
         assert_eq!(m.job_ended(6), Vec::<u64>::new());
+        assert_eq!(m.generation(a), Some(0));
         assert_eq!(m.job_ended(7), [a]);
+        assert_eq!(m.generation(a), Some(1));
         assert!(m.holders(a).is_empty());
         assert_eq!(m.holders(b), [(location("1"), 1)]);
         assert_eq!(m.job_ended(7), Vec::<u64>::new(), "once");
         // Unpersisted, the value stays; destroyed, it goes.
         assert!(m.unpersist(b));
         assert!(m.holders(b).is_empty());
+        // A report sent before the unpersist and received after it is dropped; one of
+        // a fetch since is taken.
+        assert_eq!(m.info(b, |_| true).unwrap().generation, 1);
+        assert_eq!(m.piece_stored(b, 0, 0, location("1"), |_| true), Ok(()));
+        assert!(m.holders(b).is_empty(), "a stale report re-adds no holder");
+        m.piece_stored(b, 1, 0, location("1"), |_| true).unwrap();
+        assert_eq!(m.holders(b), [(location("1"), 1)]);
+        // A job end unpersists too: a's reports of generation 0 are stale now.
+        assert_eq!(m.piece_stored(a, 0, 1, location("2"), |_| true), Ok(()));
+        assert!(m.holders(a).is_empty());
+        assert!(m.unpersist(b));
         assert!(m.piece(b, 0).is_ok());
         assert!(m.destroy(b));
         assert!(!m.destroy(b));

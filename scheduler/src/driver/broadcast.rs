@@ -5,7 +5,6 @@
 //!
 //! [`BroadcastManager`]: crate::broadcast::BroadcastManager
 
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -93,8 +92,11 @@ impl Driver {
     pub fn unpersist_broadcast(&self, id: u64) -> bool {
         let mut state = self.state();
         let found = state.broadcasts.unpersist(id);
-        if found {
-            state.send_to_executors(&Message::UnpersistBroadcast { broadcast_id: id });
+        if let (true, Some(generation)) = (found, state.broadcasts.generation(id)) {
+            state.send_to_executors(&Message::UnpersistBroadcast {
+                broadcast_id: id,
+                generation,
+            });
         }
         found
     }
@@ -182,47 +184,48 @@ impl Endpoint for BroadcastEndpoint {
             }
             ArchivedMessage::BroadcastPieceStored {
                 broadcast_id,
+                generation,
                 piece,
                 location,
             } => {
-                let location = BlockManagerId {
-                    executor_id: location.executor_id.as_str().into(),
-                    host: location.host.to_string(),
-                    port: location.port.to_native(),
-                };
-                // A peer names block servers on its own host only: other executors are
-                // not sent to addresses elsewhere on its word. (A host name is taken as
-                // it is: resolving it here would stall the loop.)
-                if let (Ok(claimed), Some(sender)) =
-                    (location.host.parse::<IpAddr>(), message.sender())
-                {
-                    if claimed.to_canonical() != sender.ip().to_canonical() {
-                        flint_rpc::peer_warn!(
-                            self.peer_warnings,
-                            ctx.now(),
-                            "A report of a broadcast piece from {sender} names a block server \
-                             on another host ({claimed}): not taken"
-                        );
-                        return;
-                    }
-                }
+                let executor_id = location.executor_id.as_str();
                 let stored = {
                     let mut state = lock(&self.state);
                     let DriverState {
                         core, broadcasts, ..
                     } = &mut *state;
-                    broadcasts.piece_stored(
-                        broadcast_id.to_native(),
-                        piece.to_native(),
-                        location,
-                        |e| core.free_slots(e).is_some(),
-                    )
+                    // Only the executor itself, on the connection it registered on,
+                    // reports its pieces; and its block server is named on the host it
+                    // registered with, not the report's word: other executors are sent
+                    // there, and every description carries it.
+                    match core.sender_may_speak_for(message.sender(), executor_id) {
+                        Err(why) => Err(why),
+                        Ok(()) => match core.scheduler.host_of(executor_id) {
+                            None => Err(format!("executor {executor_id} is not registered")),
+                            Some(host) => {
+                                let location = BlockManagerId {
+                                    executor_id: location.executor_id.as_str().into(),
+                                    host: host.to_string(),
+                                    port: location.port.to_native(),
+                                };
+                                broadcasts
+                                    .piece_stored(
+                                        broadcast_id.to_native(),
+                                        generation.to_native(),
+                                        piece.to_native(),
+                                        location,
+                                        |e| core.free_slots(e).is_some(),
+                                    )
+                                    .map_err(|refused| refused.to_string())
+                            }
+                        },
+                    }
                 };
-                if let Err(refused) = stored {
+                if let Err(why) = stored {
                     flint_rpc::peer_warn!(
                         self.peer_warnings,
                         ctx.now(),
-                        "A report of a broadcast piece from {:?} was not taken: {refused}",
+                        "A report of a broadcast piece from {:?} was not taken: {why}",
                         message.sender()
                     );
                 }

@@ -241,7 +241,11 @@ impl DriverState {
                 } => {
                     // Before the job's waiter wakes: what it launches next comes after.
                     for broadcast_id in self.broadcasts.job_ended(job_id) {
-                        self.send_to_executors(&Message::UnpersistBroadcast { broadcast_id });
+                        let generation = self.broadcasts.generation(broadcast_id).unwrap_or(0);
+                        self.send_to_executors(&Message::UnpersistBroadcast {
+                            broadcast_id,
+                            generation,
+                        });
                     }
                     if let Some(handle) = self.jobs.remove(&job_id) {
                         handle.finish(result, stats, now);
@@ -349,6 +353,11 @@ impl DriverState {
                 if let Some(handle) = self.handles.remove(task_set) {
                     handle.finish(failure.clone(), now);
                 }
+            }
+            // Its block server is gone: other executors are no longer sent there for
+            // broadcast pieces (one that registers again under the id starts empty).
+            SchedulerEvent::ExecutorRemoved { executor_id, .. } => {
+                self.broadcasts.executor_removed(executor_id);
             }
             _ => {}
         }
