@@ -25,6 +25,10 @@ const FAILS_TWICE: u32 = 3;
 const SLOW: u32 = 5;
 /// Ends its executor's process ("c") in its first attempt.
 const CRASHES: u32 = 7;
+/// Holds its first attempt, on executor "b", for a second and until a speculative copy
+/// arrives, ignoring kills; then both end successfully at once (the built-in's
+/// `race`): the driver gets two successes of the partition and must merge one.
+const RACES: u32 = 9;
 /// Executors, each on a host of its own name.
 const EXECUTORS: [&str; 3] = ["a", "b", "c"];
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -143,8 +147,22 @@ fn every_partition_adds_once_through_failures_speculation_and_a_lost_executor() 
     task_set.tasks[CRASHES as usize] = TaskSpec::new(CRASHES)
         .with_payload(payload(",exit-first=3"))
         .with_locations(on("c"));
+    // Names the directory the racing attempts meet in: one of its own per run.
+    let nonce = u64::from(std::process::id()) << 24
+        | u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_micros(),
+        );
+    let race_dir = std::env::temp_dir().join(format!("flint-accumulate-race-{nonce}"));
+    task_set.tasks[RACES as usize] = TaskSpec::new(RACES)
+        .with_payload(payload(&format!(",race={nonce}")))
+        .with_locations(on("b"));
     let handle = driver.submit(task_set).unwrap();
-    let outcome = handle.wait(JOB_TIMEOUT).expect("the job succeeds");
+    let outcome = handle.wait(JOB_TIMEOUT);
+    let _ = std::fs::remove_dir_all(&race_dir);
+    let outcome = outcome.expect("the job succeeds");
     assert_eq!(outcome.results.len(), PARTITIONS as usize);
 
     // Exactly the number of partitions, whatever ran twice or failed on the way.
@@ -177,6 +195,17 @@ fn every_partition_adds_once_through_failures_speculation_and_a_lost_executor() 
     assert!(
         seen.speculative_launches >= 1,
         "no speculative copy was launched"
+    );
+    // The racing partition's two successes both reached the driver: one was shown
+    // and not counted.
+    assert!(
+        seen.not_counted >= 1,
+        "no success was shown and not counted: the duplicate was not exercised"
+    );
+    // The racing first attempt held for heartbeats: they carried its partial value.
+    assert!(
+        seen.partial_heartbeat_values >= 1,
+        "no heartbeat carried a partial value"
     );
     // Listeners saw each partition counted once.
     let mut counted = seen.counted.clone();

@@ -19,13 +19,9 @@ use flint_wire::{AccumulatorUpdate, AccumulatorValue};
 
 use crate::task::TaskError;
 
-/// The most accumulators one task attempt may add to: its updates must fit beside its
-/// result in a message ([`crate::RESULT_OVERHEAD`]).
-pub const MAX_TASK_ACCUMULATORS: usize = 1024;
-
-/// The most bytes the values of a task's bytes accumulators may take in all, for the
-/// same reason.
-pub const MAX_TASK_ACCUMULATOR_BYTES: usize = 32 * 1024;
+// The limits live in the wire crate: the driver enforces them too, on what it decodes.
+// Their updates must fit beside a result in a message ([`crate::RESULT_OVERHEAD`]).
+pub use flint_wire::{MAX_TASK_ACCUMULATORS, MAX_TASK_ACCUMULATOR_BYTES};
 
 /// Why an add to an accumulator was refused. Returned by the context's add methods; with
 /// `?` in a task function it fails the task.

@@ -42,7 +42,7 @@ pub struct InvalidFunctionName {
 /// | `fail-n-attempts` | N | fails while its attempt number is below N, then returns an empty result |
 /// | `large-result` | a size: bytes, or with a `k`, `m` or `g` suffix (KiB, MiB, GiB) | returns that many bytes; byte i is `i % 251` |
 /// | `exit-process` | an exit code, 1 to 255 | ends the executor's whole process with that code at once, as a task that crashes its executor does |
-/// | `accumulate` | `ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE]` | adds 1 to the long accumulator `ID` (in a shuffle map stage, writes one record to each reduce partition), then: fails while its attempt number is below N; sleeps MS milliseconds in its first attempt (checking its kill flag); ends the process with CODE in its first attempt; returns an empty result |
+/// | `accumulate` | `ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE][,race=NONCE]` | adds 1 to the long accumulator `ID` (in a shuffle map stage, writes one record to each reduce partition), then: fails while its attempt number is below N; sleeps MS milliseconds in its first attempt (checking its kill flag); ends the process with CODE in its first attempt; with `race`, ignores kills and ends its first attempt and a copy of it together, both successful, through files in a temporary directory named by NONCE; returns an empty result |
 /// | `broadcast-read` | a broadcast id | reads the broadcast and returns its length, the address of its first byte (tasks of one executor share one copy) and the CRC32 of a 4 KiB window of it that depends on the partition ([`crate::broadcast::broadcast_read`]) |
 ///
 /// and the functions of jobs of stages in [`crate::jobs`] (`wordcount-map`,
@@ -238,7 +238,7 @@ fn exit_process(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
 /// merged failed or killed attempts, or a partition twice, would count too much.
 fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
     const EXPECTED: &str =
-        "ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE], e.g. \"3,fail-below=2\"";
+        "ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE][,race=NONCE], e.g. \"3,fail-below=2\"";
     let bad = || {
         TaskError::failed(format!(
             "accumulate expects {EXPECTED}; got {:?}",
@@ -251,7 +251,8 @@ fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
         .next()
         .and_then(|id| id.trim().parse().ok())
         .ok_or_else(bad)?;
-    let (mut fail_below, mut sleep_first, mut exit_first) = (0u64, 0u64, None);
+    let (mut fail_below, mut sleep_first, mut exit_first, mut race_nonce) =
+        (0u64, 0u64, None, None);
     for part in parts {
         let (key, value) = part.split_once('=').ok_or_else(bad)?;
         let value: u64 = value.trim().parse().map_err(|_| bad())?;
@@ -259,6 +260,7 @@ fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
             "fail-below" => fail_below = value,
             "sleep-first" => sleep_first = value,
             "exit-first" => exit_first = Some(value),
+            "race" => race_nonce = Some(value),
             _ => return Err(bad()),
         }
     }
@@ -273,6 +275,9 @@ fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
         }
     }
     let attempt = ctx.attempt_number();
+    if let Some(nonce) = race_nonce {
+        race(ctx, nonce).map_err(|e| TaskError::failed(format!("accumulate: race: {e}")))?;
+    }
     if u64::from(attempt) < fail_below {
         return Err(TaskError::failed(format!(
             "accumulate: attempt {attempt} fails on purpose (attempts below {fail_below} fail)"
@@ -296,6 +301,55 @@ fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
         }
     }
     Ok(Bytes::new())
+}
+
+/// How long a racing first attempt holds at least: a few heartbeats, which carry its
+/// partial value.
+const RACE_HOLD: Duration = Duration::from_secs(1);
+/// How long a racing attempt waits for the other at most.
+const RACE_WAIT: Duration = Duration::from_secs(30);
+
+/// `accumulate`'s `race`: the first attempt of a partition and a (speculative) copy of it
+/// both end successfully, before the driver can kill either, so that the driver gets
+/// two successes of one partition (and must merge one). Neither checks its kill flag.
+/// They meet through files in a directory of the temporary directory named by `nonce`
+/// (executors of a test run on one machine): the first attempt marks its arrival, holds
+/// for [`RACE_HOLD`] and until a copy has arrived, says "ready", then "go" and returns;
+/// a copy marks its arrival, waits for "ready", then spins until "go" and returns at
+/// once, microseconds after the first (the driver's kill takes a round trip). Each
+/// wait is bounded by [`RACE_WAIT`].
+fn race(ctx: &TaskContext, nonce: u64) -> std::io::Result<()> {
+    let dir = std::env::temp_dir().join(format!("flint-accumulate-race-{nonce}"));
+    std::fs::create_dir_all(&dir)?;
+    let partition = ctx.partition_id();
+    let file = |name: &str| dir.join(format!("{partition}.{name}"));
+    let started = Instant::now();
+    let wait_for = |name: &str, spin: bool, at_least: Duration| {
+        let path = file(name);
+        while started.elapsed() < RACE_WAIT {
+            if started.elapsed() >= at_least && path.exists() {
+                return;
+            }
+            if spin {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    };
+    if ctx.attempt_number() == 0 {
+        std::fs::write(file("first"), b"")?;
+        wait_for("copy", false, RACE_HOLD);
+        std::fs::write(file("ready"), b"")?;
+        // The copy spins for this long at most: it is then surely spinning.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(file("go"), b"")?;
+    } else {
+        std::fs::write(file("copy"), b"")?;
+        wait_for("ready", false, Duration::ZERO);
+        wait_for("go", true, Duration::ZERO);
+    }
+    Ok(())
 }
 
 fn large_result(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
@@ -396,6 +450,40 @@ mod tests {
         assert_eq!(
             run("accumulate", &ctx, b"4,sleep-first=60000"),
             Err(TaskError::killed("enough"))
+        );
+    }
+
+    /// A racing first attempt and its copy both end successfully, together, whatever
+    /// kills they were asked: the copy no sooner than the first (it waits for "go").
+    #[test]
+    fn accumulate_s_race_ends_a_first_attempt_and_its_copy_together_ignoring_kills() {
+        let nonce = u64::from(std::process::id()) << 20 | 7;
+        // `run` takes a static input.
+        let input: &'static str = Box::leak(format!("4,race={nonce}").into_boxed_str());
+        let started = Instant::now();
+        let copy = {
+            std::thread::spawn(move || {
+                let ctx = TaskContext::new(2, 1);
+                ctx.request_kill("another attempt succeeded");
+                let result = run("accumulate", &ctx, input.as_bytes());
+                (result, Instant::now())
+            })
+        };
+        let ctx = TaskContext::new(1, 0);
+        ctx.request_kill("enough");
+        let first = run("accumulate", &ctx, input.as_bytes());
+        let first_at = Instant::now();
+        let (copied, copy_at) = copy.join().unwrap();
+        assert_eq!(first.unwrap(), "");
+        assert_eq!(copied.unwrap(), "");
+        assert!(first_at.duration_since(started) >= RACE_HOLD);
+        assert!(
+            copy_at.duration_since(started) < RACE_WAIT / 2,
+            "the copy met the first"
+        );
+        assert_eq!(ctx.accumulator_updates().len(), 1);
+        let _ = std::fs::remove_dir_all(
+            std::env::temp_dir().join(format!("flint-accumulate-race-{nonce}")),
         );
     }
 

@@ -2,7 +2,10 @@
 //! successes, failures, kills, lost executors, duplicate reports, speculative copies and
 //! stage resubmissions, every task adding 1. At every step the accumulator holds exactly
 //! the number of partitions that succeeded so far: each merged once, never from a failed
-//! or killed attempt. Time is injected; nothing sleeps.
+//! or killed attempt. The same for a task set's job, which ends when its task set does
+//! (a resubmission after that is a new job, counted afresh) but not on a fetch failure
+//! (its resubmission under the same id merges no partition twice). Time is injected;
+//! nothing sleeps.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -95,21 +98,34 @@ fn fetch_failure() -> TaskOutcome {
 }
 
 struct Run {
+    job: u32,
     scheduler: TaskScheduler,
     now: Instant,
     id: u64,
     running: Vec<u64>,
     succeeded_attempts: Vec<u64>,
     attempt: u32,
-    /// Partitions with an accepted success (a `TaskEnd` with `Success`).
-    succeeded: BTreeSet<u32>,
-    /// Partitions listeners saw counted, in order.
-    counted: Vec<u32>,
+    /// Partitions with an accepted success (a `TaskEnd` with `Success`) while their
+    /// job was not ended, with the run of the job they succeeded in.
+    succeeded: BTreeSet<(u32, u32)>,
+    /// Partitions listeners saw counted, in order, with the run.
+    counted: Vec<(u32, u32)>,
+    /// A task set's job (id below `FIRST_JOB_ID`) ends when its task set completes or
+    /// is aborted, not when it ends on a fetch failure (it runs again under its id);
+    /// once ended, its resubmission is a new run whose partitions count again. A job of
+    /// stages never ends here (its stage is not dropped).
+    ended: bool,
+    /// Runs of the job: resubmissions after it ended.
+    runs: u32,
     lost: [bool; HOSTS],
 }
 
 impl Run {
     fn new(partitions: u32) -> Run {
+        Run::of_job(JOB, partitions)
+    }
+
+    fn of_job(job: u32, partitions: u32) -> Run {
         let now = Instant::now();
         let mut scheduler = TaskScheduler::new(SchedulerConfig {
             speculation: Some(SpeculationConfig::default()),
@@ -120,9 +136,10 @@ impl Run {
             .register("tasks", AccumulatorKind::Long)
             .id;
         scheduler
-            .submit_tasks(now, TaskSet::new(JOB, STAGE, partitions, Bytes::new()))
+            .submit_tasks(now, TaskSet::new(job, STAGE, partitions, Bytes::new()))
             .unwrap();
         Run {
+            job,
             scheduler,
             now,
             id,
@@ -131,6 +148,8 @@ impl Run {
             attempt: 0,
             succeeded: BTreeSet::new(),
             counted: Vec::new(),
+            ended: false,
+            runs: 0,
             lost: [false; HOSTS],
         }
     }
@@ -211,9 +230,12 @@ impl Run {
                     .any(|m| m.id().stage_id == STAGE && !m.is_zombie());
                 if !active {
                     self.attempt += 1;
-                    let task_set = TaskSet::new(JOB, STAGE, partitions, Bytes::new())
+                    let task_set = TaskSet::new(self.job, STAGE, partitions, Bytes::new())
                         .with_attempt(self.attempt);
                     self.scheduler.submit_tasks(now, task_set).unwrap();
+                    if std::mem::replace(&mut self.ended, false) {
+                        self.runs += 1;
+                    }
                 }
             }
         }
@@ -223,13 +245,18 @@ impl Run {
                     index,
                     reason: TaskEndReason::Success(_),
                     ..
-                }) => {
+                }) if !self.ended => {
                     // TaskSet::new: the task of index i computes partition i.
-                    self.succeeded.insert(index);
+                    self.succeeded.insert((self.runs, index));
                 }
                 Action::Event(SchedulerEvent::TaskAccumulators {
                     partition, counted, ..
-                }) if counted => self.counted.push(partition),
+                }) if counted => self.counted.push((self.runs, partition)),
+                Action::Event(SchedulerEvent::JobEnd { job_id, .. })
+                    if job_id < FIRST_JOB_ID && !matches!(op, Op::FetchFail(_)) =>
+                {
+                    self.ended = true;
+                }
                 _ => {}
             }
         }
@@ -243,8 +270,10 @@ proptest! {
     fn each_partition_that_succeeded_is_merged_exactly_once(
         partitions in 1u32..12,
         ops in proptest::collection::vec(op(), 1..200),
+        task_set_job in any::<bool>(),
     ) {
-        let mut run = Run::new(partitions);
+        let job = if task_set_job { 7 } else { JOB };
+        let mut run = Run::of_job(job, partitions);
         for op in &ops {
             run.apply(op, partitions);
             let value = run.scheduler.accumulators().value(run.id).cloned();
@@ -267,7 +296,15 @@ proptest! {
 /// duplicate report of its success.
 #[test]
 fn a_resubmitted_stage_and_a_duplicate_report_add_nothing_more() {
-    let mut run = Run::new(2);
+    // A job of stages, and a task set's job (its task set's fetch failure ends the job
+    // for the task scheduler, but it goes on under the same id).
+    for job in [JOB, 7] {
+        resubmitted_stage_and_duplicate_report_add_nothing_more(job);
+    }
+}
+
+fn resubmitted_stage_and_duplicate_report_add_nothing_more(job: u32) {
+    let mut run = Run::of_job(job, 2);
     run.apply(&Op::Offer(0, 2), 2);
     run.apply(&Op::Succeed(0), 2);
     // The other cannot read its input: the stage is resubmitted with both partitions.

@@ -332,6 +332,14 @@ impl AccumulatorValue {
     }
 }
 
+/// The most accumulators one task attempt may add to: its updates must fit beside its
+/// result in a message. Executors refuse more adds; the driver ignores updates past it.
+pub const MAX_TASK_ACCUMULATORS: usize = 1024;
+
+/// The most bytes the values of a task's bytes accumulators may take in all, for the
+/// same reason. Executors refuse more; the driver ignores bytes updates past it.
+pub const MAX_TASK_ACCUMULATOR_BYTES: usize = 32 * 1024;
+
 /// The current value of one accumulator of a task: what the task added so far (partial,
 /// in a heartbeat) or in all (with its result).
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,9 @@
 //! double sum, or bytes with a user-defined merge) and gets its id, which its tasks add
 //! to through their `TaskContext`. Each task attempt that finishes with a result brings
 //! its values; [`Accumulators::attempt_ended`] merges them **exactly once per successful
-//! partition**: keyed by (job, stage, partition), the first successful attempt wins.
+//! partition**: keyed by (stage, partition) for the stages of jobs of stages (a stage may
+//! serve several jobs, and runs under the id of the job that submitted it), by (job,
+//! stage, partition) for a task set's job; the first successful attempt wins.
 //! Failed, killed and lost attempts bring nothing to merge; a speculative copy that also
 //! succeeds, a duplicate report, and an attempt of a resubmitted stage that runs a
 //! partition again (its map output lost with an executor, say) find the partition
@@ -15,29 +17,41 @@
 //! A heartbeat's partial values are not seen here: they are progress for listeners only
 //! (`SchedulerEvent::ExecutorMetricsUpdate`).
 //!
-//! Updates come from executors: an unknown accumulator id or a value of the wrong kind is
-//! ignored with a rate-limited warning. The count and size of a task's updates are
-//! bounded before they get here (a message's `rpc.message.maxSize`, checked on what they
-//! take decoded).
+//! Updates come from executors: an unknown accumulator id, a value of the wrong kind, an
+//! id repeated in one result (merged once) and a user merge that panics are ignored with
+//! a rate-limited warning. The count and size of a task's updates are bounded before
+//! they get here ([`flint_wire::MAX_TASK_ACCUMULATORS`] and
+//! [`flint_wire::MAX_TASK_ACCUMULATOR_BYTES`], as the driver decodes them).
 //!
-//! What a job merged is remembered until the job ends ([`Accumulators::job_ended`]: a
-//! job of stages when the DAG scheduler ends it, a task set's job when its task set
-//! does). A success of a job that ended (a straggler) is not merged: the last
-//! [`ENDED_JOBS_KEPT`] ended jobs are remembered for that.
+//! What a stage of a job of stages merged is remembered until the DAG scheduler drops
+//! the stage (no job needs it any more: [`Accumulators::stage_dropped`]); what a task
+//! set's job merged, until the job ends ([`Accumulators::job_ended`]). A task set's job
+//! whose task set ended on a fetch failure is not ended for this
+//! ([`Accumulators::job_interrupted`]): it is submitted again under the same id and must
+//! not merge its partitions twice; the last [`ENDED_JOBS_KEPT`] such jobs are kept. A
+//! success after its stage was dropped or its job ended (a straggler) is not merged: the
+//! last [`ENDED_JOBS_KEPT`] dropped stages and ended jobs are remembered for that.
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
 use flint_wire::{AccumulatorUpdate, AccumulatorValue, SharedStr};
 
+use crate::core::driver_core::FIRST_JOB_ID;
 use crate::core::fx_hash::{FxHashMap, FxHashSet};
 
-/// How many ended jobs are remembered, so that their stragglers' updates are not
-/// merged: a job's attempts are killed when it ends, and their reports come within
-/// moments, long before thousands of other jobs end.
+/// How many ended jobs (and dropped stages) are remembered, so that their stragglers'
+/// updates are not merged: a job's attempts are killed when it ends, and their reports
+/// come within moments, long before thousands of other jobs end. Also how many task
+/// sets' jobs interrupted by a fetch failure keep what they merged.
 pub const ENDED_JOBS_KEPT: usize = 4096;
+
+/// A result's updates past which repeated ids are found with a set rather than by
+/// scanning the earlier ones.
+const SCAN_DUPLICATES_UP_TO: usize = 16;
 
 /// A user-defined merge of a bytes accumulator: folds a partition's value (the second
 /// argument) into the accumulator's (the first). Tasks merge their own adds with the same
@@ -95,10 +109,12 @@ pub struct AccumulatorId {
     pub name: SharedStr,
 }
 
-/// One partition of one stage of one job: what is merged at most once.
+/// One partition of one stage, run by one job: a stage of a job of stages (job id from
+/// [`FIRST_JOB_ID`]) is merged at most once whichever job runs it; a task set's job's,
+/// once per job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PartitionKey {
-    /// The job.
+    /// The job whose task set ran it.
     pub job_id: u32,
     /// The stage (any attempt of it).
     pub stage_id: u32,
@@ -125,8 +141,65 @@ pub enum Merge {
     AlreadyMerged,
     /// Not a success: nothing was merged.
     NotMerged,
-    /// A success of a job that ended: nothing was merged.
+    /// A success of a task set's job that ended: nothing was merged.
     JobEnded,
+    /// A success of a stage the DAG scheduler dropped: nothing was merged.
+    StageDropped,
+}
+
+/// What a partition's merge is remembered under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Scope {
+    /// A stage of a job of stages, whichever job's task set ran it.
+    Stage(u32),
+    /// A stage of a task set's job: (job, stage).
+    TaskSetJob(u32, u32),
+}
+
+impl Scope {
+    fn of(key: PartitionKey) -> Self {
+        if key.job_id >= FIRST_JOB_ID {
+            Scope::Stage(key.stage_id)
+        } else {
+            Scope::TaskSetJob(key.job_id, key.stage_id)
+        }
+    }
+}
+
+/// The last [`ENDED_JOBS_KEPT`] ids put in, oldest first, and as a set.
+#[derive(Default)]
+struct Recent {
+    order: VecDeque<u32>,
+    set: FxHashSet<u32>,
+}
+
+impl Recent {
+    fn contains(&self, id: u32) -> bool {
+        !self.set.is_empty() && self.set.contains(&id)
+    }
+
+    /// Puts `id` in; returns the oldest one if it fell out.
+    fn insert(&mut self, id: u32) -> Option<u32> {
+        if !self.set.insert(id) {
+            return None;
+        }
+        self.order.push_back(id);
+        if self.order.len() > ENDED_JOBS_KEPT {
+            let oldest = self.order.pop_front()?;
+            self.set.remove(&oldest);
+            return Some(oldest);
+        }
+        None
+    }
+
+    fn remove(&mut self, id: u32) -> bool {
+        if !self.contains(id) {
+            return false;
+        }
+        self.set.remove(&id);
+        self.order.retain(|&kept| kept != id);
+        true
+    }
 }
 
 struct Registered {
@@ -140,11 +213,20 @@ struct Registered {
 pub struct Accumulators {
     registered: FxHashMap<u64, Registered>,
     next_id: u64,
-    /// Partitions merged, per (job, stage).
-    merged: FxHashMap<(u32, u32), FxHashSet<u32>>,
-    /// The last [`ENDED_JOBS_KEPT`] jobs that ended, oldest first, and as a set.
-    ended_order: VecDeque<u32>,
-    ended: FxHashSet<u32>,
+    /// Partitions merged, per stage (or task set's job and stage).
+    merged: FxHashMap<Scope, FxHashSet<u32>>,
+    /// Task sets' jobs that ended.
+    ended: Recent,
+    /// Task sets' jobs whose task set ended on a fetch failure: they keep what they
+    /// merged for their next submission.
+    interrupted: Recent,
+    /// Stages of jobs of stages that the DAG scheduler dropped.
+    dropped: Recent,
+    /// The accumulator ids of the result being merged, when it has many.
+    seen: FxHashSet<u64>,
+    /// A bytes value being merged: the accumulator's keeps its value if the merge
+    /// panics.
+    scratch: Vec<u8>,
     /// Lines about updates that name no accumulator, or the wrong kind.
     warnings: flint_rpc::log_budget::LogBudget,
 }
@@ -155,8 +237,11 @@ impl Default for Accumulators {
             registered: FxHashMap::default(),
             next_id: 1,
             merged: FxHashMap::default(),
-            ended_order: VecDeque::new(),
-            ended: FxHashSet::default(),
+            ended: Recent::default(),
+            interrupted: Recent::default(),
+            dropped: Recent::default(),
+            seen: FxHashSet::default(),
+            scratch: Vec::new(),
             warnings: flint_rpc::log_budget::LogBudget::default(),
         }
     }
@@ -220,18 +305,37 @@ impl Accumulators {
         if end != AttemptEnd::Succeeded {
             return Merge::NotMerged;
         }
-        if !self.ended.is_empty() && self.ended.contains(&key.job_id) {
-            return Merge::JobEnded;
+        let scope = Scope::of(key);
+        match scope {
+            Scope::Stage(stage) if self.dropped.contains(stage) => return Merge::StageDropped,
+            Scope::TaskSetJob(job, _) if self.ended.contains(job) => return Merge::JobEnded,
+            _ => {}
         }
-        let first = self
-            .merged
-            .entry((key.job_id, key.stage_id))
-            .or_default()
-            .insert(key.partition);
+        let first = self.merged.entry(scope).or_default().insert(key.partition);
         if !first {
             return Merge::AlreadyMerged;
         }
-        for update in updates {
+        let many = updates.len() > SCAN_DUPLICATES_UP_TO;
+        if many {
+            self.seen.clear();
+        }
+        for (i, update) in updates.iter().enumerate() {
+            let repeated = if many {
+                !self.seen.insert(update.id)
+            } else {
+                updates[..i].iter().any(|earlier| earlier.id == update.id)
+            };
+            if repeated {
+                flint_rpc::peer_warn!(
+                    self.warnings,
+                    now,
+                    "Ignored a repeated update of accumulator {} in the result of partition {} of stage {}",
+                    update.id,
+                    key.partition,
+                    key.stage_id
+                );
+                continue;
+            }
             self.merge_one(now, update);
         }
         Merge::Merged
@@ -255,8 +359,25 @@ impl Accumulators {
                 *sum = (f64::from_bits(*sum) + f64::from_bits(*x)).to_bits();
             }
             (AccumulatorValue::Bytes(held), AccumulatorValue::Bytes(value)) => {
-                if let Some(merge) = &registered.merge {
-                    merge(held, value);
+                let Some(merge) = &registered.merge else {
+                    return;
+                };
+                // The user's merge runs on bytes an executor sent: a panic must neither
+                // unwind out of the driver's endpoint (which would stop it) nor leave a
+                // half-merged value, so it merges into a copy.
+                self.scratch.clear();
+                self.scratch.extend_from_slice(held);
+                let scratch = &mut self.scratch;
+                if catch_unwind(AssertUnwindSafe(|| merge(scratch, value))).is_ok() {
+                    std::mem::swap(held, &mut self.scratch);
+                } else {
+                    flint_rpc::peer_warn!(
+                        self.warnings,
+                        now,
+                        "Ignored an update of accumulator {} ({}): its merge panicked",
+                        update.id,
+                        registered.name
+                    );
                 }
             }
             (held, added) => {
@@ -272,28 +393,61 @@ impl Accumulators {
         }
     }
 
-    /// A job ended: what it merged is forgotten (its later successes are not brought
-    /// here; see the module docs).
+    /// A task set's job ended: what it merged is forgotten (its later successes are not
+    /// merged; see the module docs). Jobs of stages (ids from [`FIRST_JOB_ID`]) are not
+    /// tracked by job: their stages are dropped ([`Accumulators::stage_dropped`]).
     pub fn job_ended(&mut self, job_id: u32) {
-        if !self.merged.is_empty() {
-            self.merged.retain(|&(job, _), _| job != job_id);
+        if job_id >= FIRST_JOB_ID {
+            return;
         }
-        if self.ended.insert(job_id) {
-            self.ended_order.push_back(job_id);
-            if self.ended_order.len() > ENDED_JOBS_KEPT {
-                if let Some(oldest) = self.ended_order.pop_front() {
-                    self.ended.remove(&oldest);
-                }
-            }
+        self.interrupted.remove(job_id);
+        self.forget_job(job_id);
+        self.ended.insert(job_id);
+    }
+
+    /// A task set's job's task set ended on a fetch failure: the job is submitted
+    /// again under its id, and what it merged is kept for that (its partitions are not
+    /// merged again). The oldest of more than [`ENDED_JOBS_KEPT`] such jobs is
+    /// forgotten, as ended.
+    pub fn job_interrupted(&mut self, job_id: u32) {
+        if job_id >= FIRST_JOB_ID {
+            return;
+        }
+        if let Some(oldest) = self.interrupted.insert(job_id) {
+            self.job_ended(oldest);
         }
     }
 
-    /// A job is submitted: a job id used again (task sets name their own) starts
-    /// afresh.
-    pub fn job_started(&mut self, job_id: u32) {
-        if self.ended.remove(&job_id) {
-            self.ended_order.retain(|&job| job != job_id);
+    fn forget_job(&mut self, job_id: u32) {
+        if !self.merged.is_empty() {
+            self.merged
+                .retain(|scope, _| !matches!(*scope, Scope::TaskSetJob(job, _) if job == job_id));
         }
+    }
+
+    /// A task set's job is submitted: after an interruption it goes on with what it
+    /// merged; a job id used again after its job ended (task sets name their own)
+    /// starts afresh.
+    pub fn job_started(&mut self, job_id: u32) {
+        if !self.interrupted.remove(job_id) {
+            self.ended.remove(job_id);
+        }
+    }
+
+    /// The DAG scheduler dropped a stage (no job needs it any more): what it merged is
+    /// forgotten, and its later successes are not merged.
+    pub fn stage_dropped(&mut self, stage_id: u32) {
+        self.merged.remove(&Scope::Stage(stage_id));
+        self.dropped.insert(stage_id);
+    }
+
+    /// The stages of jobs of stages whose merged partitions are remembered, for the
+    /// driver to tell which ones the DAG scheduler dropped.
+    pub fn dag_stages(&self) -> impl Iterator<Item = u32> + '_ {
+        self.merged.keys().filter_map(|scope| match *scope {
+            Scope::Stage(stage) => Some(stage),
+            Scope::TaskSetJob(..) => None,
+        })
     }
 
     /// Stages whose merged partitions are remembered.
@@ -374,6 +528,8 @@ mod tests {
         let now = Instant::now();
         let mut accumulators = Accumulators::default();
         let long = accumulators.register("n", AccumulatorKind::Long);
+        let other = accumulators.register("m", AccumulatorKind::Long);
+        let doubled = accumulators.register("d", AccumulatorKind::Double);
         let updates = [
             AccumulatorUpdate {
                 id: 99,
@@ -381,12 +537,12 @@ mod tests {
                 value: AccumulatorValue::Long(5),
             },
             AccumulatorUpdate {
-                id: long.id,
+                id: other.id,
                 name: None,
                 value: AccumulatorValue::double(2.0),
             },
             AccumulatorUpdate {
-                id: long.id,
+                id: doubled.id,
                 name: None,
                 value: AccumulatorValue::Bytes(vec![1; 10]),
             },
@@ -401,6 +557,14 @@ mod tests {
         assert_eq!(
             accumulators.value(long.id),
             Some(&AccumulatorValue::Long(3))
+        );
+        assert_eq!(
+            accumulators.value(other.id),
+            Some(&AccumulatorValue::Long(0))
+        );
+        assert_eq!(
+            accumulators.value(doubled.id),
+            Some(&AccumulatorValue::double(0.0))
         );
         assert_eq!(accumulators.value(99), None);
     }
@@ -435,6 +599,286 @@ mod tests {
             Merge::AlreadyMerged
         );
         assert_eq!(accumulators.value(n.id), Some(&AccumulatorValue::Long(3)));
+    }
+
+    fn bytes(id: u64, value: &[u8]) -> AccumulatorUpdate {
+        AccumulatorUpdate {
+            id,
+            name: None,
+            value: AccumulatorValue::Bytes(value.to_vec()),
+        }
+    }
+
+    /// A user's merge that panics on what an executor sent is an ignored update: the
+    /// panic does not unwind out (into the driver's endpoint), the value is as before
+    /// the merge (not half-merged), and later updates merge.
+    #[test]
+    fn a_panicking_bytes_merge_is_ignored_and_leaves_the_value_as_it_was() {
+        let now = Instant::now();
+        let mut accumulators = Accumulators::default();
+        let concat = accumulators.register(
+            "concat",
+            AccumulatorKind::bytes(b"<".to_vec(), |held: &mut Vec<u8>, value: &[u8]| {
+                held.extend_from_slice(b"half");
+                assert!(value != b"boom", "a bad value");
+                held.truncate(held.len() - 4);
+                held.extend_from_slice(value);
+            }),
+        );
+        let n = accumulators.register("n", AccumulatorKind::Long);
+        let first = [bytes(concat.id, b"a")];
+        assert_eq!(
+            accumulators.attempt_ended(now, key(0, 0), AttemptEnd::Succeeded, &first),
+            Merge::Merged
+        );
+        let bad = [bytes(concat.id, b"boom"), one(n.id).remove(0)];
+        assert_eq!(
+            accumulators.attempt_ended(now, key(0, 1), AttemptEnd::Succeeded, &bad),
+            Merge::Merged
+        );
+        assert_eq!(
+            accumulators.value(concat.id),
+            Some(&AccumulatorValue::Bytes(b"<a".to_vec()))
+        );
+        assert_eq!(accumulators.value(n.id), Some(&AccumulatorValue::Long(1)));
+        let last = [bytes(concat.id, b"b")];
+        accumulators.attempt_ended(now, key(0, 2), AttemptEnd::Succeeded, &last);
+        assert_eq!(
+            accumulators.value(concat.id),
+            Some(&AccumulatorValue::Bytes(b"<ab".to_vec()))
+        );
+    }
+
+    /// An executor that repeats an id in one result has it merged once, whether the
+    /// result is short (scanned) or long (a set).
+    #[test]
+    fn an_id_repeated_in_one_result_is_merged_once() {
+        let now = Instant::now();
+        for len in [3, SCAN_DUPLICATES_UP_TO + 5] {
+            let mut accumulators = Accumulators::default();
+            let n = accumulators.register("n", AccumulatorKind::Long);
+            let other = accumulators.register("other", AccumulatorKind::Long);
+            let mut updates: Vec<AccumulatorUpdate> =
+                (0..len).map(|_| one(n.id)[0].clone()).collect();
+            updates.push(one(other.id).remove(0));
+            let merged =
+                accumulators.attempt_ended(now, key(0, 0), AttemptEnd::Succeeded, &updates);
+            assert_eq!(merged, Merge::Merged);
+            assert_eq!(
+                accumulators.value(n.id),
+                Some(&AccumulatorValue::Long(1)),
+                "{len}"
+            );
+            assert_eq!(
+                accumulators.value(other.id),
+                Some(&AccumulatorValue::Long(1))
+            );
+        }
+    }
+
+    /// A map stage shared by two jobs of stages runs under the first job's id: its
+    /// successes still merge after that job ends (for the other), a resubmission under
+    /// the other job merges no partition twice, and only once the DAG scheduler drops
+    /// the stage are its stragglers refused and what it merged forgotten.
+    #[test]
+    fn a_stage_shared_by_two_jobs_is_merged_once_until_it_is_dropped() {
+        let now = Instant::now();
+        let mut accumulators = Accumulators::default();
+        let n = accumulators.register("n", AccumulatorKind::Long);
+        let (a, b, stage) = (FIRST_JOB_ID, FIRST_JOB_ID + 1, FIRST_JOB_ID + 2);
+        let of = |job_id, partition| PartitionKey {
+            job_id,
+            stage_id: stage,
+            partition,
+        };
+        let end = |acc: &mut Accumulators, k| {
+            acc.attempt_ended(now, k, AttemptEnd::Succeeded, &one(n.id))
+        };
+        assert_eq!(end(&mut accumulators, of(a, 0)), Merge::Merged);
+        accumulators.job_ended(a);
+        assert_eq!(end(&mut accumulators, of(a, 1)), Merge::Merged);
+        // Its outputs lost, the stage runs again under the other job.
+        assert_eq!(end(&mut accumulators, of(b, 0)), Merge::AlreadyMerged);
+        assert_eq!(end(&mut accumulators, of(b, 1)), Merge::AlreadyMerged);
+        assert_eq!(end(&mut accumulators, of(b, 2)), Merge::Merged);
+        assert_eq!(accumulators.value(n.id), Some(&AccumulatorValue::Long(3)));
+        accumulators.job_ended(b);
+        assert_eq!(accumulators.dag_stages().collect::<Vec<_>>(), vec![stage]);
+        accumulators.stage_dropped(stage);
+        assert_eq!(accumulators.tracked_stages(), 0);
+        assert_eq!(end(&mut accumulators, of(b, 3)), Merge::StageDropped);
+        assert_eq!(accumulators.value(n.id), Some(&AccumulatorValue::Long(3)));
+    }
+
+    /// A task set's job whose task set ended on a fetch failure is submitted again
+    /// under its id: its partitions merged before are not merged again. A job that
+    /// ended and is submitted again under its id starts afresh.
+    #[test]
+    fn a_task_set_job_interrupted_by_a_fetch_failure_keeps_what_it_merged() {
+        let now = Instant::now();
+        let mut accumulators = Accumulators::default();
+        let n = accumulators.register("n", AccumulatorKind::Long);
+        let end = |acc: &mut Accumulators, p| {
+            acc.attempt_ended(now, key(4, p), AttemptEnd::Succeeded, &one(n.id))
+        };
+        accumulators.job_started(1);
+        assert_eq!(end(&mut accumulators, 0), Merge::Merged);
+        accumulators.job_interrupted(1);
+        // A straggler of the interrupted task set still counts, once.
+        assert_eq!(end(&mut accumulators, 1), Merge::Merged);
+        accumulators.job_started(1);
+        assert_eq!(end(&mut accumulators, 0), Merge::AlreadyMerged);
+        assert_eq!(end(&mut accumulators, 1), Merge::AlreadyMerged);
+        assert_eq!(end(&mut accumulators, 2), Merge::Merged);
+        accumulators.job_ended(1);
+        assert_eq!(accumulators.tracked_stages(), 0);
+        assert_eq!(end(&mut accumulators, 3), Merge::JobEnded);
+        accumulators.job_started(1);
+        assert_eq!(end(&mut accumulators, 0), Merge::Merged);
+        assert_eq!(accumulators.value(n.id), Some(&AccumulatorValue::Long(4)));
+    }
+
+    /// What happens to the jobs and stages of the lifecycle proptest.
+    #[derive(Debug, Clone)]
+    enum Life {
+        /// Partition `p` of the stage shared by two jobs of stages succeeds, reported
+        /// under the job whose task set runs it.
+        SharedSuccess(u32),
+        /// A job of stages (0 or 1) ends; the stage is dropped once both have.
+        DagJobEnds(usize),
+        /// The shared stage runs again under a job of stages (0 or 1) that has not
+        /// ended: its task set now has that job's id.
+        SharedResubmitted(usize),
+        /// Partition `p` of the task set's job succeeds.
+        TaskSetSuccess(u32),
+        /// An attempt fails (of either).
+        Failure(u32),
+        /// The task set's job's task set ends on a fetch failure.
+        TaskSetFetchFailure,
+        /// The task set's job ends (its last stage completed, or it was aborted).
+        TaskSetJobEnds,
+        /// The task set's job is submitted again under its id (after a fetch failure
+        /// it goes on; after its end it is a new job).
+        TaskSetSubmitted,
+    }
+
+    fn life(partitions: u32) -> impl Strategy<Value = Life> {
+        prop_oneof![
+            4 => (0..partitions).prop_map(Life::SharedSuccess),
+            1 => (0..2usize).prop_map(Life::DagJobEnds),
+            1 => (0..2usize).prop_map(Life::SharedResubmitted),
+            4 => (0..partitions).prop_map(Life::TaskSetSuccess),
+            1 => (0..partitions).prop_map(Life::Failure),
+            1 => Just(Life::TaskSetFetchFailure),
+            1 => Just(Life::TaskSetJobEnds),
+            1 => Just(Life::TaskSetSubmitted),
+        ]
+    }
+
+    /// The task set's job, as the model sees it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum TaskSetJob {
+        Running,
+        Interrupted,
+        Ended,
+    }
+
+    proptest! {
+        /// Jobs end, a stage is shared by two jobs of stages, a task set's job is
+        /// interrupted by fetch failures and submitted again under its id: the value is
+        /// the number of distinct partitions that succeeded while their stage or job was
+        /// live (each run of the task set's job its own), computed here without the
+        /// code's sets.
+        #[test]
+        fn the_value_is_the_number_of_distinct_successful_partitions_across_job_ends(
+            steps in (1u32..8).prop_flat_map(|n| {
+                (Just(n), proptest::collection::vec(life(n), 0..150))
+            })
+        ) {
+            let (_, steps) = steps;
+            let now = Instant::now();
+            let mut acc = Accumulators::default();
+            let n = acc.register("n", AccumulatorKind::Long);
+            let dag_jobs = [FIRST_JOB_ID, FIRST_JOB_ID + 1];
+            let shared = FIRST_JOB_ID + 2;
+            let (task_set_job, task_set_stage) = (9, 4);
+            // The model.
+            let mut dag_alive = [true, true];
+            let mut runner = 0usize;
+            let mut task_set = TaskSetJob::Running;
+            let mut run = 0u32;
+            let mut counted = std::collections::BTreeSet::new();
+            acc.job_started(task_set_job);
+            for step in &steps {
+                let succeed = |acc: &mut Accumulators, job_id, stage_id, partition| {
+                    let key = PartitionKey { job_id, stage_id, partition };
+                    acc.attempt_ended(now, key, AttemptEnd::Succeeded, &one(n.id))
+                };
+                match *step {
+                    Life::SharedSuccess(p) => {
+                        let merge = succeed(&mut acc, dag_jobs[runner], shared, p);
+                        if dag_alive.iter().any(|&alive| alive) {
+                            counted.insert((0, 0, p));
+                        } else {
+                            prop_assert_eq!(merge, Merge::StageDropped);
+                        }
+                    }
+                    Life::DagJobEnds(j) => {
+                        if std::mem::replace(&mut dag_alive[j], false) {
+                            acc.job_ended(dag_jobs[j]);
+                            if !dag_alive.iter().any(|&alive| alive) {
+                                acc.stage_dropped(shared);
+                            }
+                        }
+                    }
+                    Life::SharedResubmitted(j) => {
+                        if dag_alive[j] {
+                            runner = j;
+                        }
+                    }
+                    Life::TaskSetSuccess(p) => {
+                        let merge = succeed(&mut acc, task_set_job, task_set_stage, p);
+                        if task_set == TaskSetJob::Ended {
+                            prop_assert_eq!(merge, Merge::JobEnded);
+                        } else {
+                            counted.insert((1, run, p));
+                        }
+                    }
+                    Life::Failure(p) => {
+                        let key = PartitionKey { job_id: task_set_job, stage_id: task_set_stage, partition: p };
+                        prop_assert_eq!(acc.attempt_ended(now, key, AttemptEnd::Failed, &one(n.id)), Merge::NotMerged);
+                        let key = PartitionKey { job_id: dag_jobs[runner], stage_id: shared, partition: p };
+                        prop_assert_eq!(acc.attempt_ended(now, key, AttemptEnd::Failed, &one(n.id)), Merge::NotMerged);
+                    }
+                    Life::TaskSetFetchFailure => {
+                        if task_set == TaskSetJob::Running {
+                            task_set = TaskSetJob::Interrupted;
+                            acc.job_interrupted(task_set_job);
+                        }
+                    }
+                    Life::TaskSetJobEnds => {
+                        if task_set != TaskSetJob::Ended {
+                            task_set = TaskSetJob::Ended;
+                            acc.job_ended(task_set_job);
+                        }
+                    }
+                    Life::TaskSetSubmitted => {
+                        if task_set != TaskSetJob::Running {
+                            if task_set == TaskSetJob::Ended {
+                                run += 1;
+                            }
+                            task_set = TaskSetJob::Running;
+                            acc.job_started(task_set_job);
+                        }
+                    }
+                }
+                prop_assert_eq!(
+                    acc.value(n.id),
+                    Some(&AccumulatorValue::Long(counted.len() as i64)),
+                    "after {:?}", step
+                );
+            }
+        }
     }
 
     /// What can happen to a partition's attempts, in any order.

@@ -426,6 +426,7 @@ impl TaskScheduler {
         if manager.take_completion() {
             let failure = manager.failure().map(str::to_owned);
             let job_id = manager.job_id();
+            let fetch_failed = manager.ended_by_fetch_failure();
             let ends_job = failure.is_some() || manager.is_final_stage();
             self.actions
                 .push_back(Action::Event(SchedulerEvent::StageCompleted {
@@ -437,8 +438,14 @@ impl TaskScheduler {
                 // A job of stages ends when its DAG scheduler says so: a stage that
                 // could not fetch its input ends its task set's job here, and runs
                 // again under the same job.
+                // A task set's job that runs again after a fetch failure keeps what it
+                // merged, so that its partitions are not merged twice.
                 if job_id < crate::core::driver_core::FIRST_JOB_ID {
-                    self.accumulators.job_ended(job_id);
+                    if fetch_failed {
+                        self.accumulators.job_interrupted(job_id);
+                    } else {
+                        self.accumulators.job_ended(job_id);
+                    }
                 }
                 let result = match failure {
                     Some(message) => JobResult::Failed(message),
@@ -902,7 +909,7 @@ impl TaskScheduler {
     }
 
     /// A success's accumulator updates, merged if it is its partition's first success
-    /// in a job that has not ended (see [`crate::core::accumulators`]); then posted to
+    /// in a stage or job still known (see [`crate::core::accumulators`]); then posted to
     /// listeners, or their list kept for reuse.
     fn merge_accumulators(
         &mut self,

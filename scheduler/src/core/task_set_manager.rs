@@ -110,6 +110,8 @@ pub struct TaskSetManager {
     successful_durations: Vec<u64>,
     zombie: bool,
     failure: Option<String>,
+    /// Whether `failure` is a fetch failure's: the stage runs again, under the same job.
+    fetch_failed: bool,
     completion_reported: bool,
     delay: DelayScheduling,
     exclusion: TaskSetExclusion,
@@ -159,6 +161,7 @@ impl TaskSetManager {
             successful_durations: Vec::new(),
             zombie: false,
             failure: None,
+            fetch_failed: false,
             completion_reported: false,
             lost_task_warnings: Default::default(),
             delay: DelayScheduling {
@@ -225,6 +228,12 @@ impl TaskSetManager {
     /// The abort message, if it was aborted.
     pub fn failure(&self) -> Option<&str> {
         self.failure.as_deref()
+    }
+
+    /// Whether it ended because a task could not fetch its input (its stage is
+    /// submitted again under the same job), rather than aborted.
+    pub fn ended_by_fetch_failure(&self) -> bool {
+        self.fetch_failed
     }
 
     /// Counted failures of task `index`.
@@ -832,6 +841,7 @@ impl TaskSetManager {
         if !self.zombie {
             self.zombie = true;
             self.failure = Some(lost_task);
+            self.fetch_failed = true;
         }
         actions.push_back(Action::Event(SchedulerEvent::TaskEnd {
             task_id,

@@ -14,7 +14,7 @@ use flint_wire::{
     check_decoded_size, cut_text, AccumulatorUpdate, AccumulatorValue, ArchivedAccumulatorUpdate,
     ArchivedAccumulatorValue, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome, BlockId,
     DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome, TaskState, EXECUTOR_ENDPOINT,
-    MAX_FAILURE_TEXT,
+    MAX_FAILURE_TEXT, MAX_TASK_ACCUMULATORS, MAX_TASK_ACCUMULATOR_BYTES,
 };
 use rkyv::rancor;
 use tracing::{debug, warn};
@@ -93,15 +93,21 @@ impl Endpoint for DriverEndpoint {
         match message.message() {
             ArchivedMessage::StatusUpdate(update) => {
                 let spare = &mut || state.core.scheduler.spare_accumulator_list();
+                let mut ignored = 0;
                 let (task_state, outcome) = match outcome_from_archived(
                     message.frame(),
                     &update.outcome,
                     self.max_decoded,
                     spare,
+                    &mut ignored,
                 ) {
                     Ok(outcome) => (TaskState::from(&update.state), outcome),
                     Err(refused) => (TaskState::Failed, refused),
                 };
+                if ignored > 0 {
+                    let task_id = update.task_id.to_native();
+                    flint_rpc::peer_warn!(self.peer_warnings, now, "Ignored {ignored} accumulator update(s) of TID {task_id}: a task sends at most {MAX_TASK_ACCUMULATORS}, with at most {MAX_TASK_ACCUMULATOR_BYTES} bytes of bytes values");
+                }
                 let unfetched = state.core.status_update(
                     now,
                     message.sender(),
@@ -381,21 +387,48 @@ fn result_value(frame: &Frame, value: &[u8]) -> Bytes {
 /// `max_decoded` bytes decoded is refused: the error is the failure to report for the
 /// attempt instead.
 /// A result's accumulator updates, decoded into `list` (a spare one: a result with
-/// updates then allocates nothing for them, short of names or bytes values).
+/// updates then allocates nothing for them, short of names or bytes values). What an
+/// executor would not have sent is not decoded: the updates past
+/// [`MAX_TASK_ACCUMULATORS`], and bytes values that would take those decoded past
+/// [`MAX_TASK_ACCUMULATOR_BYTES`]; `ignored` counts them.
 fn accumulators_from_archived(
     archived: &[ArchivedAccumulatorUpdate],
     mut list: Vec<AccumulatorUpdate>,
+    ignored: &mut usize,
 ) -> Vec<AccumulatorUpdate> {
     list.clear();
-    list.extend(archived.iter().map(|update| AccumulatorUpdate {
-        id: update.id.to_native(),
-        name: update.name.as_ref().map(|name| name.as_str().to_owned()),
-        value: match &update.value {
-            ArchivedAccumulatorValue::Long(n) => AccumulatorValue::Long(n.to_native()),
-            ArchivedAccumulatorValue::Double(bits) => AccumulatorValue::Double(bits.to_native()),
-            ArchivedAccumulatorValue::Bytes(bytes) => AccumulatorValue::Bytes(bytes.to_vec()),
-        },
-    }));
+    *ignored += archived.len().saturating_sub(MAX_TASK_ACCUMULATORS);
+    let mut bytes_total = 0usize;
+    list.extend(
+        archived
+            .iter()
+            .take(MAX_TASK_ACCUMULATORS)
+            .filter(|update| match &update.value {
+                ArchivedAccumulatorValue::Bytes(bytes) => {
+                    let total = bytes_total.saturating_add(bytes.len());
+                    if total > MAX_TASK_ACCUMULATOR_BYTES {
+                        *ignored += 1;
+                        return false;
+                    }
+                    bytes_total = total;
+                    true
+                }
+                _ => true,
+            })
+            .map(|update| AccumulatorUpdate {
+                id: update.id.to_native(),
+                name: update.name.as_ref().map(|name| name.as_str().to_owned()),
+                value: match &update.value {
+                    ArchivedAccumulatorValue::Long(n) => AccumulatorValue::Long(n.to_native()),
+                    ArchivedAccumulatorValue::Double(bits) => {
+                        AccumulatorValue::Double(bits.to_native())
+                    }
+                    ArchivedAccumulatorValue::Bytes(bytes) => {
+                        AccumulatorValue::Bytes(bytes.to_vec())
+                    }
+                },
+            }),
+    );
     list
 }
 
@@ -404,6 +437,7 @@ fn outcome_from_archived(
     outcome: &ArchivedTaskOutcome,
     max_decoded: usize,
     spare: &mut dyn FnMut() -> Vec<AccumulatorUpdate>,
+    ignored: &mut usize,
 ) -> Result<TaskOutcome, TaskOutcome> {
     if let ArchivedTaskOutcome::Direct {
         metrics,
@@ -438,7 +472,7 @@ fn outcome_from_archived(
             accumulators: if accumulators.is_empty() {
                 Vec::new()
             } else {
-                accumulators_from_archived(accumulators, spare())
+                accumulators_from_archived(accumulators, spare(), ignored)
             },
         },
         ArchivedTaskOutcome::Indirect {
@@ -450,7 +484,7 @@ fn outcome_from_archived(
             accumulators: if accumulators.is_empty() {
                 Vec::new()
             } else {
-                accumulators_from_archived(accumulators, spare())
+                accumulators_from_archived(accumulators, spare(), ignored)
             },
             block_id: match block_id {
                 flint_wire::ArchivedBlockId::TaskResult { task_id } => BlockId::TaskResult {
@@ -659,10 +693,17 @@ mod tests {
             let room = spare.as_ptr();
             let mut given = Some(spare);
             let mut take = || given.take().expect("one list asked for");
-            let decoded =
-                outcome_from_archived(&frame, archived_outcome(&frame), 1 << 20, &mut take)
-                    .unwrap();
+            let mut ignored = 0;
+            let decoded = outcome_from_archived(
+                &frame,
+                archived_outcome(&frame),
+                1 << 20,
+                &mut take,
+                &mut ignored,
+            )
+            .unwrap();
             assert_eq!(decoded, outcome);
+            assert_eq!(ignored, 0);
             let (TaskOutcome::Direct { accumulators, .. }
             | TaskOutcome::Indirect { accumulators, .. }) = &decoded
             else {
@@ -688,10 +729,58 @@ mod tests {
             accumulators: named,
         });
         let mut take = || -> Vec<AccumulatorUpdate> { panic!("nothing is decoded") };
-        let refused = outcome_from_archived(&frame, archived_outcome(&frame), 1024, &mut take);
+        let refused =
+            outcome_from_archived(&frame, archived_outcome(&frame), 1024, &mut take, &mut 0);
         let Err(TaskOutcome::Failure { message, .. }) = refused else {
             panic!("{refused:?}")
         };
         assert!(message.contains("accumulator updates"), "{message}");
+    }
+
+    /// An executor that sends more than a task may add (more accumulators, or more
+    /// bytes of bytes values) has the excess ignored, not merged: the driver does not
+    /// trust the executor to have checked.
+    #[test]
+    fn updates_past_the_task_limits_are_not_decoded() {
+        let many: Vec<AccumulatorUpdate> = (0..MAX_TASK_ACCUMULATORS as u64 + 5)
+            .map(|id| update(id, AccumulatorValue::Long(1)))
+            .collect();
+        let half = MAX_TASK_ACCUMULATOR_BYTES / 2 + 1;
+        let bytes = vec![
+            update(1, AccumulatorValue::Bytes(vec![1; half])),
+            update(2, AccumulatorValue::Long(7)),
+            update(3, AccumulatorValue::Bytes(vec![2; half])),
+            update(4, AccumulatorValue::Bytes(vec![3; 10])),
+        ];
+        for (updates, kept, expect_ignored) in [
+            (
+                many,
+                (0..MAX_TASK_ACCUMULATORS as u64).collect::<Vec<_>>(),
+                5,
+            ),
+            (bytes, vec![1, 2, 4], 1),
+        ] {
+            let frame = outcome_frame(TaskOutcome::Direct {
+                value: Bytes::from_static(b"v"),
+                metrics: TaskMetrics::default(),
+                accumulators: updates,
+            });
+            let mut take = Vec::new;
+            let mut ignored = 0;
+            let decoded = outcome_from_archived(
+                &frame,
+                archived_outcome(&frame),
+                1 << 30,
+                &mut take,
+                &mut ignored,
+            )
+            .unwrap();
+            let TaskOutcome::Direct { accumulators, .. } = decoded else {
+                panic!("{decoded:?}")
+            };
+            let ids: Vec<u64> = accumulators.iter().map(|u| u.id).collect();
+            assert_eq!(ids, kept);
+            assert_eq!(ignored, expect_ignored);
+        }
     }
 }

@@ -421,7 +421,17 @@ impl DriverCore {
                     self.scheduler.cancel_tasks(stage_id, false);
                 }
                 DagAction::JobEnded { job_id, result } => {
-                    self.scheduler.accumulators_mut().job_ended(job_id);
+                    // A stage's merged partitions are kept while any job needs it: a
+                    // stage shared with a running job goes on (or runs again) for it.
+                    let dag = &self.jobs.dag;
+                    let accumulators = self.scheduler.accumulators_mut();
+                    let dropped: Vec<u32> = accumulators
+                        .dag_stages()
+                        .filter(|&stage| dag.stage_kind(stage).is_none())
+                        .collect();
+                    for stage in dropped {
+                        accumulators.stage_dropped(stage);
+                    }
                     let stats = self.jobs.stats.remove(&job_id).unwrap_or_default();
                     self.jobs.task_set_jobs.retain(|_, job| *job != job_id);
                     self.outputs.push_back(Output::JobEnded {

@@ -904,3 +904,86 @@ fn a_closed_connection_waits_for_the_exit_report_for_the_reason_of_the_loss() {
     assert!(!events(&drain(&mut core, at(7_000)))
         .any(|e| matches!(e, SchedulerEvent::ExecutorRemoved { .. })));
 }
+
+/// A map stage shared by two jobs of stages runs under the first job's id: when that
+/// job is cancelled while the stage still runs for the other, its successes are still
+/// merged (once), and once the last job that needs it ends the stage is forgotten.
+#[test]
+fn a_shared_map_stage_s_successes_are_merged_after_the_job_that_submitted_it_ends() {
+    use crate::core::dag::{JobSpec, StageSpec};
+    use flint_wire::{AccumulatorUpdate, AccumulatorValue, BlockManagerId, MapStatus, TaskPayload};
+
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    let id = core
+        .scheduler
+        .accumulators_mut()
+        .register("n", crate::AccumulatorKind::Long)
+        .id;
+    let one = core.register_executor(t0, registration("1")).unwrap();
+    core.register_executor(t0, registration("2")).unwrap();
+    core.offer_after_registration(t0);
+    drain(&mut core, t0);
+    let id_of = |peer: PeerId| if peer == one { "1" } else { "2" };
+    let payload = |function: &str| TaskPayload::encode(function, b"").unwrap();
+    let job = || {
+        JobSpec::new(
+            "job",
+            StageSpec::new("reduce", 2, payload("r")).reading([0]),
+        )
+        .with_shuffle(0, 2, StageSpec::new("map", 2, payload("m")))
+    };
+    let adds_one = |value: Bytes| TaskOutcome::Direct {
+        value,
+        metrics: Default::default(),
+        accumulators: vec![AccumulatorUpdate {
+            id,
+            name: None,
+            value: AccumulatorValue::Long(1),
+        }],
+    };
+    let first = core.submit_job(t0, job()).unwrap();
+    let maps = launches(&drain(&mut core, t0));
+    assert_eq!(maps.len(), 2, "one map task on each executor");
+    let second = core.submit_job(t0, job()).unwrap();
+    drain(&mut core, t0);
+    assert!(core.cancel_job(t0, first, None));
+    drain(&mut core, t0);
+    for (peer, task_id) in maps {
+        let status = MapStatus {
+            location: BlockManagerId {
+                executor_id: id_of(peer).into(),
+                host: "h".into(),
+                port: 7,
+            },
+            sizes: vec![10, 10],
+        };
+        let outcome = adds_one(status.encode());
+        core.status_update(t0, None, id_of(peer), task_id, TaskState::Finished, outcome);
+    }
+    let value = |core: &DriverCore| core.scheduler.accumulators().value(id).cloned();
+    assert_eq!(
+        value(&core),
+        Some(AccumulatorValue::Long(2)),
+        "both map tasks"
+    );
+    let mut outputs = drain(&mut core, t0);
+    core.flush_offers(t0);
+    outputs.extend(drain(&mut core, t0));
+    let reduces = launches(&outputs);
+    assert_eq!(reduces.len(), 2, "the second job's reduce tasks");
+    for (peer, task_id) in reduces {
+        let outcome = adds_one(Bytes::from_static(b"r"));
+        core.status_update(t0, None, id_of(peer), task_id, TaskState::Finished, outcome);
+    }
+    let ended = drain(&mut core, t0)
+        .into_iter()
+        .any(|output| matches!(output, Output::JobEnded { job_id, .. } if job_id == second));
+    assert!(ended, "the second job ended");
+    assert_eq!(value(&core), Some(AccumulatorValue::Long(4)));
+    assert_eq!(
+        core.scheduler.accumulators().tracked_stages(),
+        0,
+        "the stages are forgotten with the last job that needed them"
+    );
+}
