@@ -5,7 +5,7 @@
 //! [`add_double`](crate::TaskContext::add_double),
 //! [`merge_bytes`](crate::TaskContext::merge_bytes)) to accumulators the driver
 //! registered, by id (the driver hands the ids to its tasks in their input). The
-//! executor keeps one value per accumulator per task attempt ([`TaskAccumulators`]):
+//! executor keeps one value per accumulator per task attempt (`TaskAccumulators`):
 //! heartbeats carry copies of them as partial values while the task runs, and a task
 //! that finishes with a result carries them with its status update (direct or indirect
 //! result alike). A task that fails or is killed sends none: the driver merges a

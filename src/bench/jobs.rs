@@ -152,7 +152,7 @@ pub fn jobs_conf() -> Conf {
     Conf::from_pairs(["shuffle.maxMemory=1g"]).expect("a valid conf")
 }
 
-/// The two-stage tiny job: 2 map tasks writing [`TINY_RECORDS`] records each, 2 reduce
+/// The two-stage tiny job: 2 map tasks writing `TINY_RECORDS` records each, 2 reduce
 /// partitions counting them.
 pub fn tiny_job(driver: &Driver) -> Result<JobSpec, JobError> {
     hash_shuffle_job(driver, 2, 2, TINY_RECORDS, TINY_RECORD_SIZE, 1)
@@ -359,7 +359,7 @@ impl JobLatencies {
 const LATENCY_BLOCK: usize = 10;
 
 /// Measures both latencies, `samples` of each, after a tenth as many that warm up: in
-/// alternating blocks of [`LATENCY_BLOCK`] jobs of one kind run back to back, so that
+/// alternating blocks of `LATENCY_BLOCK` jobs of one kind run back to back, so that
 /// drift on the host falls on both alike while each kind is measured as back-to-back
 /// jobs find the executors (as `flint bench` measures the one-task job). A block's first
 /// job, which finds them as the other kind left them, is not counted; the tiny job's is

@@ -217,7 +217,7 @@ pub type UserSerializer<'a, 'b> = HighSerializer<PayloadWriter<'b>, ArenaHandle<
 ///
 /// Past the encoder's limit it only counts what it is given, so that a message over it
 /// costs no memory beyond the limit and its error still says how large it is; past
-/// [`MAX_ENCODABLE`] it fails (and says how far it got in `refused`), before rkyv could
+/// `MAX_ENCODABLE` (2 GiB) it fails (and says how far it got in `refused`), before rkyv could
 /// be asked for an offset it cannot hold.
 pub struct PayloadWriter<'a> {
     buf: &'a mut BytesMut,

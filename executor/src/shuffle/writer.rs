@@ -64,7 +64,7 @@ pub struct ShuffleWriter {
 impl ShuffleWriter {
     /// A writer of map output `map_index` of `shuffle_id`, with `partitions` buckets.
     ///
-    /// Refused when the partitions' bookkeeping ([`PARTITION_BOOKKEEPING`] bytes each)
+    /// Refused when the partitions' bookkeeping (`PARTITION_BOOKKEEPING` bytes each)
     /// would not fit the store's shuffle memory: the partition count comes from the
     /// task, and nothing is allocated for it before it is checked.
     pub fn new(
