@@ -104,10 +104,18 @@ pub(crate) fn serve(mut stream: TcpStream, handler: impl FnOnce(&Request<'_>) ->
     let _ = stream.set_nodelay(true);
     let mut buffer = vec![0u8; MAX_REQUEST_HEAD];
     let mut filled = 0;
+    // The whole head within CLIENT_TIMEOUT, not each read: a client trickling a byte
+    // every few seconds would otherwise hold its thread (one of MAX_CONNECTIONS) for
+    // hours.
+    let started = std::time::Instant::now();
     let response = loop {
         if filled == buffer.len() {
             break Response::text(431, "request head too large");
         }
+        let Some(left) = CLIENT_TIMEOUT.checked_sub(started.elapsed()) else {
+            break Response::text(408, "request not received in time");
+        };
+        let _ = stream.set_read_timeout(Some(left.max(Duration::from_millis(1))));
         match stream.read(&mut buffer[filled..]) {
             Ok(0) => return,
             Ok(n) => filled += n,

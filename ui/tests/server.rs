@@ -103,3 +103,43 @@ fn the_next_free_port_is_taken_when_ui_port_is_busy() {
     }
     driver.stop().unwrap();
 }
+
+#[test]
+fn a_client_trickling_its_request_is_cut_off_after_the_timeout_in_all() {
+    let conf = Conf::from_pairs(["ui.port=0"]).unwrap();
+    let driver = Driver::standalone(&conf).unwrap();
+    let board = driver.publish_status(PUBLISH_INTERVAL).unwrap();
+    let config = UiConfig::from_conf(&conf).unwrap();
+    let mut server = StatusServer::start(board, &config, "app-1", "test").unwrap();
+    let mut stream = TcpStream::connect(server.address()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    // A byte every 300 ms, never a whole head: each read is well within the timeout.
+    let mut writer = stream.try_clone().unwrap();
+    let trickler = std::thread::spawn(move || {
+        let started = Instant::now();
+        for byte in b"GET /api/v1/status HTTP/1.1\r\nX-Slow: ".iter().cycle() {
+            if writer.write_all(&[*byte]).is_err() || started.elapsed() > Duration::from_secs(12) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    let started = Instant::now();
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    let waited = started.elapsed();
+    assert!(
+        text.starts_with("HTTP/1.1 408"),
+        "{text:?} after {waited:?}"
+    );
+    assert!(
+        waited >= Duration::from_secs(4) && waited < Duration::from_secs(8),
+        "cut off after {waited:?}"
+    );
+    drop(stream);
+    trickler.join().unwrap();
+    server.stop();
+    driver.stop().unwrap();
+}
