@@ -29,7 +29,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flint::bench::transport::{ask_frame_sizes, payload_message, Echo};
-use flint::bench::{pin_to_one_cpu, read_all, RawPingPong, Waiting};
+use flint::bench::{pinned_round_trips, read_all, Waiting};
 use flint_rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv, RpcError};
 use flint_wire::{Encoder, Message, Route};
 
@@ -175,27 +175,13 @@ fn raw_ping_pong_one_cpu(
     name: &str,
 ) {
     let (request, reply) = ask_frame_sizes("echo");
-    if core_affinity::get_core_ids().is_none_or(|ids| ids.is_empty()) {
+    if pinned_round_trips(request, reply, 1).is_none() {
         eprintln!("{name}: threads cannot be pinned here; skipped");
         return;
     }
     group.bench_function(name, |b| {
         b.iter_custom(|iterations| {
-            std::thread::spawn(move || {
-                assert!(pin_to_one_cpu(), "pinned to one CPU");
-                // The answering thread inherits the CPU.
-                let mut raw = RawPingPong::start(request, reply).expect("a loopback socket");
-                for _ in 0..100 {
-                    raw.round_trip().expect("the raw server answers");
-                }
-                let start = Instant::now();
-                for _ in 0..iterations {
-                    raw.round_trip().expect("the raw server answers");
-                }
-                start.elapsed()
-            })
-            .join()
-            .expect("the pinned ping-pong")
+            pinned_round_trips(request, reply, iterations).expect("pinned before")
         })
     });
 }

@@ -17,11 +17,10 @@
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::BytesMut;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use flint::bench::{pin_to_one_cpu, RawPingPong};
+use flint::bench::pinned_round_trips;
 use flint_rpc::wire::{Encoder, Route};
 use flint_rpc::{
     rkyv, Bytes, Conf, Endpoint, EndpointContext, EndpointRef, Incoming, Message, Request, RpcEnv,
@@ -99,31 +98,18 @@ fn typed_frame_sizes(endpoint: &str, payload: &Payload) -> (usize, usize) {
 }
 
 /// The blocking raw ping-pong of `request` and `reply` bytes with both threads pinned to
-/// one CPU, timed in a pinned thread of its own (see benches/rpc.rs).
+/// one CPU (`flint::bench::pinned_round_trips`).
 fn raw_ping_pong_one_cpu(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     (request, reply): (usize, usize),
 ) {
-    if core_affinity::get_core_ids().is_none_or(|ids| ids.is_empty()) {
+    if pinned_round_trips(request, reply, 1).is_none() {
         eprintln!("raw_tcp_one_cpu: threads cannot be pinned here; skipped");
         return;
     }
     group.bench_function("raw_tcp_one_cpu", |b| {
         b.iter_custom(|iterations| {
-            std::thread::spawn(move || {
-                assert!(pin_to_one_cpu(), "pinned to one CPU");
-                let mut raw = RawPingPong::start(request, reply).expect("a loopback socket");
-                for _ in 0..100 {
-                    raw.round_trip().expect("the raw server answers");
-                }
-                let start = Instant::now();
-                for _ in 0..iterations {
-                    raw.round_trip().expect("the raw server answers");
-                }
-                start.elapsed()
-            })
-            .join()
-            .expect("the pinned ping-pong")
+            pinned_round_trips(request, reply, iterations).expect("pinned before")
         })
     });
 }

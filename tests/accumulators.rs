@@ -3,20 +3,22 @@
 //! sleeps or crashes (the built-in `accumulate`), so that a driver that merged a failed,
 //! killed or lost attempt, or a partition twice, would count more than the partitions.
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{most_outputs, AtMapStageEnd, OutputsByExecutor, FLINT};
 use flint::rpc::Conf;
 use flint::scheduler::dag::{JobSpec, StageSpec};
 use flint::scheduler::{
-    AccumulatorKind, AccumulatorValue, Driver, SchedulerEvent, SchedulerListener, TaskEndReason,
-    TaskLocation, TaskSet, TaskSpec,
+    AccumulatorKind, AccumulatorValue, Driver, SchedulerEvent, SchedulerListener, TaskLocation,
+    TaskSet, TaskSpec,
 };
 use flint::wire::{TaskPayload, TaskState};
 use flint_testkit::process::Processes;
 
-const FLINT: &str = env!("CARGO_BIN_EXE_flint");
 const PARTITIONS: u32 = 40;
 /// Fails its first two attempts.
 const FAILS_TWICE: u32 = 3;
@@ -216,56 +218,6 @@ fn every_partition_adds_once_through_failures_speculation_and_a_lost_executor() 
     drop(processes);
 }
 
-/// Kills, once, the executor that computed the most outputs of the job's first stage,
-/// when that stage completes (before any task of the next is launched): the next stage's
-/// readers fail to fetch them and the map stage is resubmitted for them.
-struct KillAtMapStageEnd {
-    map_stage: Option<u32>,
-    outputs: std::collections::BTreeMap<String, u32>,
-    processes: Arc<Mutex<Processes>>,
-    ids: Vec<String>,
-    killed: Arc<Mutex<Option<String>>>,
-}
-
-impl SchedulerListener for KillAtMapStageEnd {
-    fn on_event(&mut self, event: &SchedulerEvent) {
-        match event {
-            SchedulerEvent::StageSubmitted { task_set, .. } if self.map_stage.is_none() => {
-                self.map_stage = Some(task_set.stage_id);
-            }
-            SchedulerEvent::TaskEnd {
-                task_set,
-                executor_id,
-                reason: TaskEndReason::Success(_),
-                ..
-            } if Some(task_set.stage_id) == self.map_stage => {
-                *self.outputs.entry(executor_id.to_string()).or_default() += 1;
-            }
-            SchedulerEvent::StageCompleted {
-                task_set,
-                failure: None,
-                ..
-            } if Some(task_set.stage_id) == self.map_stage => {
-                let mut killed = self.killed.lock().unwrap();
-                if killed.is_some() {
-                    return;
-                }
-                let victim = self
-                    .outputs
-                    .iter()
-                    .max_by_key(|(_, held)| **held)
-                    .map(|(id, _)| id.clone())
-                    .expect("the map stage ran somewhere");
-                let index = self.ids.iter().position(|id| *id == victim).unwrap();
-                // SIGKILL: the process serves none of its map outputs any more.
-                let _ = self.processes.lock().unwrap().0[index].kill();
-                *killed = Some(victim);
-            }
-            _ => {}
-        }
-    }
-}
-
 /// A job of two stages whose map tasks each add 1, and an executor killed once the map
 /// stage is done: the map stage is resubmitted for the outputs it held, and those map
 /// partitions run (and add) again; the value is still the number of map partitions.
@@ -282,13 +234,19 @@ fn a_map_stage_resubmitted_after_a_lost_executor_adds_nothing_more() {
         .unwrap();
     let maps = driver.register_accumulator("map tasks", AccumulatorKind::Long);
     let killed: Arc<Mutex<Option<String>>> = Arc::default();
-    driver.add_listener(KillAtMapStageEnd {
-        map_stage: None,
-        outputs: Default::default(),
-        processes: processes.clone(),
-        ids: ids.iter().map(|id| id.to_string()).collect(),
-        killed: killed.clone(),
-    });
+    // Once the map stage is done (before any task of the next is launched), the executor
+    // that computed the most of its outputs is killed: the next stage's readers fail to
+    // fetch them and the map stage is resubmitted for them.
+    driver.add_listener(AtMapStageEnd::new({
+        let (processes, killed) = (processes.clone(), killed.clone());
+        move |outputs: &OutputsByExecutor| {
+            let (victim, _) = most_outputs(outputs);
+            let index = ids.iter().position(|id| *id == victim).unwrap();
+            // SIGKILL: the process serves none of its map outputs any more.
+            let _ = processes.lock().unwrap().0[index].kill();
+            *killed.lock().unwrap() = Some(victim);
+        }
+    }));
     let watch = Watch::default();
     driver.add_listener(watch.clone());
 

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{spawn_executor, FLINT};
+use common::{most_outputs, spawn_executor, AtMapStageEnd, OutputsByExecutor, FLINT};
 use flint::executor::jobs::{count_words, generated_text};
 use flint::rpc::{Conf, RpcEnv};
 use flint::scheduler::cluster_manager::SECRET_ENV;
@@ -266,66 +266,6 @@ impl EventLog {
                 _ => None,
             })
             .collect()
-    }
-}
-
-/// The map outputs each executor computed in the map stage's first attempt.
-type OutputsByExecutor = BTreeMap<String, u32>;
-
-/// The executor holding the most map outputs (the lowest id among equals), and how many.
-fn most_outputs(outputs: &OutputsByExecutor) -> (String, u32) {
-    let (id, held) = outputs
-        .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .expect("the map stage ran somewhere");
-    (id.clone(), *held)
-}
-
-/// Calls `act` once, on the driver's event loop, when the job's map stage (its first
-/// stage submitted) first completes: in the turn that submits the reduce stage, before
-/// any reduce task is launched. `act` gets the map outputs each executor computed; it
-/// must be quick (a signal, a few files), as every listener must.
-struct AtMapStageEnd<F> {
-    map_stage: Option<u32>,
-    outputs: OutputsByExecutor,
-    act: Option<F>,
-}
-
-impl<F: FnOnce(&OutputsByExecutor) + Send + 'static> AtMapStageEnd<F> {
-    fn new(act: F) -> Self {
-        AtMapStageEnd {
-            map_stage: None,
-            outputs: BTreeMap::new(),
-            act: Some(act),
-        }
-    }
-}
-
-impl<F: FnOnce(&OutputsByExecutor) + Send> SchedulerListener for AtMapStageEnd<F> {
-    fn on_event(&mut self, event: &SchedulerEvent) {
-        match event {
-            SchedulerEvent::StageSubmitted { task_set, .. } if self.map_stage.is_none() => {
-                self.map_stage = Some(task_set.stage_id);
-            }
-            SchedulerEvent::TaskEnd {
-                task_set,
-                executor_id,
-                reason: TaskEndReason::Success(_),
-                ..
-            } if Some(task_set.stage_id) == self.map_stage => {
-                *self.outputs.entry(executor_id.to_string()).or_default() += 1;
-            }
-            SchedulerEvent::StageCompleted {
-                task_set,
-                failure: None,
-                ..
-            } if Some(task_set.stage_id) == self.map_stage => {
-                if let Some(act) = self.act.take() {
-                    act(&self.outputs);
-                }
-            }
-            _ => {}
-        }
     }
 }
 

@@ -670,6 +670,32 @@ pub fn pin_to_one_cpu() -> bool {
         .is_some_and(core_affinity::set_for_current)
 }
 
+/// The time of `iterations` blocking raw round trips of `request` and `reply` bytes with
+/// both threads pinned to one CPU, after 100 unmeasured, timed in a pinned thread of its
+/// own (the answering thread inherits its CPU) so that the caller's placement is left
+/// alone; `None` where threads cannot be pinned. For criterion's `iter_custom`.
+///
+/// # Panics
+///
+/// If the loopback ping-pong fails.
+pub fn pinned_round_trips(request: usize, reply: usize, iterations: u64) -> Option<Duration> {
+    core_affinity::get_core_ids().filter(|ids| !ids.is_empty())?;
+    std::thread::spawn(move || {
+        assert!(pin_to_one_cpu(), "pinned to one CPU");
+        let mut raw = RawPingPong::start(request, reply).expect("a loopback socket");
+        for _ in 0..100 {
+            raw.round_trip().expect("the raw server answers");
+        }
+        let start = std::time::Instant::now();
+        for _ in 0..iterations {
+            raw.round_trip().expect("the raw server answers");
+        }
+        start.elapsed()
+    })
+    .join()
+    .map_or_else(|panic| std::panic::resume_unwind(panic), Some)
+}
+
 /// The floor round trip over `samples`, in both placements (see [`BlockingFloor`]).
 pub fn floor_round_trip(frames: FrameSizes, samples: usize) -> std::io::Result<BlockingFloor> {
     let free = round_trip(frames, samples, Waiting::Blocking)?;
