@@ -105,10 +105,12 @@ impl TaskSpec {
                 .then_some("the number of attempts that fail, e.g. fail-n-attempts:2"),
             "exit-process" => (!matches!(number(), Some(1..=255)))
                 .then_some("an exit code from 1 to 255, e.g. exit-process:3"),
-            "large-result" => large_result_size(input).is_none().then_some(
-                "a size in bytes, optionally with a k, m or g suffix, of at most 2g, e.g. \
+            "large-result" => flint_executor::large_result_size(input.as_bytes())
+                .is_none()
+                .then_some(
+                    "a size in bytes, optionally with a k, m or g suffix, of at most 2g, e.g. \
                  large-result:10m",
-            ),
+                ),
             other => {
                 let hint = TASK_FUNCTIONS
                     .iter()
@@ -137,25 +139,6 @@ impl TaskSpec {
         TaskPayload::encode(&self.function, self.input.as_bytes())
             .expect("checked when the spec was parsed")
     }
-}
-
-/// The size `large-result` takes, as the executor reads it: digits, then optionally `k`,
-/// `m` or `g` (binary units) and a `b`; at most 2 GiB.
-fn large_result_size(text: &str) -> Option<u64> {
-    let text = text.to_ascii_lowercase();
-    let digits = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(digits);
-    let shift = match suffix {
-        "" | "b" => 0,
-        "k" | "kb" => 10,
-        "m" | "mb" => 20,
-        "g" | "gb" => 30,
-        _ => return None,
-    };
-    let size = number.parse::<u64>().ok()?.checked_mul(1 << shift)?;
-    (size <= flint_executor::MAX_LARGE_RESULT).then_some(size)
 }
 
 /// What to run.

@@ -353,7 +353,7 @@ fn race(ctx: &TaskContext, nonce: u64) -> std::io::Result<()> {
 }
 
 fn large_result(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
-    let size = parse_size(input).ok_or_else(|| {
+    let size = large_result_size(input).ok_or_else(|| {
         TaskError::failed(format!(
             "large-result expects a size in bytes, optionally with a k, m or g suffix \
              (e.g. \"10m\"), of at most 2g; got {:?}",
@@ -390,9 +390,10 @@ fn parse_number(function: &str, input: &[u8], expected: &str) -> Result<u64, Tas
         })
 }
 
-/// A size: digits, then optionally `k`, `m` or `g` (binary units), optionally followed by
-/// `b`; at most [`MAX_LARGE_RESULT`].
-fn parse_size(input: &[u8]) -> Option<u64> {
+/// The size the built-in `large-result` takes: digits, then optionally `k`, `m` or `g`
+/// (binary units), optionally followed by `b`; at most [`MAX_LARGE_RESULT`]. Public so
+/// that a command line checks an input exactly as an executor will read it.
+pub fn large_result_size(input: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(input).ok()?.trim().to_ascii_lowercase();
     let digits = text
         .find(|c: char| !c.is_ascii_digit())
@@ -588,12 +589,12 @@ mod tests {
 
     #[test]
     fn sizes_parse_with_units() {
-        assert_eq!(parse_size(b"10"), Some(10));
-        assert_eq!(parse_size(b"10b"), Some(10));
-        assert_eq!(parse_size(b"3k"), Some(3 << 10));
-        assert_eq!(parse_size(b"10m"), Some(10 << 20));
-        assert_eq!(parse_size(b"10MB"), Some(10 << 20));
-        assert_eq!(parse_size(b"2g"), Some(2 << 30));
+        assert_eq!(large_result_size(b"10"), Some(10));
+        assert_eq!(large_result_size(b"10b"), Some(10));
+        assert_eq!(large_result_size(b"3k"), Some(3 << 10));
+        assert_eq!(large_result_size(b"10m"), Some(10 << 20));
+        assert_eq!(large_result_size(b"10MB"), Some(10 << 20));
+        assert_eq!(large_result_size(b"2g"), Some(2 << 30));
         for bad in [
             &b""[..],
             b"m",
@@ -603,7 +604,12 @@ mod tests {
             b"3g",
             b"99999999999999999999",
         ] {
-            assert_eq!(parse_size(bad), None, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                large_result_size(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
