@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::spawn_executor;
+use common::{conf, spawn_executor};
 use flint::executor::broadcast::read_window;
 use flint::executor::pattern;
-use flint::rpc::{Conf, Endpoint, EndpointContext, Incoming, RpcEnv};
+use flint::rpc::{Endpoint, EndpointContext, Incoming, RpcEnv};
 use flint::scheduler::{Broadcast, Driver, TaskSet};
 use flint::wire::{
     ArchivedMessage, BlockManagerId, Message, RegisterExecutor, TaskPayload,
@@ -26,12 +26,6 @@ use flint_testkit::process::Processes;
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 const JOB_TIMEOUT: Duration = Duration::from_secs(180);
 const MIB: u64 = 1 << 20;
-
-fn conf(pairs: &[&str]) -> Conf {
-    let mut all = vec!["executor.heartbeatInterval=500ms", "network.timeout=20s"];
-    all.extend_from_slice(pairs);
-    Conf::from_pairs(all).unwrap()
-}
 
 /// Runs `tasks` tasks of `broadcast-read` of `broadcast` as task set `stage`, and checks
 /// every task's answer against `value`: its length, and the CRC32 of the window its

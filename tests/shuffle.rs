@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{most_outputs, spawn_executor, AtMapStageEnd, OutputsByExecutor, FLINT};
+use common::{conf, most_outputs, spawn_executor, AtMapStageEnd, OutputsByExecutor, FLINT};
 use flint::executor::jobs::{count_words, generated_text};
 use flint::rpc::{Conf, RpcEnv};
 use flint::scheduler::cluster_manager::SECRET_ENV;
@@ -27,12 +27,6 @@ use flint_testkit::process::{proc_status_bytes, Processes};
 
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn conf(pairs: &[&str]) -> Conf {
-    let mut all = vec!["executor.heartbeatInterval=500ms", "network.timeout=20s"];
-    all.extend_from_slice(pairs);
-    Conf::from_pairs(all).unwrap()
-}
 
 /// A job of two stages built with the driver's lower-level API (the bench and the CLI use
 /// the job builder): `maps` tasks of `map_fn` on `input` writing a new shuffle into

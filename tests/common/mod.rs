@@ -9,8 +9,17 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use flint::rpc::Conf;
 use flint::scheduler::{SchedulerEvent, SchedulerListener, TaskEndReason};
 use flint::wire::{TaskPayload, TaskState};
+
+/// A configuration of `pairs` over a quick heartbeat (500 ms) and a `network.timeout` of
+/// 20 s, for jobs on executor processes of this host.
+pub fn conf(pairs: &[&str]) -> Conf {
+    let mut all = vec!["executor.heartbeatInterval=500ms", "network.timeout=20s"];
+    all.extend_from_slice(pairs);
+    Conf::from_pairs(all).unwrap()
+}
 
 /// The `flint` binary of this build.
 pub const FLINT: &str = env!("CARGO_BIN_EXE_flint");
