@@ -21,7 +21,6 @@ use crate::broadcast::{BroadcastCache, BroadcastFetcher, BroadcastService, Fetch
 use crate::config::ExecutorConfig;
 use crate::executor::{Executor, Staged};
 use crate::heartbeater::{random_initial_delay, HeartbeatAction, Heartbeater};
-use crate::launch::Launch;
 use crate::registry::TaskRegistry;
 use crate::reply_retry::{Answer, RetriedReplies};
 use crate::shuffle::{BlockServer, ShuffleFetcher, ShuffleService, ShuffleStore};
@@ -327,10 +326,7 @@ impl ExecutorEndpoint {
                 executor.executor_id()
             );
         }
-        executor.stage(
-            &mut self.staged,
-            Launch::from_archived(incoming.frame(), task, executor.max_decoded()),
-        );
+        executor.stage_archived(&mut self.staged, incoming.frame(), task);
     }
 
     /// Hands the staged launches to the runners.
@@ -429,6 +425,19 @@ impl Endpoint for ExecutorEndpoint {
                 return;
             }
             self.launch(&message, task);
+            return;
+        }
+        if let ArchivedMessage::LaunchTasks { tasks } = message.message() {
+            if self.backend.is_stopping() {
+                warn!(
+                    "Ignored LaunchTasks of {} task(s): the executor is stopping",
+                    tasks.len()
+                );
+                return;
+            }
+            for task in tasks.iter() {
+                self.launch(&message, task);
+            }
             return;
         }
         // Launches staged before this message go first: a kill must find them.

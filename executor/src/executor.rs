@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flint_wire::{SharedStr, TaskAccumUpdates, TaskDescription, MAX_FAILURE_TEXT};
+use flint_wire::{
+    ArchivedTaskDescription, Frame, SharedStr, TaskAccumUpdates, TaskDescription, MAX_FAILURE_TEXT,
+};
 use rustc_hash::FxHashMap;
 use tracing::{debug, info, warn};
 
@@ -37,7 +39,7 @@ use crate::launch::{Launch, COPY_LIMIT};
 use crate::registry::TaskRegistry;
 use crate::runner::runner;
 use crate::shuffle::ShuffleService;
-use crate::status::{StatusSender, RESULT_OVERHEAD};
+use crate::status::{HeldSlot, StatusSender, RESULT_OVERHEAD};
 use crate::sync::Condvar;
 use crate::task::TaskHandle;
 
@@ -177,6 +179,9 @@ pub(crate) struct Inner {
     pub(crate) shuffle: OnceLock<Arc<ShuffleService>>,
     /// What tasks read broadcasts with; set once, before the first task.
     pub(crate) broadcasts: OnceLock<Arc<BroadcastService>>,
+    /// The status updates each runner holds, for the event loop's thread to send while
+    /// the runner is busy ([`crate::status::HeldUpdates`]).
+    pub(crate) held_by_runner: Mutex<Vec<HeldSlot>>,
 }
 
 impl Inner {
@@ -211,6 +216,7 @@ impl Inner {
             kills_of_all: AtomicU64::new(0),
             shuffle: OnceLock::new(),
             broadcasts: OnceLock::new(),
+            held_by_runner: Mutex::new(Vec::with_capacity(config.cores as usize)),
         }
     }
 
@@ -325,8 +331,15 @@ impl Executor {
         status: Box<dyn StatusSender>,
     ) -> Executor {
         let cores = config.cores as usize;
+        let inner = Arc::new(Inner::new(config, registry, status));
+        let weak = Arc::downgrade(&inner);
+        inner.status.on_lent_flush(Box::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                inner.send_held_of_busy_runners();
+            }
+        }));
         Executor {
-            inner: Arc::new(Inner::new(config, registry, status)),
+            inner,
             runners: Mutex::new(Vec::with_capacity(cores)),
         }
     }
@@ -404,13 +417,40 @@ impl Executor {
     /// when there is one) and copies a small launch out of its frame into the handle's
     /// buffer. Allocates nothing once warmed up.
     pub(crate) fn stage(&self, staged: &mut Staged, mut launch: Launch) {
-        let mut handle = staged
-            .spare
-            .pop()
-            .unwrap_or_else(|| Arc::new(TaskHandle::with_scratch(COPY_LIMIT)));
+        let mut handle = Self::spare_handle(staged);
         if let Some(unique) = Arc::get_mut(&mut handle) {
             launch.copy_out_of_frame(&mut unique.scratch);
         }
+        self.stage_with(staged, launch, handle);
+    }
+
+    /// [`Executor::stage`] of a launch read off the wire ([`Launch::from_archived_into`]:
+    /// a small one is copied straight from the frame into its handle).
+    pub(crate) fn stage_archived(
+        &self,
+        staged: &mut Staged,
+        frame: &Frame,
+        task: &ArchivedTaskDescription,
+    ) {
+        let mut handle = Self::spare_handle(staged);
+        let max_decoded = self.max_decoded();
+        let launch = match Arc::get_mut(&mut handle) {
+            Some(unique) => {
+                Launch::from_archived_into(frame, task, max_decoded, &mut unique.scratch)
+            }
+            None => Launch::from_archived(frame, task, max_decoded),
+        };
+        self.stage_with(staged, launch, handle);
+    }
+
+    fn spare_handle(staged: &mut Staged) -> Arc<TaskHandle> {
+        staged
+            .spare
+            .pop()
+            .unwrap_or_else(|| Arc::new(TaskHandle::with_scratch(COPY_LIMIT)))
+    }
+
+    fn stage_with(&self, staged: &mut Staged, launch: Launch, handle: Arc<TaskHandle>) {
         let staged_after_kills = self.inner.kills_of_all.load(Ordering::Acquire);
         staged.jobs.push(Job {
             launch,

@@ -66,6 +66,28 @@ impl Launch {
         task: &ArchivedTaskDescription,
         max_decoded: usize,
     ) -> Launch {
+        Self::read(frame, task, max_decoded, None)
+    }
+
+    /// [`Launch::from_archived`], with a small launch copied straight from the frame into
+    /// `scratch` (see [`Launch::copy_out_of_frame`]), without views of the frame made on
+    /// the way: the frame's buffer is shared with the event loop's reads, and each view
+    /// made and dropped is two atomic operations on it.
+    pub(crate) fn from_archived_into(
+        frame: &Frame,
+        task: &ArchivedTaskDescription,
+        max_decoded: usize,
+        scratch: &mut BytesMut,
+    ) -> Launch {
+        Self::read(frame, task, max_decoded, Some(scratch))
+    }
+
+    fn read(
+        frame: &Frame,
+        task: &ArchivedTaskDescription,
+        max_decoded: usize,
+        scratch: Option<&mut BytesMut>,
+    ) -> Launch {
         let extras = if task.added_files.is_empty()
             && task.added_jars.is_empty()
             && task.properties.is_empty()
@@ -97,14 +119,25 @@ impl Launch {
                     .collect(),
             ))
         };
+        let (name, serialized_task) = (task.name.as_bytes(), task.serialized_task.as_slice());
+        let (name, serialized_task) = match scratch {
+            Some(scratch) if name.len() + serialized_task.len() <= COPY_LIMIT => {
+                let copy = copy_into(scratch, serialized_task, name);
+                (
+                    copy.slice(serialized_task.len()..),
+                    copy.slice(..serialized_task.len()),
+                )
+            }
+            _ => (frame.bytes_of(name), frame.bytes_of(serialized_task)),
+        };
         Launch {
             task_id: task.task_id.to_native(),
             attempt_number: task.attempt_number.to_native(),
             index: task.index.to_native(),
             partition_id: task.partition_id.to_native(),
             cpus: task.cpus.to_native(),
-            name: LaunchName::Wire(frame.bytes_of(task.name.as_bytes())),
-            serialized_task: frame.bytes_of(task.serialized_task.as_slice()),
+            name: LaunchName::Wire(name),
+            serialized_task,
             extras,
         }
     }
@@ -139,11 +172,7 @@ impl Launch {
         if len > COPY_LIMIT {
             return;
         }
-        // Takes back the memory of the handle's previous task when nothing holds it.
-        scratch.reserve(len);
-        scratch.extend_from_slice(&self.serialized_task);
-        scratch.extend_from_slice(name);
-        let copy = scratch.split().freeze();
+        let copy = copy_into(scratch, &self.serialized_task, name);
         self.serialized_task = copy.slice(..task_len);
         self.name = LaunchName::Wire(copy.slice(task_len..));
     }
@@ -159,6 +188,15 @@ impl Launch {
         self.function_prefix()
             .is_some_and(|prefix| other.function_prefix() == Some(prefix))
     }
+}
+
+/// `serialized_task` then `name`, copied into `scratch`'s memory, which is taken back
+/// from the handle's previous task when nothing holds it any more.
+fn copy_into(scratch: &mut BytesMut, serialized_task: &[u8], name: &[u8]) -> Bytes {
+    scratch.reserve(serialized_task.len() + name.len());
+    scratch.extend_from_slice(serialized_task);
+    scratch.extend_from_slice(name);
+    scratch.split().freeze()
 }
 
 #[cfg(all(test, not(loom)))]
@@ -205,6 +243,20 @@ mod tests {
             "a view, not a copy"
         );
         assert_eq!(launch.serialized_task.len(), 1 + 4 + COPY_LIMIT);
+        assert_eq!(launch.name.to_string(), "task 2.0 in stage 0.0 (TID 2)");
+
+        // The same, read off the wire by the executor's endpoint: copied straight out.
+        executor.stage_archived(&mut staged, &small, archived(&small));
+        let launch = &staged.jobs[2].launch;
+        assert!(!inside(&launch.serialized_task, &small));
+        assert_eq!(
+            launch.serialized_task,
+            TaskPayload::encode("echo", b"hi").unwrap()
+        );
+        assert_eq!(launch.name.to_string(), "task 1.0 in stage 0.0 (TID 1)");
+        executor.stage_archived(&mut staged, &large, archived(&large));
+        let launch = &staged.jobs[3].launch;
+        assert!(inside(&launch.serialized_task, &large));
         assert_eq!(launch.name.to_string(), "task 2.0 in stage 0.0 (TID 2)");
         staged.jobs.clear();
     }

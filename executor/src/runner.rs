@@ -34,10 +34,10 @@ use flint_rpc::LoopLease;
 use flint_wire::{StageInfo, TaskFailureKind, TaskMetrics, TaskPayload};
 use tracing::{debug, error, info, warn};
 
-use crate::executor::{Inner, Job, INITIAL_CAPACITY};
+use crate::executor::{lock, Inner, Job, INITIAL_CAPACITY};
 use crate::launch::Launch;
 use crate::registry::{TaskFn, TaskRegistry};
-use crate::status::{AfterUpdate, Ended, Flush};
+use crate::status::{AfterUpdate, Ended, Flush, HeldSlot};
 use crate::task::{StageContext, TaskContext, TaskError, TaskHandle};
 
 /// Decrements the pool's live count when a runner exits, however it exits.
@@ -84,8 +84,9 @@ pub(crate) fn runner(inner: Arc<Inner>) {
     let mut batch: VecDeque<Job> = VecDeque::with_capacity(INITIAL_CAPACITY);
     // Tasks of the batch that ended, forgotten when the runner takes its next batch.
     let mut ended: Vec<(u64, Arc<TaskHandle>)> = Vec::with_capacity(INITIAL_CAPACITY);
-    // Status updates sent deferred and not flushed yet; zero whenever the runner waits.
-    let mut unflushed = 0usize;
+    // Status updates held, to be sent in one frame; none whenever the runner waits.
+    let held: HeldSlot = Arc::default();
+    lock(&inner.held_by_runner).push(held.clone());
     // Held from when the runner first looks for work until it sleeps.
     let mut lease: Option<LoopLease> = None;
     // The cores the task this runner took holds (not with take_all).
@@ -122,30 +123,40 @@ pub(crate) fn runner(inner: Arc<Inner>) {
             // Its views of the handle's scratch buffer go before the handle is reused.
             drop(launch);
             ended.push((task_id, handle));
-            if inner.stopped.load(Ordering::Acquire) {
+            let update = if inner.stopped.load(Ordering::Acquire) {
                 debug!("task (TID {task_id}) ended while the executor stops; no status update");
+                None
             } else {
-                let message = outcome.into_message(&inner.executor_id, task_id, inner.text_limit);
-                inner.send_status(task_id, &message);
-                if let (Some(list), Some((_, handle))) =
-                    (crate::status::lent_accumulators(message), ended.last())
-                {
-                    handle.accumulators().give_back(list);
+                Some(outcome.into_update(&inner.executor_id, task_id, inner.text_limit))
+            };
+            let flush = {
+                let mut held = lock(&held);
+                if let (Some(update), Some((_, handle))) = (update, ended.last()) {
+                    held.hold(&inner, update, handle.clone());
                 }
-                unflushed += 1;
-            }
-            let flush = Flush::after_update(AfterUpdate {
-                finished_in,
-                next_same_function,
-                unflushed,
-                lent: lease.is_some(),
-                more_at_hand: !batch.is_empty() || inner.handoff.queued() != 0,
-            });
-            unflushed = flush.apply(&*inner.status, unflushed);
+                let flush = Flush::after_update(AfterUpdate {
+                    finished_in,
+                    next_same_function,
+                    unflushed: held.len(),
+                    lent: lease.is_some(),
+                    more_at_hand: !batch.is_empty() || inner.handoff.queued() != 0,
+                });
+                if flush != Flush::Hold {
+                    held.send(&inner);
+                }
+                flush
+            };
+            flush.apply(&*inner.status);
         }
         // A stop that came in the middle of the batch skipped its flushes: what the tasks
         // that ended before it sent must not stay behind.
-        unflushed = Flush::at_batch_end(unflushed).apply(&*inner.status, unflushed);
+        let flush = {
+            let mut held = lock(&held);
+            let flush = Flush::at_batch_end(held.len());
+            held.send(&inner);
+            flush
+        };
+        flush.apply(&*inner.status);
     }
 }
 

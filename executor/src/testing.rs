@@ -25,10 +25,11 @@ pub(crate) struct Collect(pub(crate) Mutex<mpsc::Sender<StatusUpdate>>);
 
 impl StatusSender for Collect {
     fn send_status(&self, message: &Message) -> Result<(), RpcError> {
-        let Message::StatusUpdate(update) = message else {
-            panic!("not a status update: {message:?}");
-        };
-        let _ = self.0.lock().unwrap().send(update.clone());
+        let updates = message.status_updates();
+        assert!(!updates.is_empty(), "not a status update: {message:?}");
+        for update in updates {
+            let _ = self.0.lock().unwrap().send(update.clone());
+        }
         Ok(())
     }
 }

@@ -94,11 +94,11 @@ impl Endpoint for FakeDriver {
                 };
                 message.reply(&reply).unwrap();
             }
-            ArchivedMessage::StatusUpdate(_) => {
-                let Message::StatusUpdate(update) = message.to_message() else {
-                    unreachable!()
-                };
-                lock(&self.state).updates.push(update);
+            ArchivedMessage::StatusUpdate(_) | ArchivedMessage::StatusUpdates { .. } => {
+                let updates = message.to_message();
+                lock(&self.state)
+                    .updates
+                    .extend_from_slice(updates.status_updates());
             }
             other => panic!("the fake driver got an unexpected {other:?}"),
         }

@@ -26,9 +26,9 @@ use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
 use flint_testkit::alloc::{allocations, CountingAllocator};
 use flint_testkit::wait::holds_within;
 use flint_wire::{
-    ArchivedAccumulatorValue, ArchivedMessage, ArchivedTaskOutcome, ArchivedTaskState, Message,
-    SharedStr, TaskDescription, TaskName, TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT,
-    HEARTBEAT_ENDPOINT,
+    ArchivedAccumulatorValue, ArchivedMessage, ArchivedStatusUpdate, ArchivedTaskOutcome,
+    ArchivedTaskState, Message, SharedStr, TaskDescription, TaskName, TaskPayload, DRIVER_ENDPOINT,
+    EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
 };
 
 /// Tasks run before the count starts.
@@ -77,6 +77,23 @@ struct FakeDriver {
 }
 
 impl FakeDriver {
+    /// Counts one task's status update.
+    fn count(&mut self, update: &ArchivedStatusUpdate) {
+        self.reported += 1;
+        if update.state == ArchivedTaskState::Finished {
+            if let ArchivedTaskOutcome::Direct { accumulators, .. } = &update.outcome {
+                if let [one] = accumulators.as_slice() {
+                    if matches!(one.value, ArchivedAccumulatorValue::Long(n) if n == 1) {
+                        self.progress.accumulated.fetch_add(1, Ordering::Release);
+                    }
+                }
+            }
+            self.progress.finished.fetch_add(1, Ordering::Release);
+        } else {
+            self.progress.other.fetch_add(1, Ordering::Release);
+        }
+    }
+
     fn launch_more(&mut self) {
         let Some(executor) = &self.executor else {
             return;
@@ -123,18 +140,12 @@ impl Endpoint for FakeDriver {
                 self.launch_more();
             }
             ArchivedMessage::StatusUpdate(update) => {
-                self.reported += 1;
-                if update.state == ArchivedTaskState::Finished {
-                    if let ArchivedTaskOutcome::Direct { accumulators, .. } = &update.outcome {
-                        if let [one] = accumulators.as_slice() {
-                            if matches!(one.value, ArchivedAccumulatorValue::Long(n) if n == 1) {
-                                self.progress.accumulated.fetch_add(1, Ordering::Release);
-                            }
-                        }
-                    }
-                    self.progress.finished.fetch_add(1, Ordering::Release);
-                } else {
-                    self.progress.other.fetch_add(1, Ordering::Release);
+                self.count(update);
+                self.launch_more();
+            }
+            ArchivedMessage::StatusUpdates { updates } => {
+                for update in updates.iter() {
+                    self.count(update);
                 }
                 self.launch_more();
             }

@@ -175,7 +175,13 @@ pub(crate) struct Shared {
     /// Connections whose deadlines the loop looked at, one by one (unit tests).
     #[cfg(all(test, not(loom)))]
     pub(crate) deadline_checks: AtomicU64,
+    /// What the loop thread runs before it writes, for lent threads busy elsewhere, what
+    /// they queued ([`RpcEnvHandle::on_lent_flush`](crate::RpcEnvHandle::on_lent_flush)).
+    pub(crate) lent_flush_hooks: Mutex<Vec<LentFlushHook>>,
 }
+
+/// See [`Shared::lent_flush_hooks`].
+pub(crate) type LentFlushHook = Box<dyn Fn() + Send + Sync>;
 
 impl Shared {
     /// The state of an environment at `address` (its listener's, or
@@ -207,6 +213,7 @@ impl Shared {
             accepted: AtomicU64::new(0),
             #[cfg(all(test, not(loom)))]
             deadline_checks: AtomicU64::new(0),
+            lent_flush_hooks: Mutex::new(Vec::new()),
             refused: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             connected: AtomicU64::new(0),

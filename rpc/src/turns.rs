@@ -485,6 +485,15 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, cell: Arc<LoopCell>, mut slee
 /// [`EventLoop::flush_queued`]); the loop's next wake-up after it (a connection it closed
 /// may have moved it), or `None` if the loop is gone.
 fn flush_for_lent(shared: &Shared, cell: &LoopCell) -> Option<Option<Instant>> {
+    // Frames lent threads keep to send together are queued first, to leave with the rest.
+    for hook in shared
+        .lent_flush_hooks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+    {
+        hook();
+    }
     let mut core = cell.lock();
     let core = core.as_mut()?;
     let _turning = Turning::enter(shared);
@@ -672,6 +681,23 @@ impl RpcEnvHandle {
     /// the lent thread as it would the loop thread).
     pub fn lend(&self) -> LoopLease {
         LoopLease::new(self.shared.clone())
+    }
+
+    /// Runs `hook` on the loop thread each time it writes, for lent threads busy with
+    /// something else, what they sent deferred and did not flush (see
+    /// [`RpcEnvHandle::lend`]). For a lent thread that keeps messages of its own to send
+    /// together (a task runner's status updates, sent as one frame), whose last ones
+    /// would otherwise wait for the end of what it does next: `hook` sends them
+    /// deferred, and they leave with the rest.
+    ///
+    /// `hook` runs with the loop's turn not taken, and must not block: the loop waits for
+    /// it (a hook that finds the lent thread's messages locked leaves them to it).
+    pub fn on_lent_flush(&self, hook: impl Fn() + Send + Sync + 'static) {
+        self.shared
+            .lent_flush_hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Box::new(hook));
     }
 }
 

@@ -91,10 +91,8 @@ impl Inbox {
             .lock()
             .unwrap()
             .iter()
-            .filter_map(|m| match m {
-                Message::LaunchTask(task) => Some(task.task_id),
-                _ => None,
-            })
+            .flat_map(Message::launched_tasks)
+            .map(|task| task.task_id)
             .collect()
     }
 
@@ -173,6 +171,26 @@ impl FakeExecutor {
                 state,
                 outcome,
             }))
+            .unwrap();
+    }
+
+    /// Reports every task of `task_ids` finished, in one `StatusUpdates` frame.
+    fn report_all(&self, task_ids: &[u64]) {
+        let updates = task_ids
+            .iter()
+            .map(|&task_id| StatusUpdate {
+                executor_id: self.id.as_str().into(),
+                task_id,
+                state: TaskState::Finished,
+                outcome: TaskOutcome::Direct {
+                    value: Bytes::new(),
+                    metrics: Default::default(),
+                    accumulators: vec![],
+                },
+            })
+            .collect();
+        self.driver
+            .send(&Message::StatusUpdates { updates })
             .unwrap();
     }
 
@@ -376,6 +394,66 @@ fn a_task_set_submitted_again_under_the_same_id_starts_its_result_tally_afresh()
         let outcome = handle.wait(WAIT);
         assert!(outcome.is_ok(), "round {round}: {outcome:?}");
     }
+    driver.stop().unwrap();
+}
+
+/// The tasks one offer round gives an executor travel in one `LaunchTasks` frame, in
+/// the order they were launched; the updates of several tasks in one `StatusUpdates`
+/// frame free their slots as separate frames would, and the next round's launches leave
+/// together again.
+#[test]
+fn the_tasks_of_one_offer_round_to_an_executor_travel_in_one_frame() {
+    let (driver, _, _) = driver(&["executor.taskPrefetch=4"]);
+    let executor = FakeExecutor::start(driver.address(), "batch-1");
+    executor.register("h", 2);
+    let handle = driver.submit(TaskSet::new(0, 0, 20, noop())).unwrap();
+    let frames = |inbox: &Inbox| -> Vec<Vec<u64>> {
+        inbox
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| !m.launched_tasks().is_empty())
+            .map(|m| {
+                assert!(
+                    matches!(m, Message::LaunchTasks { .. }),
+                    "several tasks at once travel together: {m:?}"
+                );
+                m.launched_tasks().iter().map(|t| t.task_id).collect()
+            })
+            .collect()
+    };
+    wait_until("2 cores and 4 prefetch slots filled", || {
+        executor.inbox.launched().len() == 6
+    });
+    let first = frames(&executor.inbox);
+    assert_eq!(first.len(), 1, "one frame for the round: {first:?}");
+    assert!(first[0].windows(2).all(|w| w[0] < w[1]), "{first:?}");
+
+    executor.report_all(&first[0]);
+    wait_until("the six freed slots filled again", || {
+        executor.inbox.launched().len() == 12
+    });
+    let second = frames(&executor.inbox);
+    assert_eq!(
+        second.len(),
+        2,
+        "the next round in one frame too: {second:?}"
+    );
+    assert_eq!(second[1].len(), 6);
+    let mut reported = 12;
+    executor.report_all(&second[1]);
+    let started = Instant::now();
+    while !handle.is_done() {
+        assert!(started.elapsed() < WAIT, "the task set did not end");
+        let launched = executor.inbox.launched();
+        if launched.len() > reported {
+            executor.report_all(&launched[reported..]);
+            reported = launched.len();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(handle.wait(WAIT).unwrap().results.len(), 20);
     driver.stop().unwrap();
 }
 
@@ -1690,10 +1768,8 @@ fn a_peer_that_stops_reading_is_back_pressure_and_is_removed_after_the_network_t
             let inbox = honest.inbox.0.lock().unwrap();
             let new = inbox[taken..]
                 .iter()
-                .filter_map(|m| match m {
-                    Message::LaunchTask(task) => Some((task.task_id, task.index)),
-                    _ => None,
-                })
+                .flat_map(Message::launched_tasks)
+                .map(|task| (task.task_id, task.index))
                 .collect();
             taken = inbox.len();
             new

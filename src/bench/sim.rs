@@ -3,7 +3,8 @@
 //!
 //! Each is a plain TCP connection to the driver speaking the wire protocol: it registers
 //! with the cores it is given, answers every `LaunchTask` at once with a `FINISHED`
-//! status and an empty result, and heartbeats at its interval (the heartbeats of all of
+//! status and an empty result (the tasks of a `LaunchTasks` with one `StatusUpdates`, as a
+//! runner does for quick tasks), and heartbeats at its interval (the heartbeats of all of
 //! them spread evenly over the interval, as executors started at different times are).
 //! It measures, per executor, the time from a status it sent to the next launch it got:
 //! the driver's turnaround, the part of a task's launch latency the driver decides.
@@ -93,6 +94,8 @@ pub struct SimExecutors {
     /// When each executor heartbeats next, earliest first: all share one interval, so
     /// a heartbeat sent goes to the back and the queue stays in order.
     heartbeats: VecDeque<(Instant, usize)>,
+    /// The updates of the status frame being written (kept for its capacity).
+    updates: Vec<StatusUpdate>,
 }
 
 impl SimExecutors {
@@ -155,6 +158,7 @@ impl SimExecutors {
             encoder,
             interval: config.heartbeat_interval,
             heartbeats,
+            updates: Vec::new(),
         })
     }
 
@@ -303,33 +307,24 @@ impl SimExecutors {
                     executor.closed = true;
                 }
                 (_, ArchivedMessage::LaunchTask(task)) => {
-                    let now = Instant::now();
-                    executor.launches += 1;
-                    let fills_a_freed_slot = executor.launches > u64::from(executor.cores);
-                    let freed_by = fills_a_freed_slot
-                        .then(|| executor.statuses_sent.pop_front())
-                        .flatten();
-                    if let Some(sent) = freed_by {
-                        let _ = report
-                            .turnaround_ns
-                            .record((now - sent).as_nanos().max(1) as u64);
-                    }
-                    report.launches += 1;
-                    let status = Message::StatusUpdate(StatusUpdate {
-                        executor_id: executor.id.as_str().into(),
-                        task_id: task.task_id.to_native(),
-                        state: TaskState::Finished,
-                        outcome: TaskOutcome::Direct {
-                            value: Bytes::new(),
-                            metrics: TaskMetrics::default(),
-                            accumulators: vec![],
-                        },
-                    });
-                    let route = Route::OneWay {
-                        endpoint: DRIVER_ENDPOINT.into(),
-                    };
-                    let _ = self.encoder.encode(&route, &status, &mut executor.out);
-                    executor.statuses_sent.push_back(now);
+                    let task_ids = [task.task_id.to_native()];
+                    answer(
+                        executor,
+                        &mut self.encoder,
+                        &mut self.updates,
+                        task_ids,
+                        report,
+                    );
+                }
+                (_, ArchivedMessage::LaunchTasks { tasks }) => {
+                    let task_ids = tasks.iter().map(|task| task.task_id.to_native());
+                    answer(
+                        executor,
+                        &mut self.encoder,
+                        &mut self.updates,
+                        task_ids,
+                        report,
+                    );
                 }
                 (_, ArchivedMessage::StopExecutor | ArchivedMessage::Shutdown) => {
                     executor.closed = true;
@@ -352,5 +347,57 @@ impl SimExecutors {
                 Err(_) => executor.closed = true,
             }
         }
+    }
+}
+
+/// Answers launches of the tasks `task_ids` at once, finished, in one frame (a
+/// `StatusUpdates` for several, as a runner sends the updates of quick tasks), and
+/// records the driver's turnaround of each.
+fn answer(
+    executor: &mut SimExecutor,
+    encoder: &mut Encoder,
+    updates: &mut Vec<StatusUpdate>,
+    task_ids: impl IntoIterator<Item = u64>,
+    report: &mut SimReport,
+) {
+    let now = Instant::now();
+    for task_id in task_ids {
+        executor.launches += 1;
+        let fills_a_freed_slot = executor.launches > u64::from(executor.cores);
+        let freed_by = fills_a_freed_slot
+            .then(|| executor.statuses_sent.pop_front())
+            .flatten();
+        if let Some(sent) = freed_by {
+            let _ = report
+                .turnaround_ns
+                .record((now - sent).as_nanos().max(1) as u64);
+        }
+        report.launches += 1;
+        updates.push(StatusUpdate {
+            executor_id: executor.id.as_str().into(),
+            task_id,
+            state: TaskState::Finished,
+            outcome: TaskOutcome::Direct {
+                value: Bytes::new(),
+                metrics: TaskMetrics::default(),
+                accumulators: vec![],
+            },
+        });
+        executor.statuses_sent.push_back(now);
+    }
+    let message = if updates.len() == 1 {
+        Message::StatusUpdate(updates.pop().expect("one update"))
+    } else {
+        Message::StatusUpdates {
+            updates: std::mem::take(updates),
+        }
+    };
+    let route = Route::OneWay {
+        endpoint: DRIVER_ENDPOINT.into(),
+    };
+    let _ = encoder.encode(&route, &message, &mut executor.out);
+    if let Message::StatusUpdates { updates: mut sent } = message {
+        sent.clear();
+        *updates = sent;
     }
 }

@@ -442,43 +442,17 @@ pub fn validate(data: &[u8]) {
     // What handlers ask before decoding lists (it must not panic on any valid archive).
     use crate::DecodedSize;
     let decoded_size = match &archived.message {
-        crate::ArchivedMessage::LaunchTask(task) => {
-            if let Ok(parsed) = crate::TaskPayload::parse(task.serialized_task.as_slice()) {
-                assert!(parsed.function.len() <= crate::MAX_FUNCTION_NAME);
-                if let Some(stage) = parsed.stage {
-                    std::hint::black_box(stage.reads().count());
-                    // The statuses a stage task carries, as its executor reads them.
-                    if !stage.statuses.is_empty() {
-                        if let Ok(known) = crate::KnownStatuses::decode(stage.statuses, 1 << 20) {
-                            let again = crate::KnownStatuses::decode(&known.encode(), 1 << 20);
-                            assert_eq!(again.as_ref(), Ok(&known));
-                        }
-                    }
-                }
-            }
-            task.added_files
-                .decoded_size()
-                .saturating_add(task.added_jars.decoded_size())
-                .saturating_add(task.properties.decoded_size())
-        }
+        crate::ArchivedMessage::LaunchTask(task) => check_launched_task(task),
+        crate::ArchivedMessage::LaunchTasks { tasks } => tasks.iter().fold(0usize, |size, task| {
+            size.saturating_add(check_launched_task(task))
+        }),
         crate::ArchivedMessage::Heartbeat(heartbeat) => heartbeat.accum_updates.decoded_size(),
-        crate::ArchivedMessage::StatusUpdate(update) => match &update.outcome {
-            crate::ArchivedTaskOutcome::Direct {
-                value,
-                accumulators,
-                ..
-            } => {
-                // A map task's result value, as the driver reads it.
-                if let Ok(status) = crate::MapStatus::decode(value.as_slice()) {
-                    assert_eq!(crate::MapStatus::decode(&status.encode()), Ok(status));
-                }
-                accumulators.decoded_size()
-            }
-            crate::ArchivedTaskOutcome::Indirect { accumulators, .. } => {
-                accumulators.decoded_size()
-            }
-            _ => 0,
-        },
+        crate::ArchivedMessage::StatusUpdate(update) => check_status_update(update),
+        crate::ArchivedMessage::StatusUpdates { updates } => {
+            updates.iter().fold(0usize, |size, update| {
+                size.saturating_add(check_status_update(update))
+            })
+        }
         crate::ArchivedMessage::MapOutputStatuses { statuses, .. } => statuses.decoded_size(),
         crate::ArchivedMessage::ShuffleBlock { data, .. } => {
             // A fetched block, as a reduce task reads it (plain or keyed records).
@@ -508,6 +482,52 @@ pub fn validate(data: &[u8]) {
     )
     .expect("deserializes");
     assert_eq!(owned, again);
+}
+
+/// What an executor reads of a launched task before it runs it (the `validate` target's
+/// checks of one task of [`crate::ArchivedMessage::LaunchTask`] or
+/// [`crate::ArchivedMessage::LaunchTasks`]); returns its lists' decoded size.
+fn check_launched_task(task: &crate::ArchivedTaskDescription) -> usize {
+    use crate::DecodedSize;
+    if let Ok(parsed) = crate::TaskPayload::parse(task.serialized_task.as_slice()) {
+        assert!(parsed.function.len() <= crate::MAX_FUNCTION_NAME);
+        if let Some(stage) = parsed.stage {
+            std::hint::black_box(stage.reads().count());
+            // The statuses a stage task carries, as its executor reads them.
+            if !stage.statuses.is_empty() {
+                if let Ok(known) = crate::KnownStatuses::decode(stage.statuses, 1 << 20) {
+                    let again = crate::KnownStatuses::decode(&known.encode(), 1 << 20);
+                    assert_eq!(again.as_ref(), Ok(&known));
+                }
+            }
+        }
+    }
+    task.added_files
+        .decoded_size()
+        .saturating_add(task.added_jars.decoded_size())
+        .saturating_add(task.properties.decoded_size())
+}
+
+/// What the driver reads of a status update (the `validate` target's checks of one
+/// update of [`crate::ArchivedMessage::StatusUpdate`] or
+/// [`crate::ArchivedMessage::StatusUpdates`]); returns its lists' decoded size.
+fn check_status_update(update: &crate::ArchivedStatusUpdate) -> usize {
+    use crate::DecodedSize;
+    match &update.outcome {
+        crate::ArchivedTaskOutcome::Direct {
+            value,
+            accumulators,
+            ..
+        } => {
+            // A map task's result value, as the driver reads it.
+            if let Ok(status) = crate::MapStatus::decode(value.as_slice()) {
+                assert_eq!(crate::MapStatus::decode(&status.encode()), Ok(status));
+            }
+            accumulators.decoded_size()
+        }
+        crate::ArchivedTaskOutcome::Indirect { accumulators, .. } => accumulators.decoded_size(),
+        _ => 0,
+    }
 }
 
 /// A plausible message of `kind`, for seed corpora, benches and tests.
@@ -709,6 +729,30 @@ pub fn sample_message(kind: MessageKind) -> Message {
         MessageKind::BlockServerStats => Message::BlockServerStats {
             broadcast_bytes_served: 4 << 20,
             broadcast_pieces_served: 1,
+        },
+        MessageKind::LaunchTasks => Message::LaunchTasks {
+            tasks: (0..3u32)
+                .map(|i| TaskDescription {
+                    task_id: 17 + u64::from(i),
+                    index: 3 + i,
+                    partition_id: 3 + i,
+                    ..sample_task(100)
+                })
+                .collect(),
+        },
+        MessageKind::StatusUpdates => Message::StatusUpdates {
+            updates: (0..3u64)
+                .map(|i| StatusUpdate {
+                    executor_id: executor_id.clone(),
+                    task_id: 17 + i,
+                    state: TaskState::Finished,
+                    outcome: TaskOutcome::Direct {
+                        value: Bytes::from_static(b"0123456789abcdef"),
+                        metrics,
+                        accumulators: vec![],
+                    },
+                })
+                .collect(),
         },
     }
 }

@@ -96,6 +96,8 @@ message_kinds! {
     UnpersistBroadcast = 85,
     GetBlockServerStats = 86,
     BlockServerStats = 87,
+    LaunchTasks = 90,
+    StatusUpdates = 91,
 }
 
 impl std::fmt::Display for MessageKind {

@@ -851,6 +851,53 @@ pub enum Message {
         /// Broadcast pieces served.
         broadcast_pieces_served: u64,
     },
+    /// Driver to executor: run these tasks, in this order; what a run of
+    /// [`Message::LaunchTask`]s to one executor says, in one frame. The driver sends it
+    /// with launch pipelining (`executor.taskPrefetch`), when one offer round gives an
+    /// executor several tasks: the frame's header, checksum and routing are paid once
+    /// for all of them.
+    LaunchTasks {
+        /// The tasks, each as [`Message::LaunchTask`] carries it.
+        #[cfg_attr(
+            test,
+            proptest(strategy = "proptest::collection::vec(any::<TaskDescription>(), 0..3)")
+        )]
+        tasks: Vec<TaskDescription>,
+    },
+    /// Executor to driver: several tasks' state changes, in the order they happened;
+    /// what a run of [`Message::StatusUpdate`]s says, in one frame. A runner sends it
+    /// for the quick tasks whose updates it held while it ran the next ones.
+    StatusUpdates {
+        /// The updates, each as [`Message::StatusUpdate`] carries it.
+        #[cfg_attr(
+            test,
+            proptest(strategy = "proptest::collection::vec(any::<StatusUpdate>(), 0..3)")
+        )]
+        updates: Vec<StatusUpdate>,
+    },
+}
+
+impl Message {
+    /// The status updates this message carries: its one for a
+    /// [`Message::StatusUpdate`], all of a [`Message::StatusUpdates`], none for any
+    /// other message.
+    pub fn status_updates(&self) -> &[StatusUpdate] {
+        match self {
+            Message::StatusUpdate(update) => std::slice::from_ref(update),
+            Message::StatusUpdates { updates } => updates,
+            _ => &[],
+        }
+    }
+
+    /// The tasks this message launches: its one for a [`Message::LaunchTask`], all of a
+    /// [`Message::LaunchTasks`], none for any other message.
+    pub fn launched_tasks(&self) -> &[TaskDescription] {
+        match self {
+            Message::LaunchTask(task) => std::slice::from_ref(task),
+            Message::LaunchTasks { tasks } => tasks,
+            _ => &[],
+        }
+    }
 }
 
 /// The most pieces a broadcast is cut into: the driver makes its pieces larger than

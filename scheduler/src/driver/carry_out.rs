@@ -23,6 +23,7 @@ use crate::core::events::{SchedulerEvent, SchedulerListener, TaskEndReason, Task
 use crate::core::fx_hash::FxHashMap;
 use crate::core::task_set::TaskSetId;
 use crate::driver::job::{JobShared, TaskSetShared};
+use crate::driver::launch_batch::LaunchBatch;
 use crate::driver::supply::{Answer, SupplyQueue};
 
 /// The driver core and what carries its outputs out. See the module docs.
@@ -51,6 +52,10 @@ pub(crate) struct DriverState {
     /// The size of new broadcasts' pieces (`broadcast.blockSize`, at most what a message
     /// carries).
     pub broadcast_piece_size: u32,
+    /// The launches of the outputs being carried out, sent per executor.
+    launches: LaunchBatch,
+    /// The tasks of the launch frame being sent (kept for its capacity).
+    launch_frame: Vec<TaskDescription>,
 }
 
 impl std::fmt::Debug for DriverState {
@@ -87,6 +92,8 @@ impl DriverState {
                 send_warnings: LogBudget::default(),
                 broadcasts: BroadcastManager::new(),
                 broadcast_piece_size: u32::MAX,
+                launches: LaunchBatch::default(),
+                launch_frame: Vec::new(),
             })
         })
     }
@@ -167,11 +174,34 @@ impl DriverState {
         self.supply.barrier()
     }
 
-    /// Carries out every output of the core, in order.
+    /// Carries out every output of the core, in order; the launches to each executor
+    /// go together, in one frame ([`LaunchBatch`]), before anything else is sent.
     pub fn carry_out(&mut self, now: Instant) {
+        loop {
+            self.carry_out_until_launches(now);
+            if self.launches.is_empty() {
+                return;
+            }
+            // A launch refused gives its task back to the core, which may make more
+            // outputs: hence the loop.
+            self.send_launches(now);
+        }
+    }
+
+    /// Carries out the core's outputs, keeping its launches for [`Self::send_launches`].
+    fn carry_out_until_launches(&mut self, now: Instant) {
         while let Some(output) = self.core.poll_output(now) {
             match output {
-                Output::Launch { peer, task } => self.launch(now, peer, task),
+                Output::Launch { peer, task } => {
+                    self.launches.push(peer, task);
+                    continue;
+                }
+                // An event sends nothing: the launches need not go first.
+                Output::Event(_) => {}
+                _ => self.send_launches(now),
+            }
+            match output {
+                Output::Launch { .. } => unreachable!("kept above"),
                 Output::KillTask {
                     peer,
                     task_id,
@@ -282,6 +312,53 @@ impl DriverState {
         self.endpoint(peer)?.send(message)
     }
 
+    /// Sends the launches kept so far, one frame per executor (per
+    /// [`launch_batch::MAX_TASKS_PER_FRAME`](super::launch_batch::MAX_TASKS_PER_FRAME)
+    /// tasks): each task is encoded once, straight into the executor's connection (no
+    /// copy of it is made on the way), and the core is told of the tasks that could not
+    /// be sent.
+    fn send_launches(&mut self, now: Instant) {
+        let mut frame = std::mem::take(&mut self.launch_frame);
+        while let Some(peer) = self.launches.take_run(&mut frame) {
+            if frame.len() == 1 {
+                let task = frame.pop().expect("one task");
+                self.launch(now, peer, task);
+                continue;
+            }
+            let message = Message::LaunchTasks {
+                tasks: std::mem::take(&mut frame),
+            };
+            let sent = self.send(peer, &message);
+            let Message::LaunchTasks { tasks } = message else {
+                unreachable!()
+            };
+            frame = tasks;
+            match sent {
+                Ok(()) => frame.clear(),
+                // The estimate of the frame's size missed (the limit is far above it):
+                // the tasks go one by one, and only one over the limit itself is refused.
+                Err(RpcError::Wire(WireError::MessageTooLarge { .. })) => {
+                    for task in frame.drain(..) {
+                        self.launch(now, peer, task);
+                    }
+                }
+                Err(e) => {
+                    let refused = launch_refused(e);
+                    for task in frame.drain(..) {
+                        self.core.launch_failed(
+                            now,
+                            &task.executor_id,
+                            task.task_id,
+                            task.index,
+                            refused.clone(),
+                        );
+                    }
+                }
+            }
+        }
+        self.launch_frame = frame;
+    }
+
     /// Encodes the task once, straight into the executor's connection (no copy of it is
     /// made on the way), and tells the core if it could not.
     fn launch(&mut self, now: Instant, peer: PeerId, task: TaskDescription) {
@@ -292,17 +369,13 @@ impl DriverState {
         let Message::LaunchTask(task) = &message else {
             unreachable!()
         };
-        let refused = match e {
-            RpcError::Wire(WireError::MessageTooLarge { size, limit }) => {
-                LaunchRefused::TooLarge { size, limit }
-            }
-            RpcError::OutboxFull { queued, limit, .. } => {
-                LaunchRefused::Backlogged { queued, limit }
-            }
-            e => LaunchRefused::Other(e.to_string()),
-        };
-        self.core
-            .launch_failed(now, &task.executor_id, task.task_id, task.index, refused);
+        self.core.launch_failed(
+            now,
+            &task.executor_id,
+            task.task_id,
+            task.index,
+            launch_refused(e),
+        );
     }
 
     /// Asks for a chunk; the reply comes back to the core in a later turn of the loop.
@@ -375,6 +448,17 @@ fn chunk_failure(error: &RpcError) -> ChunkFailure {
             ChunkFailure::ConnectionClosed(error.to_string())
         }
         other => ChunkFailure::Other(other.to_string()),
+    }
+}
+
+/// What the core is told of a launch the connection refused.
+fn launch_refused(e: RpcError) -> LaunchRefused {
+    match e {
+        RpcError::Wire(WireError::MessageTooLarge { size, limit }) => {
+            LaunchRefused::TooLarge { size, limit }
+        }
+        RpcError::OutboxFull { queued, limit, .. } => LaunchRefused::Backlogged { queued, limit },
+        e => LaunchRefused::Other(e.to_string()),
     }
 }
 

@@ -12,9 +12,10 @@ use flint_rpc::log_budget::LogBudget;
 use flint_rpc::{Endpoint, EndpointContext, Incoming, TimerId};
 use flint_wire::{
     check_decoded_size, cut_text, AccumulatorUpdate, AccumulatorValue, ArchivedAccumulatorUpdate,
-    ArchivedAccumulatorValue, ArchivedMessage, ArchivedTaskMetrics, ArchivedTaskOutcome, BlockId,
-    DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome, TaskState, EXECUTOR_ENDPOINT,
-    MAX_FAILURE_TEXT, MAX_TASK_ACCUMULATORS, MAX_TASK_ACCUMULATOR_BYTES,
+    ArchivedAccumulatorValue, ArchivedMessage, ArchivedStatusUpdate, ArchivedTaskMetrics,
+    ArchivedTaskOutcome, BlockId, DecodedSize, Frame, Message, SharedStr, TaskMetrics, TaskOutcome,
+    TaskState, EXECUTOR_ENDPOINT, MAX_FAILURE_TEXT, MAX_TASK_ACCUMULATORS,
+    MAX_TASK_ACCUMULATOR_BYTES,
 };
 use rkyv::rancor;
 use tracing::{debug, warn};
@@ -68,6 +69,45 @@ impl DriverEndpoint {
             self.scheduler_timer = Some((at, timer));
         }
     }
+
+    /// One task's status update, alone in its frame or one of a
+    /// [`Message::StatusUpdates`].
+    fn status_update(
+        &mut self,
+        state: &mut DriverState,
+        message: &Incoming<'_>,
+        update: &ArchivedStatusUpdate,
+        now: Instant,
+    ) {
+        let spare = &mut || state.core.scheduler.spare_accumulator_list();
+        let mut ignored = 0;
+        let (task_state, outcome) = match outcome_from_archived(
+            message.frame(),
+            &update.outcome,
+            self.max_decoded,
+            spare,
+            &mut ignored,
+        ) {
+            Ok(outcome) => (TaskState::from(&update.state), outcome),
+            Err(refused) => (TaskState::Failed, refused),
+        };
+        if ignored > 0 {
+            let task_id = update.task_id.to_native();
+            flint_rpc::peer_warn!(self.peer_warnings, now, "Ignored {ignored} accumulator update(s) of TID {task_id}: a task sends at most {MAX_TASK_ACCUMULATORS}, with at most {MAX_TASK_ACCUMULATOR_BYTES} bytes of bytes values");
+        }
+        let unfetched = state.core.status_update(
+            now,
+            message.sender(),
+            update.executor_id.as_str(),
+            update.task_id.to_native(),
+            task_state,
+            outcome,
+        );
+        if let (Some(block_id), Some(_)) = (unfetched, message.sender()) {
+            let executor = message.sender_ref(EXECUTOR_ENDPOINT);
+            let _ = executor.send(&Message::RemoveBlock { block_id });
+        }
+    }
 }
 
 impl Endpoint for DriverEndpoint {
@@ -92,33 +132,11 @@ impl Endpoint for DriverEndpoint {
         let mut state = lock(&state);
         match message.message() {
             ArchivedMessage::StatusUpdate(update) => {
-                let spare = &mut || state.core.scheduler.spare_accumulator_list();
-                let mut ignored = 0;
-                let (task_state, outcome) = match outcome_from_archived(
-                    message.frame(),
-                    &update.outcome,
-                    self.max_decoded,
-                    spare,
-                    &mut ignored,
-                ) {
-                    Ok(outcome) => (TaskState::from(&update.state), outcome),
-                    Err(refused) => (TaskState::Failed, refused),
-                };
-                if ignored > 0 {
-                    let task_id = update.task_id.to_native();
-                    flint_rpc::peer_warn!(self.peer_warnings, now, "Ignored {ignored} accumulator update(s) of TID {task_id}: a task sends at most {MAX_TASK_ACCUMULATORS}, with at most {MAX_TASK_ACCUMULATOR_BYTES} bytes of bytes values");
-                }
-                let unfetched = state.core.status_update(
-                    now,
-                    message.sender(),
-                    update.executor_id.as_str(),
-                    update.task_id.to_native(),
-                    task_state,
-                    outcome,
-                );
-                if let (Some(block_id), Some(_)) = (unfetched, message.sender()) {
-                    let executor = message.sender_ref(EXECUTOR_ENDPOINT);
-                    let _ = executor.send(&Message::RemoveBlock { block_id });
+                self.status_update(&mut state, &message, update, now);
+            }
+            ArchivedMessage::StatusUpdates { updates } => {
+                for update in updates.iter() {
+                    self.status_update(&mut state, &message, update, now);
                 }
             }
             ArchivedMessage::RegisterExecutor(registration) => {

@@ -22,6 +22,7 @@ mod endpoints;
 mod from_conf;
 pub mod job;
 pub(crate) mod job_builder;
+mod launch_batch;
 pub mod status;
 mod supply;
 
