@@ -5,7 +5,9 @@
 //! fake driver over real sockets on 127.0.0.1. The fake driver keeps [`IN_FLIGHT`] tasks
 //! queued at the executor, as launch pipelining does, and is written to allocate nothing
 //! per task itself: it builds each `TaskDescription` from a numbered name, a shared
-//! executor id and a shared payload, and reads status updates in place. After
+//! executor id and a shared payload, sends the tasks it launches at once in one
+//! `LaunchTasks` frame, and reads status updates (one or a `StatusUpdates` batch) in
+//! place. After
 //! [`WARM_UP`] tasks, the next [`MEASURED`] tasks may make at most [`ALLOWED`]
 //! allocation calls in all, in every thread: buffers growing to their working size, not
 //! one per task.
@@ -74,6 +76,9 @@ struct FakeDriver {
     reported: u64,
     /// Launches were sent deferred since the last flush.
     unflushed: bool,
+    /// The tasks of the next launch frame (kept for its capacity): a driver sends the
+    /// tasks it launches at once in one `LaunchTasks` frame, as the real one does.
+    frame: Vec<TaskDescription>,
 }
 
 impl FakeDriver {
@@ -98,6 +103,7 @@ impl FakeDriver {
         let Some(executor) = &self.executor else {
             return;
         };
+        let mut frame = std::mem::take(&mut self.frame);
         while self.launched < TOTAL && self.launched - self.reported < IN_FLIGHT {
             let task_id = self.launched;
             let task = TaskDescription {
@@ -119,12 +125,27 @@ impl FakeDriver {
                 cpus: 1,
                 serialized_task: self.payload.clone(),
             };
-            executor
-                .send_deferred(&Message::LaunchTask(task))
-                .expect("the executor's connection takes the launch");
+            frame.push(task);
             self.launched += 1;
-            self.unflushed = true;
         }
+        let message = match frame.len() {
+            0 => None,
+            1 => frame.pop().map(Message::LaunchTask),
+            _ => Some(Message::LaunchTasks {
+                tasks: std::mem::take(&mut frame),
+            }),
+        };
+        if let Some(message) = message {
+            executor
+                .send_deferred(&message)
+                .expect("the executor's connection takes the launches");
+            self.unflushed = true;
+            if let Message::LaunchTasks { tasks } = message {
+                frame = tasks;
+                frame.clear();
+            }
+        }
+        self.frame = frame;
     }
 }
 
@@ -230,6 +251,7 @@ fn allocations_of_tasks(function: &str, input: &[u8]) -> (u64, u64, u64) {
                 launched: 0,
                 reported: 0,
                 unflushed: false,
+                frame: Vec::new(),
             },
         )
         .unwrap();
