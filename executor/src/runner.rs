@@ -131,18 +131,20 @@ pub(crate) fn runner(inner: Arc<Inner>) {
             };
             let flush = {
                 let mut held = lock(&held);
-                if let (Some(update), Some((_, handle))) = (update, ended.last()) {
-                    held.hold(&inner, update, handle.clone());
-                }
                 let flush = Flush::after_update(AfterUpdate {
                     finished_in,
                     next_same_function,
-                    unflushed: held.len(),
+                    unflushed: held.len() + usize::from(update.is_some()),
                     lent: lease.is_some(),
                     more_at_hand: !batch.is_empty() || inner.handoff.queued() != 0,
                 });
-                if flush != Flush::Hold {
-                    held.send(&inner);
+                match (update, ended.last()) {
+                    (Some(update), Some((_, handle))) if flush == Flush::Hold => {
+                        held.hold(&inner, update, handle.clone())
+                    }
+                    (Some(update), Some((_, handle))) => held.send_with(&inner, update, handle),
+                    _ if flush != Flush::Hold => held.send(&inner),
+                    _ => {}
                 }
                 flush
             };

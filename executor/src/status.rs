@@ -270,6 +270,31 @@ impl HeldUpdates {
         self.handles.push(handle);
     }
 
+    /// Sends what is held and `update`, of the task of `handle`, in one frame (see
+    /// [`HeldUpdates::send`]). With nothing held, the update goes as it is: the path of
+    /// every task when updates are not held (no launch pipelining), which costs nothing
+    /// more than sending it.
+    pub(crate) fn send_with(
+        &mut self,
+        inner: &Inner,
+        update: StatusUpdate,
+        handle: &Arc<TaskHandle>,
+    ) {
+        if !self.updates.is_empty() {
+            self.hold(inner, update, handle.clone());
+            self.send(inner);
+            return;
+        }
+        let message = Message::StatusUpdate(update);
+        inner.send_status(&message);
+        let Message::StatusUpdate(mut update) = message else {
+            unreachable!("built above")
+        };
+        if let Some(list) = lent_accumulators(&mut update) {
+            handle.accumulators().give_back(list);
+        }
+    }
+
     /// Queues what is held in the connection's outbox (deferred: the runner flushes), in
     /// one frame, retrying while the outbox is full (see [`Inner::send_status`]).
     pub(crate) fn send(&mut self, inner: &Inner) {

@@ -176,32 +176,28 @@ impl DriverState {
 
     /// Carries out every output of the core, in order; the launches to each executor
     /// go together, in one frame ([`LaunchBatch`]), before anything else is sent.
+    ///
+    /// An offer round queues all its launches at once: they are sent once the last of
+    /// them is taken, before the core is polled again. A launch refused then goes back
+    /// to the core within the same run of outputs, as it would sent alone, and the
+    /// core's bound on offer rounds per run still holds (an executor whose connection
+    /// refuses everything is not offered tasks again and again within one turn).
     pub fn carry_out(&mut self, now: Instant) {
-        loop {
-            self.carry_out_until_launches(now);
-            if self.launches.is_empty() {
-                return;
-            }
-            // A launch refused gives its task back to the core, which may make more
-            // outputs: hence the loop.
-            self.send_launches(now);
-        }
-    }
-
-    /// Carries out the core's outputs, keeping its launches for [`Self::send_launches`].
-    fn carry_out_until_launches(&mut self, now: Instant) {
         while let Some(output) = self.core.poll_output(now) {
-            match output {
-                Output::Launch { peer, task } => {
-                    self.launches.push(peer, task);
-                    continue;
-                }
+            match &output {
                 // An event sends nothing: the launches need not go first.
-                Output::Event(_) => {}
+                Output::Launch { .. } | Output::Event(_) => {}
                 _ => self.send_launches(now),
             }
             match output {
-                Output::Launch { .. } => unreachable!("kept above"),
+                // Alone (a status answered with the next task, without pipelining): sent
+                // as it is, the gathering would only cost.
+                Output::Launch { peer, task }
+                    if self.launches.is_empty() && !self.core.has_queued_outputs() =>
+                {
+                    self.launch(now, peer, task)
+                }
+                Output::Launch { peer, task } => self.launches.push(peer, task),
                 Output::KillTask {
                     peer,
                     task_id,
@@ -281,6 +277,9 @@ impl DriverState {
                         handle.finish(result, stats, now);
                     }
                 }
+            }
+            if !self.launches.is_empty() && !self.core.has_queued_outputs() {
+                self.send_launches(now);
             }
         }
     }

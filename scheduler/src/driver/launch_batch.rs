@@ -1,15 +1,19 @@
-//! Launches gathered while the driver carries out one batch of the core's outputs, sent
-//! as one frame per executor: a [`Message::LaunchTasks`] where an executor gets several,
-//! the seeds' [`Message::LaunchTask`] where it gets one.
+//! The launches of one offer round, gathered while the driver carries out the core's
+//! outputs and sent as one frame per executor: a [`Message::LaunchTasks`] where an
+//! executor gets several, the seeds' [`Message::LaunchTask`] where it gets one.
 //!
 //! With launch pipelining an offer round gives each executor many tasks, one after the
 //! other in round-robin order. A frame each would pay a header, a checksum, a route and
 //! a turn of the executor's loop per task; gathered, they are paid once per executor and
-//! round. Nothing else the driver sends waits behind a gathered launch: the batch is sent
-//! before any other output is carried out ([`LaunchBatch::take_run`]), so that every
-//! executor still sees the driver's messages in the order the core decided them.
+//! round. The glue sends the batch as soon as the core has no more outputs queued (the
+//! round's last launch was taken), and before it carries out any other output, so that
+//! every executor still sees the driver's messages in the order the core decided them,
+//! and a launch refused goes back to the core in the same run of outputs.
 //!
 //! Nothing here allocates once the two buffers have grown to the largest round.
+//!
+//! [`Message::LaunchTasks`]: flint_wire::Message::LaunchTasks
+//! [`Message::LaunchTask`]: flint_wire::Message::LaunchTask
 
 use flint_wire::TaskDescription;
 

@@ -246,6 +246,14 @@ impl DriverCore {
 
     // ---- outputs -------------------------------------------------------------------
 
+    /// Whether outputs the core decided are queued, not yet taken by
+    /// [`DriverCore::poll_output`]: false once the last launch of an offer round was
+    /// taken, before the core moves on to its next action.
+    #[inline]
+    pub fn has_queued_outputs(&self) -> bool {
+        !self.outputs.is_empty()
+    }
+
     /// The next thing to do outside the core, oldest first; `None` once everything
     /// decided so far was taken. The glue calls it until `None` after every call into
     /// the core, in the same turn, and carries each output out before taking the next.

@@ -436,6 +436,39 @@ fn a_launch_that_cannot_be_sent_is_offered_again_a_bounded_number_of_times() {
     );
 }
 
+/// The glue gathers an offer round's launches and sends them together once the core
+/// has no more queued ([`DriverCore::has_queued_outputs`]): refused together, they still
+/// come back within the same run of outputs, and the bound on offer rounds holds.
+#[test]
+fn launches_sent_together_and_refused_are_offered_again_a_bounded_number_of_times() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    let mut registration = registration("1");
+    registration.cores = 4;
+    core.register_executor(t0, registration).unwrap();
+    core.submit(t0, TaskSet::new(0, 0, 8, noop())).unwrap();
+    let mut gathered = Vec::new();
+    let mut frames = Vec::new();
+    while let Some(output) = core.poll_output(t0) {
+        if let Output::Launch { task, .. } = output {
+            gathered.push((task.task_id, task.index));
+        }
+        if !gathered.is_empty() && !core.has_queued_outputs() {
+            frames.push(gathered.len());
+            for (task_id, index) in gathered.drain(..) {
+                let refused = LaunchRefused::Other("the connection is gone".to_owned());
+                core.launch_failed(t0, "1", task_id, index, refused);
+            }
+        }
+    }
+    assert_eq!(
+        frames,
+        vec![4; MAX_OFFER_ROUNDS],
+        "a frame of the 4 cores' launches per round, then left to the periodic revive"
+    );
+    assert_eq!(core.free_slots("1"), Some(4));
+}
+
 #[test]
 fn a_large_result_is_fetched_in_chunks_from_the_peer_that_holds_it_even_once_removed() {
     let t0 = Instant::now();
