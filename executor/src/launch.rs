@@ -25,9 +25,11 @@ pub(crate) const COPY_LIMIT: usize = 512;
 
 /// A task's display name as a runner keeps it, made into text only when it is printed.
 pub(crate) enum LaunchName {
-    /// A view of the launch frame (the archived string, already checked to be UTF-8).
+    /// A name of text: a view of the launch frame, or its copy (the archived string,
+    /// already checked to be UTF-8).
     Wire(Bytes),
-    /// The name a [`TaskDescription`] gave.
+    /// A numbered name as the launch carried it, or the name a [`TaskDescription`]
+    /// gave.
     Given(TaskName),
 }
 
@@ -119,16 +121,22 @@ impl Launch {
                     .collect(),
             ))
         };
-        let (name, serialized_task) = (task.name.as_bytes(), task.serialized_task.as_slice());
-        let (name, serialized_task) = match scratch {
-            Some(scratch) if name.len() + serialized_task.len() <= COPY_LIMIT => {
-                let copy = copy_into(scratch, serialized_task, name);
+        // A numbered name is kept as its numbers; only a name of text is copied or viewed.
+        let (text, serialized_task) =
+            (task.name.text().as_bytes(), task.serialized_task.as_slice());
+        let (text, serialized_task) = match scratch {
+            Some(scratch) if text.len() + serialized_task.len() <= COPY_LIMIT => {
+                let copy = copy_into(scratch, serialized_task, text);
                 (
                     copy.slice(serialized_task.len()..),
                     copy.slice(..serialized_task.len()),
                 )
             }
-            _ => (frame.bytes_of(name), frame.bytes_of(serialized_task)),
+            _ => (frame.bytes_of(text), frame.bytes_of(serialized_task)),
+        };
+        let name = match task.name.numbered() {
+            Some(numbered) => LaunchName::Given(numbered),
+            None => LaunchName::Wire(text),
         };
         Launch {
             task_id: task.task_id.to_native(),
@@ -136,7 +144,7 @@ impl Launch {
             index: task.index.to_native(),
             partition_id: task.partition_id.to_native(),
             cpus: task.cpus.to_native(),
-            name: LaunchName::Wire(name),
+            name,
             serialized_task,
             extras,
         }
@@ -258,6 +266,26 @@ mod tests {
         let launch = &staged.jobs[3].launch;
         assert!(inside(&launch.serialized_task, &large));
         assert_eq!(launch.name.to_string(), "task 2.0 in stage 0.0 (TID 2)");
+
+        // A numbered name, as the scheduler sends it, is kept as its numbers.
+        let numbered = launch_frame(TaskDescription {
+            name: TaskName::Numbered {
+                index: 4,
+                attempt: 1,
+                stage_id: 5,
+                stage_attempt_id: 2,
+                task_id: 3,
+            },
+            ..task(3, "echo", b"hi")
+        });
+        executor.stage_archived(&mut staged, &numbered, archived(&numbered));
+        let launch = &staged.jobs[4].launch;
+        assert!(matches!(
+            launch.name,
+            LaunchName::Given(TaskName::Numbered { .. })
+        ));
+        assert_eq!(launch.name.to_string(), "task 4.1 in stage 5.2 (TID 3)");
+        assert!(!inside(&launch.serialized_task, &numbered));
         staged.jobs.clear();
     }
 

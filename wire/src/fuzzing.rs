@@ -11,7 +11,7 @@ use crate::{
     validate_envelope, AccumulatorUpdate, AccumulatorValue, BlockId, BlockManagerId, Dependency,
     Encoder, Envelope, ExecutorLossReason, Frame, FrameDecoder, Heartbeat, MapStatus, Message,
     MessageKind, Property, RegisterExecutor, Route, StatusUpdate, TaskAccumUpdates,
-    TaskDescription, TaskMetrics, TaskOutcome, TaskState, WireError, FRAME_ALIGN,
+    TaskDescription, TaskMetrics, TaskName, TaskOutcome, TaskState, WireError, FRAME_ALIGN,
 };
 
 /// Payload limit the fuzz targets decode with: small, so that the limit check is reached.
@@ -736,6 +736,12 @@ pub fn sample_message(kind: MessageKind) -> Message {
                     task_id: 17 + u64::from(i),
                     index: 3 + i,
                     partition_id: 3 + i,
+                    // Both layouts of a name: numbered, as the scheduler sends it, and
+                    // text.
+                    name: match i {
+                        2 => TaskName::from("a name of the caller's"),
+                        _ => sample_task(0).name,
+                    },
                     ..sample_task(100)
                 })
                 .collect(),
@@ -764,7 +770,13 @@ pub fn sample_task(payload_len: usize) -> TaskDescription {
         task_id: 17,
         attempt_number: 0,
         executor_id: "exec-7".into(),
-        name: "task 3.0 in stage 1.0 (TID 17)".into(),
+        name: TaskName::Numbered {
+            index: 3,
+            attempt: 0,
+            stage_id: 1,
+            stage_attempt_id: 0,
+            task_id: 17,
+        },
         index: 3,
         partition_id: 3,
         added_files: vec![],

@@ -155,7 +155,7 @@ pub use map_output::{
 pub use message::*;
 pub use read_uninit::ReadUninit;
 pub use shared_str::{AsArchivedString, SharedStr};
-pub use task_name::{AsNameString, TaskName};
+pub use task_name::{ArchivedTaskName, TaskName};
 pub use task_payload::{
     ShuffleRead, ShuffleWrite, StageInfo, TaskPayload, BLOCK_MANAGER_ENDPOINT, BROADCAST_ENDPOINT,
     DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT,

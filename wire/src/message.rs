@@ -10,7 +10,7 @@ use bytes::Bytes;
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::shared_str::{AsArchivedString, LeanVec, SharedStr};
-use crate::task_name::{AsNameString, TaskName};
+use crate::task_name::TaskName;
 
 #[cfg(test)]
 use proptest::prelude::*;
@@ -18,6 +18,29 @@ use proptest::prelude::*;
 #[cfg(test)]
 pub(crate) fn arb_shared_str() -> impl Strategy<Value = SharedStr> {
     "[a-zA-Z0-9 ._:-]{0,40}".prop_map(SharedStr::from)
+}
+
+#[cfg(test)]
+pub(crate) fn arb_task_name() -> impl Strategy<Value = TaskName> {
+    prop_oneof![
+        arb_shared_str().prop_map(TaskName::Text),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>()
+        )
+            .prop_map(|(index, attempt, stage_id, stage_attempt_id, task_id)| {
+                TaskName::Numbered {
+                    index,
+                    attempt,
+                    stage_id,
+                    stage_attempt_id,
+                    task_id,
+                }
+            }),
+    ]
 }
 
 #[cfg(test)]
@@ -258,8 +281,7 @@ pub struct TaskDescription {
     #[cfg_attr(test, proptest(strategy = "arb_shared_str()"))]
     pub executor_id: SharedStr,
     /// Display name, e.g. "task 3.0 in stage 1.0 (TID 17)".
-    #[rkyv(with = AsNameString)]
-    #[cfg_attr(test, proptest(strategy = "arb_shared_str().prop_map(TaskName::Text)"))]
+    #[cfg_attr(test, proptest(strategy = "arb_task_name()"))]
     pub name: TaskName,
     /// Index of the task within its task set.
     pub index: u32,

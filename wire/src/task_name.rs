@@ -1,19 +1,18 @@
 //! A task's display name, "task 3.0 in stage 1.0 (TID 17)", kept as the numbers it is
-//! made of until it is printed or archived, so that launching a task allocates no string
-//! for it. On the wire it is an ordinary archived string.
+//! made of until it is printed, so that launching a task allocates no string for it. On
+//! the wire a numbered name is its numbers too: the driver formats nothing per launch,
+//! and an executor formats the name only for a line it logs ([`ArchivedTaskName`]'s
+//! `Display`). Any other name is an archived string.
 
 use std::fmt;
 
-use rkyv::rancor::{Fallible, Source};
-use rkyv::ser::{Positional, Writer};
-use rkyv::string::{ArchivedString, StringResolver};
-use rkyv::with::{ArchiveWith, DeserializeWith, SerializeWith};
-use rkyv::Place;
+use rkyv::{Archive, Deserialize, Serialize};
 
-use crate::shared_str::SharedStr;
+use crate::shared_str::{AsArchivedString, SharedStr};
 
 /// A task attempt's display name.
-#[derive(Debug, Clone, Eq)]
+#[derive(Debug, Clone, Eq, Archive, Serialize, Deserialize)]
+#[rkyv(derive(Debug))]
 pub enum TaskName {
     /// `task {index}.{attempt} in stage {stage_id}.{stage_attempt_id} (TID {task_id})`,
     /// as the seeds print it.
@@ -29,8 +28,8 @@ pub enum TaskName {
         /// The attempt's task id.
         task_id: u64,
     },
-    /// Any other name (as read back from the wire, or chosen by a caller).
-    Text(SharedStr),
+    /// Any other name (as a caller chose it).
+    Text(#[rkyv(with = AsArchivedString)] SharedStr),
 }
 
 /// Room for the longest numbered name: four numbers of up to 20 digits and 28 bytes of
@@ -175,10 +174,6 @@ impl TaskName {
     }
 }
 
-/// Text of the longest numbered name's length, standing in for a numbered name when it
-/// is resolved (see [`AsNameString`]).
-const PADDING: &str = "................................................................................................................";
-
 impl fmt::Display for TaskName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.with_str(|text| f.write_str(text))
@@ -210,98 +205,43 @@ impl From<SharedStr> for TaskName {
     }
 }
 
-/// rkyv wrapper that archives a [`TaskName`] as an [`ArchivedString`].
-#[derive(Debug)]
-pub struct AsNameString;
-
-/// What serializing a name leaves for resolving it: the string's resolver, and the
-/// length of a numbered name, so that resolving does not count its digits again.
-pub struct NameResolver {
-    string: StringResolver,
-    numbered_len: usize,
-}
-
-impl ArchiveWith<TaskName> for AsNameString {
-    type Archived = ArchivedString;
-    type Resolver = NameResolver;
-
-    fn resolve_with(field: &TaskName, resolver: NameResolver, out: Place<ArchivedString>) {
-        match field {
-            // A numbered name is always too long to be stored inline, and such a string
-            // is resolved from its length alone (its bytes were written when it was
-            // serialized): text of its length stands in for it.
-            TaskName::Numbered { .. } => ArchivedString::resolve_from_str(
-                &PADDING[..resolver.numbered_len],
-                resolver.string,
-                out,
-            ),
-            TaskName::Text(text) => ArchivedString::resolve_from_str(text, resolver.string, out),
-        }
-    }
-}
-
-/// A serializer that writes nothing and stands at a given position: what
-/// `ArchivedString::serialize_from_str` is given to make the resolver of a string whose
-/// bytes are written to the real serializer as bytes (rkyv makes a resolver only there).
-struct StandingAt(usize);
-
-impl Fallible for StandingAt {
-    type Error = rkyv::rancor::Error;
-}
-
-impl Positional for StandingAt {
-    fn pos(&self) -> usize {
-        self.0
-    }
-}
-
-impl Writer<rkyv::rancor::Error> for StandingAt {
-    fn write(&mut self, _bytes: &[u8]) -> Result<(), rkyv::rancor::Error> {
-        Ok(())
-    }
-}
-
-impl<S> SerializeWith<TaskName, S> for AsNameString
-where
-    S: Fallible + Writer<S::Error> + ?Sized,
-    S::Error: Source,
-{
-    fn serialize_with(field: &TaskName, serializer: &mut S) -> Result<NameResolver, S::Error> {
-        match *field {
-            TaskName::Text(ref text) => Ok(NameResolver {
-                string: ArchivedString::serialize_from_str(text, serializer)?,
-                numbered_len: 0,
-            }),
-            TaskName::Numbered {
+impl ArchivedTaskName {
+    /// The name as it was sent, if it is numbered: its numbers, copied, with no text to
+    /// check or keep.
+    pub fn numbered(&self) -> Option<TaskName> {
+        match self {
+            ArchivedTaskName::Numbered {
                 index,
                 attempt,
                 stage_id,
                 stage_attempt_id,
                 task_id,
-            } => {
-                // Written as the bytes they are (ASCII): a `&str` of them would be checked
-                // as UTF-8 first, which costs more than formatting them.
-                let name =
-                    NameBuffer::numbered(index, attempt, stage_id, stage_attempt_id, task_id);
-                let len = name.as_bytes().len();
-                let string = ArchivedString::serialize_from_str(
-                    &PADDING[..len],
-                    &mut StandingAt(serializer.pos()),
-                )
-                .map_err(S::Error::new)?;
-                serializer.write(name.as_bytes())?;
-                Ok(NameResolver {
-                    string,
-                    numbered_len: len,
-                })
-            }
+            } => Some(TaskName::Numbered {
+                index: index.to_native(),
+                attempt: attempt.to_native(),
+                stage_id: stage_id.to_native(),
+                stage_attempt_id: stage_attempt_id.to_native(),
+                task_id: task_id.to_native(),
+            }),
+            ArchivedTaskName::Text(_) => None,
+        }
+    }
+
+    /// The text of a name that is not numbered; empty for a numbered one.
+    pub fn text(&self) -> &str {
+        match self {
+            ArchivedTaskName::Text(text) => text.as_str(),
+            ArchivedTaskName::Numbered { .. } => "",
         }
     }
 }
 
-impl<D: Fallible + ?Sized> DeserializeWith<ArchivedString, TaskName, D> for AsNameString {
-    fn deserialize_with(field: &ArchivedString, _: &mut D) -> Result<TaskName, D::Error> {
-        Ok(TaskName::Text(field.as_str().into()))
+impl fmt::Display for ArchivedTaskName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.numbered() {
+            Some(name) => name.fmt(f),
+            None => f.write_str(self.text()),
+        }
     }
 }
 
@@ -374,28 +314,32 @@ mod tests {
         ] {
             assert_eq!(name.text_len(), name.to_string().len(), "{name}");
         }
-        assert_eq!(
-            PADDING.len(),
-            MAX_NUMBERED,
-            "the longest numbered name fits the stand-in text"
-        );
     }
 
     #[test]
-    fn a_numbered_name_archives_to_the_same_bytes_as_its_text() {
-        #[derive(rkyv::Archive, rkyv::Serialize)]
-        struct Holder {
-            #[rkyv(with = AsNameString)]
-            name: TaskName,
-        }
+    fn a_name_reads_back_from_its_archive_as_it_was_written() {
         for name in [
             numbered(0, 0, 0, 0, 0),
             numbered(7, 2, 31, 1, 98_765_432_101),
+            numbered(u32::MAX, u32::MAX, u32::MAX, u32::MAX, u64::MAX),
+            TaskName::from("a name of the caller's"),
         ] {
-            let text = TaskName::Text(name.to_string().into());
-            let a = rkyv::to_bytes::<rkyv::rancor::Error>(&Holder { name }).unwrap();
-            let b = rkyv::to_bytes::<rkyv::rancor::Error>(&Holder { name: text }).unwrap();
-            assert_eq!(a.as_slice(), b.as_slice());
+            let bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&name).unwrap();
+            let archived = rkyv::access::<ArchivedTaskName, rkyv::rancor::Error>(&bytes).unwrap();
+            assert_eq!(archived.to_string(), name.to_string());
+            match &name {
+                TaskName::Numbered { .. } => {
+                    assert_eq!(archived.numbered().as_ref(), Some(&name));
+                    assert_eq!(archived.text(), "");
+                }
+                TaskName::Text(text) => {
+                    assert_eq!(archived.numbered(), None);
+                    assert_eq!(archived.text(), &**text);
+                }
+            }
+            let back: TaskName =
+                rkyv::deserialize::<TaskName, rkyv::rancor::Error>(archived).unwrap();
+            assert_eq!(back.to_string(), name.to_string());
         }
     }
 
