@@ -1,7 +1,8 @@
 //! The executor's share of launching a task, measured without a real driver.
 //!
 //! A fake driver (an RPC environment of this process that does nothing but launch a noop
-//! task for every status update it gets, keeping `--in-flight` tasks launched) drives an
+//! task for every status update it gets, keeping `--in-flight` tasks launched, those it
+//! launches at once in one `LaunchTasks` frame, as the driver does) drives an
 //! executor (`run_executor`, 1 core) over real sockets on 127.0.0.1. Prints tasks per
 //! second and the CPU time each thread spent per task (from
 //! `/proc/self/task/*/schedstat`): the executor's event loop and its runner are what the
@@ -39,6 +40,9 @@ struct FakeDriver {
     launched: u64,
     reported: u64,
     unflushed: bool,
+    /// The tasks of the next launch frame, kept for its capacity: the tasks launched at
+    /// once go in one `LaunchTasks` frame, as the driver sends them.
+    frame: Vec<TaskDescription>,
 }
 
 impl FakeDriver {
@@ -46,6 +50,7 @@ impl FakeDriver {
         let Some(executor) = &self.executor else {
             return;
         };
+        let mut frame = std::mem::take(&mut self.frame);
         while self.launched < self.total && self.launched - self.reported < self.in_flight {
             let task_id = self.launched;
             let task = TaskDescription {
@@ -67,12 +72,27 @@ impl FakeDriver {
                 cpus: 1,
                 serialized_task: self.payload.clone(),
             };
-            executor
-                .send_deferred(&Message::LaunchTask(task))
-                .expect("the executor's connection takes the launch");
+            frame.push(task);
             self.launched += 1;
-            self.unflushed = true;
         }
+        let message = match frame.len() {
+            0 => None,
+            1 => frame.pop().map(Message::LaunchTask),
+            _ => Some(Message::LaunchTasks {
+                tasks: std::mem::take(&mut frame),
+            }),
+        };
+        if let Some(message) = message {
+            executor
+                .send_deferred(&message)
+                .expect("the executor's connection takes the launches");
+            self.unflushed = true;
+            if let Message::LaunchTasks { tasks } = message {
+                frame = tasks;
+                frame.clear();
+            }
+        }
+        self.frame = frame;
     }
 }
 
@@ -87,8 +107,11 @@ impl Endpoint for FakeDriver {
                 message.reply(&Message::RegisteredExecutor).unwrap();
                 self.launch_more();
             }
-            ArchivedMessage::StatusUpdate(_) => {
-                self.reported += 1;
+            ArchivedMessage::StatusUpdate(_) | ArchivedMessage::StatusUpdates { .. } => {
+                self.reported += match message.message() {
+                    ArchivedMessage::StatusUpdates { updates } => updates.len() as u64,
+                    _ => 1,
+                };
                 self.progress
                     .reported
                     .store(self.reported, Ordering::Release);
@@ -174,6 +197,7 @@ fn main() {
                 launched: 0,
                 reported: 0,
                 unflushed: false,
+                frame: Vec::new(),
             },
         )
         .expect("the fake driver's endpoint");

@@ -533,7 +533,8 @@ impl Endpoint for ExecutorEndpoint {
     fn on_batch_end(&mut self, _ctx: &mut EndpointContext<'_>) {
         self.commit();
         // Replies sent from this batch share the connection with the runners' deferred
-        // status updates: hand whatever they left queued to the loop now.
+        // status updates: hand whatever they left queued to the loop now (updates a
+        // runner still holds leave with its own flush, or the loop's for a busy runner).
         self.backend.driver.flush();
     }
 

@@ -19,6 +19,7 @@
 //!   updates, which a run of quick tasks sends together ([`crate::status`]).
 
 use flint_rpc::timer::deadline_after;
+use flint_rpc::LentFlushHook;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -277,6 +278,10 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Executor {
     pub(crate) inner: Arc<Inner>,
     runners: Mutex<Vec<JoinHandle<()>>>,
+    /// The transport's hook that sends what busy runners hold; removed first when the
+    /// executor is dropped, so that the transport's thread never holds the last
+    /// reference to `inner` (whose drop may end that very thread's environment).
+    lent_flush: Mutex<Option<LentFlushHook>>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -333,7 +338,7 @@ impl Executor {
         let cores = config.cores as usize;
         let inner = Arc::new(Inner::new(config, registry, status));
         let weak = Arc::downgrade(&inner);
-        inner.status.on_lent_flush(Box::new(move || {
+        let lent_flush = inner.status.on_lent_flush(Box::new(move || {
             if let Some(inner) = weak.upgrade() {
                 inner.send_held_of_busy_runners();
             }
@@ -341,6 +346,7 @@ impl Executor {
         Executor {
             inner,
             runners: Mutex::new(Vec::with_capacity(cores)),
+            lent_flush: Mutex::new(lent_flush),
         }
     }
 
@@ -681,6 +687,8 @@ impl Executor {
 
 impl Drop for Executor {
     fn drop(&mut self) {
+        // Waits for a run of the hook under way, which holds `inner` for its length.
+        drop(lock(&self.lent_flush).take());
         self.stop();
     }
 }

@@ -884,7 +884,8 @@ fn quick_update_before_long_task(busy_poll: &'static str) {
     harness.launch(task(1, 0, "noop", b""));
     harness.update(1);
     // Both launches in one write: the one runner takes them as one batch, and the first,
-    // quick and of the same function as the next, leaves its update queued (deferred).
+    // quick and of the same function as the next, has its update held (to go with the
+    // next one's), which the loop thread must send while the long task runs.
     executor
         .send_deferred(&Message::LaunchTask(task(2, 0, "sleep", b"0")))
         .unwrap();

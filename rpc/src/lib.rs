@@ -146,7 +146,7 @@ pub use settings::Settings;
 pub use socket::raise_descriptor_limit;
 pub use socket::SocketOptions;
 pub use timer::TimerId;
-pub use turns::LoopLease;
+pub use turns::{LentFlushHook, LoopLease};
 pub use typed::{
     decode_user_message, encode_user_message, Request, Service, TypedReply, UserMessage,
     MAX_USER_MESSAGE_DEPTH,

@@ -177,11 +177,17 @@ pub(crate) struct Shared {
     pub(crate) deadline_checks: AtomicU64,
     /// What the loop thread runs before it writes, for lent threads busy elsewhere, what
     /// they queued ([`RpcEnvHandle::on_lent_flush`](crate::RpcEnvHandle::on_lent_flush)).
-    pub(crate) lent_flush_hooks: Mutex<Vec<LentFlushHook>>,
+    pub(crate) lent_flush_hooks: Mutex<LentFlushHooks>,
 }
 
 /// See [`Shared::lent_flush_hooks`].
-pub(crate) type LentFlushHook = Box<dyn Fn() + Send + Sync>;
+#[derive(Default)]
+pub(crate) struct LentFlushHooks {
+    /// The number the next hook gets.
+    pub(crate) next: u64,
+    /// By number, in the order they were added.
+    pub(crate) hooks: Vec<(u64, Box<dyn Fn() + Send + Sync>)>,
+}
 
 impl Shared {
     /// The state of an environment at `address` (its listener's, or
@@ -213,7 +219,7 @@ impl Shared {
             accepted: AtomicU64::new(0),
             #[cfg(all(test, not(loom)))]
             deadline_checks: AtomicU64::new(0),
-            lent_flush_hooks: Mutex::new(Vec::new()),
+            lent_flush_hooks: Mutex::new(LentFlushHooks::default()),
             refused: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             connected: AtomicU64::new(0),

@@ -486,11 +486,11 @@ pub(crate) fn run_loop_thread(shared: Arc<Shared>, cell: Arc<LoopCell>, mut slee
 /// may have moved it), or `None` if the loop is gone.
 fn flush_for_lent(shared: &Shared, cell: &LoopCell) -> Option<Option<Instant>> {
     // Frames lent threads keep to send together are queued first, to leave with the rest.
-    for hook in shared
+    for (_, hook) in &shared
         .lent_flush_hooks
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .iter()
+        .hooks
     {
         hook();
     }
@@ -691,13 +691,51 @@ impl RpcEnvHandle {
     /// deferred, and they leave with the rest.
     ///
     /// `hook` runs with the loop's turn not taken, and must not block: the loop waits for
-    /// it (a hook that finds the lent thread's messages locked leaves them to it).
-    pub fn on_lent_flush(&self, hook: impl Fn() + Send + Sync + 'static) {
-        self.shared
+    /// it (a hook that finds the lent thread's messages locked leaves them to it). It runs
+    /// until the returned [`LentFlushHook`] is dropped.
+    pub fn on_lent_flush(&self, hook: impl Fn() + Send + Sync + 'static) -> LentFlushHook {
+        let mut hooks = self
+            .shared
             .lent_flush_hooks
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Box::new(hook));
+            .unwrap_or_else(|e| e.into_inner());
+        let id = hooks.next;
+        hooks.next += 1;
+        hooks.hooks.push((id, Box::new(hook)));
+        LentFlushHook {
+            shared: Arc::downgrade(&self.shared),
+            id,
+        }
+    }
+}
+
+/// A hook added with [`RpcEnvHandle::on_lent_flush`]: dropping it removes the hook, once
+/// a run of it that is under way has ended, so that nothing the hook holds (weakly) is
+/// reached from the loop thread afterwards.
+#[must_use = "the hook is removed when this is dropped"]
+pub struct LentFlushHook {
+    shared: std::sync::Weak<Shared>,
+    id: u64,
+}
+
+impl std::fmt::Debug for LentFlushHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LentFlushHook")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl Drop for LentFlushHook {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared
+                .lent_flush_hooks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .hooks
+                .retain(|(id, _)| *id != self.id);
+        }
     }
 }
 

@@ -385,6 +385,9 @@ fn answer(
         });
         executor.statuses_sent.push_back(now);
     }
+    if updates.is_empty() {
+        return;
+    }
     let message = if updates.len() == 1 {
         Message::StatusUpdate(updates.pop().expect("one update"))
     } else {

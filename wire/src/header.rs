@@ -8,8 +8,10 @@ use crate::kind::MessageKind;
 /// The four bytes every frame starts with: `FLNT`.
 pub const MAGIC: [u8; 4] = *b"FLNT";
 
-/// The wire protocol version this build speaks.
-pub const PROTOCOL_VERSION: u8 = 1;
+/// The wire protocol version this build speaks. 2: launches and status updates in
+/// batches (`LaunchTasks`, `StatusUpdates`), and a numbered task name archived as its
+/// numbers; a peer of version 1 is refused at its first frame, with both versions named.
+pub const PROTOCOL_VERSION: u8 = 2;
 
 /// Size of the frame header in bytes.
 pub const HEADER_LEN: usize = 16;
@@ -171,7 +173,7 @@ mod tests {
             &[0xEF, 0xBE, 0xAD, 0xDE],
             "crc is little-endian"
         );
-        assert_eq!(bytes[8], 1);
+        assert_eq!(bytes[8], PROTOCOL_VERSION);
         assert_eq!(bytes[9], MessageKind::LaunchTask as u8);
         assert_eq!(&bytes[10..12], &[0, 0]);
         assert_eq!(&bytes[12..16], &[4, 3, 2, 1], "length is little-endian");
@@ -203,7 +205,7 @@ mod tests {
         bytes[8] = 7;
         let text = FrameHeader::parse(&bytes, 100).unwrap_err().to_string();
         assert!(
-            text.contains("version 1") && text.contains("version 7"),
+            text.contains(&format!("version {PROTOCOL_VERSION}")) && text.contains("version 7"),
             "{text}"
         );
     }

@@ -875,9 +875,9 @@ pub enum Message {
     },
     /// Driver to executor: run these tasks, in this order; what a run of
     /// [`Message::LaunchTask`]s to one executor says, in one frame. The driver sends it
-    /// with launch pipelining (`executor.taskPrefetch`), when one offer round gives an
-    /// executor several tasks: the frame's header, checksum and routing are paid once
-    /// for all of them.
+    /// when one offer round gives an executor several tasks (launch pipelining,
+    /// `executor.taskPrefetch`, or an executor of several cores): the frame's header,
+    /// checksum and routing are paid once for all of them.
     LaunchTasks {
         /// The tasks, each as [`Message::LaunchTask`] carries it.
         #[cfg_attr(

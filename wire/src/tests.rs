@@ -562,11 +562,11 @@ fn errors_say_what_was_expected_and_what_came() {
     );
 
     let mut stream = frame.to_vec();
-    stream[8] = 2;
+    stream[8] = 1;
     let text = decode_chunked(&stream, &[]).unwrap_err().to_string();
     assert!(
         text.contains("version 1") && text.contains("version 2"),
-        "{text}"
+        "a peer of the previous version is refused naming both: {text}"
     );
 
     let mut stream = frame.to_vec();

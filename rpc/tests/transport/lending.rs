@@ -325,3 +325,44 @@ fn a_lease_held_idle_does_not_keep_the_loop_thread_polling() {
     );
     drop(lease);
 }
+
+/// A lent thread that stops turning may keep frames of its own to send together: the
+/// loop thread runs `on_lent_flush`'s hooks before it writes for it, within
+/// milliseconds and again while the lease lasts; a hook dropped runs no more.
+#[test]
+fn lent_flush_hooks_run_while_a_lent_thread_is_busy_and_stop_once_dropped() {
+    use std::sync::atomic::AtomicUsize;
+    let server = env(&[]);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let hook = {
+        let runs = runs.clone();
+        server.handle().on_lent_flush(move || {
+            runs.fetch_add(1, Ordering::SeqCst);
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "nobody is lent: nothing to run"
+    );
+    // Lent and never turning, as a runner in a long task.
+    let lease = server.handle().lend();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs.load(Ordering::SeqCst) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the hook did not run twice in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(hook);
+    let after = runs.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        after,
+        "a dropped hook runs no more"
+    );
+    drop(lease);
+}

@@ -319,6 +319,9 @@ impl DriverState {
     fn send_launches(&mut self, now: Instant) {
         let mut frame = std::mem::take(&mut self.launch_frame);
         while let Some(peer) = self.launches.take_run(&mut frame) {
+            if frame.is_empty() {
+                continue;
+            }
             if frame.len() == 1 {
                 let task = frame.pop().expect("one task");
                 self.launch(now, peer, task);

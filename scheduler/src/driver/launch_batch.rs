@@ -105,7 +105,9 @@ impl LaunchBatch {
                 break;
             }
             let Some(slot) = self.tasks.get_mut(position as usize) else {
-                break;
+                // Only past 2^32 launches in one round; skipped, never looped on.
+                self.next += 1;
+                continue;
             };
             let size = slot.as_ref().map_or(0, encoded_size_estimate);
             if !frame.is_empty() && bytes + size > MAX_BYTES_PER_FRAME {

@@ -256,7 +256,10 @@ impl DriverCore {
 
     /// The next thing to do outside the core, oldest first; `None` once everything
     /// decided so far was taken. The glue calls it until `None` after every call into
-    /// the core, in the same turn, and carries each output out before taking the next.
+    /// the core, in the same turn, and carries each output out before taking the next,
+    /// but for launches: those of one offer round may be gathered and sent together once
+    /// the last is taken ([`DriverCore::has_queued_outputs`] false), before the next
+    /// call.
     ///
     /// Once the outputs queued so far are taken, the task scheduler's actions follow: its
     /// events as they are, its kills as [`Output::KillTask`], and its requests for offers
