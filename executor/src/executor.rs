@@ -419,19 +419,17 @@ impl Executor {
         self.hand_over(&mut staged, false)
     }
 
-    /// Prepares a launch for [`Executor::commit`]: gives it a task handle (a spare one
-    /// when there is one) and copies a small launch out of its frame into the handle's
-    /// buffer. Allocates nothing once warmed up.
-    pub(crate) fn stage(&self, staged: &mut Staged, mut launch: Launch) {
-        let mut handle = Self::spare_handle(staged);
-        if let Some(unique) = Arc::get_mut(&mut handle) {
-            launch.copy_out_of_frame(&mut unique.scratch);
-        }
+    /// Prepares a launch given as a description (not read off the wire) for
+    /// [`Executor::commit`]: gives it a task handle, a spare one when there is one.
+    pub(crate) fn stage(&self, staged: &mut Staged, launch: Launch) {
+        let handle = Self::spare_handle(staged);
         self.stage_with(staged, launch, handle);
     }
 
-    /// [`Executor::stage`] of a launch read off the wire ([`Launch::from_archived_into`]:
-    /// a small one is copied straight from the frame into its handle).
+    /// Prepares a launch read off the wire for [`Executor::commit`], as
+    /// [`Executor::stage`] does, and copies a small one straight from its frame into the
+    /// handle's buffer ([`Launch::from_archived_into`]). Allocates nothing once warmed
+    /// up.
     pub(crate) fn stage_archived(
         &self,
         staged: &mut Staged,
@@ -853,17 +851,11 @@ mod tests {
         let (executor, rx) = executor(1, 1 << 20, TaskRegistry::with_builtins());
         let mut staged = Staged::with_capacity(4);
         let frame = launch_frame(task(1, "echo", b"stale"));
-        executor.stage(
-            &mut staged,
-            Launch::from_archived(&frame, archived(&frame), 1 << 20),
-        );
+        executor.stage_archived(&mut staged, &frame, archived(&frame));
         assert_eq!(executor.kill_all_tasks("the driver gave up on it"), 0);
         // Read after the kill: runs.
         let frame = launch_frame(task(2, "echo", b"fresh"));
-        executor.stage(
-            &mut staged,
-            Launch::from_archived(&frame, archived(&frame), 1 << 20),
-        );
+        executor.stage_archived(&mut staged, &frame, archived(&frame));
         executor.commit(&mut staged).unwrap();
         let mut updates = [
             rx.recv_timeout(WAIT).unwrap(),

@@ -71,10 +71,11 @@ impl Launch {
         Self::read(frame, task, max_decoded, None)
     }
 
-    /// [`Launch::from_archived`], with a small launch copied straight from the frame into
-    /// `scratch` (see [`Launch::copy_out_of_frame`]), without views of the frame made on
-    /// the way: the frame's buffer is shared with the event loop's reads, and each view
-    /// made and dropped is two atomic operations on it.
+    /// [`Launch::from_archived`], with a small launch ([`COPY_LIMIT`]) copied straight
+    /// from the frame into `scratch` (which keeps its memory from task to task), so that
+    /// the frame's receive buffer is free again once the event loop is done with it; no
+    /// views of the frame are made on the way (each made and dropped is two atomic
+    /// operations on a buffer the event loop's reads share).
     pub(crate) fn from_archived_into(
         frame: &Frame,
         task: &ArchivedTaskDescription,
@@ -168,23 +169,6 @@ impl Launch {
         }
     }
 
-    /// Copies a small launch's name and serialized task out of the frame they are views
-    /// of, into `scratch` (which keeps its memory from task to task), so that the frame's
-    /// receive buffer is free again once the event loop is done with it.
-    pub(crate) fn copy_out_of_frame(&mut self, scratch: &mut BytesMut) {
-        let LaunchName::Wire(name) = &self.name else {
-            return;
-        };
-        let task_len = self.serialized_task.len();
-        let len = task_len + name.len();
-        if len > COPY_LIMIT {
-            return;
-        }
-        let copy = copy_into(scratch, &self.serialized_task, name);
-        self.serialized_task = copy.slice(..task_len);
-        self.name = LaunchName::Wire(copy.slice(task_len..));
-    }
-
     /// The serialized task's length byte and function name, if it has them.
     fn function_prefix(&self) -> Option<&[u8]> {
         let len = usize::from(*self.serialized_task.first()?);
@@ -226,10 +210,7 @@ mod tests {
         let (executor, _rx) = executor(1, 1 << 20, TaskRegistry::with_builtins());
         let mut staged = Staged::with_capacity(8);
         let small = launch_frame(task(1, "echo", b"hi"));
-        executor.stage(
-            &mut staged,
-            Launch::from_archived(&small, archived(&small), 1 << 20),
-        );
+        executor.stage_archived(&mut staged, &small, archived(&small));
         let launch = &staged.jobs[0].launch;
         assert!(!inside(&launch.serialized_task, &small));
         assert_eq!(
@@ -241,30 +222,13 @@ mod tests {
 
         let input = vec![b'x'; COPY_LIMIT];
         let large = launch_frame(task(2, "echo", &input));
-        executor.stage(
-            &mut staged,
-            Launch::from_archived(&large, archived(&large), 1 << 20),
-        );
+        executor.stage_archived(&mut staged, &large, archived(&large));
         let launch = &staged.jobs[1].launch;
         assert!(
             inside(&launch.serialized_task, &large),
             "a view, not a copy"
         );
         assert_eq!(launch.serialized_task.len(), 1 + 4 + COPY_LIMIT);
-        assert_eq!(launch.name.to_string(), "task 2.0 in stage 0.0 (TID 2)");
-
-        // The same, read off the wire by the executor's endpoint: copied straight out.
-        executor.stage_archived(&mut staged, &small, archived(&small));
-        let launch = &staged.jobs[2].launch;
-        assert!(!inside(&launch.serialized_task, &small));
-        assert_eq!(
-            launch.serialized_task,
-            TaskPayload::encode("echo", b"hi").unwrap()
-        );
-        assert_eq!(launch.name.to_string(), "task 1.0 in stage 0.0 (TID 1)");
-        executor.stage_archived(&mut staged, &large, archived(&large));
-        let launch = &staged.jobs[3].launch;
-        assert!(inside(&launch.serialized_task, &large));
         assert_eq!(launch.name.to_string(), "task 2.0 in stage 0.0 (TID 2)");
 
         // A numbered name, as the scheduler sends it, is kept as its numbers.
@@ -279,7 +243,7 @@ mod tests {
             ..task(3, "echo", b"hi")
         });
         executor.stage_archived(&mut staged, &numbered, archived(&numbered));
-        let launch = &staged.jobs[4].launch;
+        let launch = &staged.jobs[2].launch;
         assert!(matches!(
             launch.name,
             LaunchName::Given(TaskName::Numbered { .. })
@@ -305,19 +269,13 @@ mod tests {
         let frame = launch_frame(flood.clone());
         assert!(frame.payload().len() < limit, "the frame itself is allowed");
         let mut staged = Staged::with_capacity(2);
-        executor.stage(
-            &mut staged,
-            Launch::from_archived(&frame, archived(&frame), limit),
-        );
+        executor.stage_archived(&mut staged, &frame, archived(&frame));
         assert!(staged.jobs[0].launch.extras.is_err());
         // A few properties within the limit are decoded and the task runs.
         flood.task_id = 2;
         flood.properties.truncate(8);
         let frame = launch_frame(flood);
-        executor.stage(
-            &mut staged,
-            Launch::from_archived(&frame, archived(&frame), limit),
-        );
+        executor.stage_archived(&mut staged, &frame, archived(&frame));
         executor.commit(&mut staged).unwrap();
         let mut updates = [
             rx.recv_timeout(WAIT).unwrap(),
@@ -374,10 +332,7 @@ mod tests {
         }];
         let frame = launch_frame(described.clone());
         let mut staged = Staged::with_capacity(2);
-        executor.stage(
-            &mut staged,
-            Launch::from_archived(&frame, archived(&frame), 1 << 20),
-        );
+        executor.stage_archived(&mut staged, &frame, archived(&frame));
         executor.commit(&mut staged).unwrap();
         executor
             .launch_task(TaskDescription {
@@ -387,10 +342,7 @@ mod tests {
             .unwrap();
         let plain = task(3, "describe", b"");
         let frame = launch_frame(plain);
-        executor.stage(
-            &mut staged,
-            Launch::from_archived(&frame, archived(&frame), 1 << 20),
-        );
+        executor.stage_archived(&mut staged, &frame, archived(&frame));
         executor.commit(&mut staged).unwrap();
         let mut seen = Vec::new();
         for _ in 0..3 {
