@@ -75,22 +75,13 @@ impl FakeDriver {
             frame.push(task);
             self.launched += 1;
         }
-        let message = match frame.len() {
-            0 => None,
-            1 => frame.pop().map(Message::LaunchTask),
-            _ => Some(Message::LaunchTasks {
-                tasks: std::mem::take(&mut frame),
-            }),
-        };
-        if let Some(message) = message {
+        if let Some(message) = Message::take_launches(&mut frame) {
             executor
                 .send_deferred(&message)
                 .expect("the executor's connection takes the launches");
             self.unflushed = true;
-            if let Message::LaunchTasks { tasks } = message {
-                frame = tasks;
-                frame.clear();
-            }
+            message.put_back_launches(&mut frame);
+            frame.clear();
         }
         self.frame = frame;
     }

@@ -337,21 +337,11 @@ impl HeldUpdates {
     /// The frame's message; the updates are in it until [`HeldUpdates::sent`] or
     /// [`HeldUpdates::held_back`] takes them back.
     fn message(&mut self) -> Option<Message> {
-        match self.updates.len() {
-            0 => None,
-            1 => self.updates.pop().map(Message::StatusUpdate),
-            _ => Some(Message::StatusUpdates {
-                updates: std::mem::take(&mut self.updates),
-            }),
-        }
+        Message::take_status_updates(&mut self.updates)
     }
 
     fn held_back(&mut self, message: Message) {
-        match message {
-            Message::StatusUpdate(update) => self.updates.push(update),
-            Message::StatusUpdates { updates } => self.updates = updates,
-            _ => unreachable!("built by HeldUpdates::message"),
-        }
+        message.put_back_status_updates(&mut self.updates);
     }
 
     /// Gives each task's handle back the accumulator list its update lent, and empties

@@ -385,22 +385,13 @@ fn answer(
         });
         executor.statuses_sent.push_back(now);
     }
-    if updates.is_empty() {
+    let Some(message) = Message::take_status_updates(updates) else {
         return;
-    }
-    let message = if updates.len() == 1 {
-        Message::StatusUpdate(updates.pop().expect("one update"))
-    } else {
-        Message::StatusUpdates {
-            updates: std::mem::take(updates),
-        }
     };
     let route = Route::OneWay {
         endpoint: DRIVER_ENDPOINT.into(),
     };
     let _ = encoder.encode(&route, &message, &mut executor.out);
-    if let Message::StatusUpdates { updates: mut sent } = message {
-        sent.clear();
-        *updates = sent;
-    }
+    message.put_back_status_updates(updates);
+    updates.clear();
 }

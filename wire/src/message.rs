@@ -920,6 +920,55 @@ impl Message {
             _ => &[],
         }
     }
+
+    /// The launches of `tasks` as one message: the seeds' [`Message::LaunchTask`] for
+    /// one task, a [`Message::LaunchTasks`] for several, `None` for none. The tasks move
+    /// into it and `tasks` is left empty; [`Message::put_back_launches`] returns them,
+    /// with the list's memory, once the message is sent.
+    pub fn take_launches(tasks: &mut Vec<TaskDescription>) -> Option<Message> {
+        match tasks.len() {
+            0 => None,
+            1 => tasks.pop().map(Message::LaunchTask),
+            _ => Some(Message::LaunchTasks {
+                tasks: std::mem::take(tasks),
+            }),
+        }
+    }
+
+    /// Puts the tasks of a message made by [`Message::take_launches`] back into `tasks`
+    /// (empty), in their order; nothing for any other message.
+    pub fn put_back_launches(self, tasks: &mut Vec<TaskDescription>) {
+        debug_assert!(tasks.is_empty());
+        match self {
+            Message::LaunchTask(task) => tasks.push(task),
+            Message::LaunchTasks { tasks: taken } => *tasks = taken,
+            _ => {}
+        }
+    }
+
+    /// The status updates of `updates` as one message: the seeds'
+    /// [`Message::StatusUpdate`] for one, a [`Message::StatusUpdates`] for several,
+    /// `None` for none; as [`Message::take_launches`] does for tasks.
+    pub fn take_status_updates(updates: &mut Vec<StatusUpdate>) -> Option<Message> {
+        match updates.len() {
+            0 => None,
+            1 => updates.pop().map(Message::StatusUpdate),
+            _ => Some(Message::StatusUpdates {
+                updates: std::mem::take(updates),
+            }),
+        }
+    }
+
+    /// Puts the updates of a message made by [`Message::take_status_updates`] back into
+    /// `updates` (empty), in their order; nothing for any other message.
+    pub fn put_back_status_updates(self, updates: &mut Vec<StatusUpdate>) {
+        debug_assert!(updates.is_empty());
+        match self {
+            Message::StatusUpdate(update) => updates.push(update),
+            Message::StatusUpdates { updates: taken } => *updates = taken,
+            _ => {}
+        }
+    }
 }
 
 /// The most pieces a broadcast is cut into: the driver makes its pieces larger than

@@ -7,7 +7,7 @@ use rkyv::rancor;
 use crate::fuzzing::{sample_frames, sample_message, sample_route, sample_task};
 use crate::{
     ArchivedMessage, Encoder, Envelope, ExecutorLossReason, Frame, FrameDecoder, Message,
-    MessageKind, Route, WireError, FRAME_ALIGN, HEADER_LEN,
+    MessageKind, Route, TaskDescription, WireError, FRAME_ALIGN, HEADER_LEN,
 };
 
 const LIMIT: usize = 1 << 20;
@@ -1274,4 +1274,46 @@ fn an_executor_exit_shows_its_code_once() {
         exited(-1, "executor 2 exited with code -1; ended"),
         "executor 2 exited with code -1; ended"
     );
+}
+
+/// One task or update goes as the seeds' message, several as one batch, none as no
+/// message; put back, they come out in their order, and a batch's list keeps its memory.
+#[test]
+fn launches_and_updates_are_taken_into_one_message_and_put_back() {
+    let mut tasks = Vec::new();
+    assert!(Message::take_launches(&mut tasks).is_none());
+    tasks.push(sample_task(4));
+    let one = Message::take_launches(&mut tasks).unwrap();
+    assert!(matches!(one, Message::LaunchTask(_)) && tasks.is_empty());
+    one.put_back_launches(&mut tasks);
+    assert_eq!(tasks, vec![sample_task(4)]);
+
+    tasks.extend((1..3).map(|task_id| TaskDescription {
+        task_id,
+        ..sample_task(4)
+    }));
+    let capacity = tasks.capacity();
+    let several = Message::take_launches(&mut tasks).unwrap();
+    assert_eq!(several.launched_tasks().len(), 3);
+    assert!(matches!(several, Message::LaunchTasks { .. }) && tasks.is_empty());
+    several.put_back_launches(&mut tasks);
+    let ids: Vec<u64> = tasks.iter().map(|t| t.task_id).collect();
+    assert_eq!(ids, [17, 1, 2]);
+    assert_eq!(tasks.capacity(), capacity);
+
+    let Message::StatusUpdates { updates: sample } = sample_message(MessageKind::StatusUpdates)
+    else {
+        unreachable!()
+    };
+    let mut updates = Vec::new();
+    assert!(Message::take_status_updates(&mut updates).is_none());
+    updates.push(sample[0].clone());
+    let one = Message::take_status_updates(&mut updates).unwrap();
+    assert!(matches!(one, Message::StatusUpdate(_)) && updates.is_empty());
+    one.put_back_status_updates(&mut updates);
+    updates.extend_from_slice(&sample[1..]);
+    let several = Message::take_status_updates(&mut updates).unwrap();
+    assert_eq!(several.status_updates(), &sample[..]);
+    several.put_back_status_updates(&mut updates);
+    assert_eq!(updates, sample);
 }

@@ -319,27 +319,16 @@ impl DriverState {
     fn send_launches(&mut self, now: Instant) {
         let mut frame = std::mem::take(&mut self.launch_frame);
         while let Some(peer) = self.launches.take_run(&mut frame) {
-            if frame.is_empty() {
+            let Some(message) = Message::take_launches(&mut frame) else {
                 continue;
-            }
-            if frame.len() == 1 {
-                let task = frame.pop().expect("one task");
-                self.launch(now, peer, task);
-                continue;
-            }
-            let message = Message::LaunchTasks {
-                tasks: std::mem::take(&mut frame),
             };
             let sent = self.send(peer, &message);
-            let Message::LaunchTasks { tasks } = message else {
-                unreachable!()
-            };
-            frame = tasks;
+            message.put_back_launches(&mut frame);
             match sent {
                 Ok(()) => frame.clear(),
                 // The estimate of the frame's size missed (the limit is far above it):
                 // the tasks go one by one, and only one over the limit itself is refused.
-                Err(RpcError::Wire(WireError::MessageTooLarge { .. })) => {
+                Err(RpcError::Wire(WireError::MessageTooLarge { .. })) if frame.len() > 1 => {
                     for task in frame.drain(..) {
                         self.launch(now, peer, task);
                     }
