@@ -362,6 +362,22 @@ struct ExecutorRecord {
     status: ExecutorStatus,
 }
 
+/// Counts `key` among the ended records kept, oldest first in `ended`, and forgets
+/// from `records` the oldest ones past `retained`.
+fn retire<K: Eq + std::hash::Hash, V>(
+    ended: &mut VecDeque<K>,
+    records: &mut FxHashMap<K, V>,
+    key: K,
+    retained: usize,
+) {
+    ended.push_back(key);
+    while ended.len() > retained {
+        if let Some(old) = ended.pop_front() {
+            records.remove(&old);
+        }
+    }
+}
+
 /// What the page shows beyond the driver core: see the module docs. A pure state
 /// machine: events in, `now` passed in, snapshots out.
 #[derive(Debug)]
@@ -446,12 +462,7 @@ impl StatusBook {
                         self.totals.jobs_failed += 1;
                     }
                 }
-                self.ended_jobs.push_back(*job_id);
-                while self.ended_jobs.len() > RETAINED_JOBS {
-                    if let Some(old) = self.ended_jobs.pop_front() {
-                        self.jobs.remove(&old);
-                    }
-                }
+                retire(&mut self.ended_jobs, &mut self.jobs, *job_id, RETAINED_JOBS);
             }
             SchedulerEvent::StageSubmitted {
                 task_set,
@@ -516,12 +527,12 @@ impl StatusBook {
                         job.completed_stages += 1;
                     }
                 }
-                self.ended_stages.push_back(*task_set);
-                while self.ended_stages.len() > RETAINED_STAGES {
-                    if let Some(old) = self.ended_stages.pop_front() {
-                        self.stages.remove(&old);
-                    }
-                }
+                retire(
+                    &mut self.ended_stages,
+                    &mut self.stages,
+                    *task_set,
+                    RETAINED_STAGES,
+                );
             }
             SchedulerEvent::ExecutorAdded {
                 executor_id,
@@ -571,12 +582,12 @@ impl StatusBook {
                 status.free_slots = 0;
                 status.since_heartbeat = None;
                 status.backlogged = false;
-                self.dead_executors.push_back(executor_id.clone());
-                while self.dead_executors.len() > RETAINED_DEAD_EXECUTORS {
-                    if let Some(old) = self.dead_executors.pop_front() {
-                        self.executors.remove(&old);
-                    }
-                }
+                retire(
+                    &mut self.dead_executors,
+                    &mut self.executors,
+                    executor_id.clone(),
+                    RETAINED_DEAD_EXECUTORS,
+                );
             }
             SchedulerEvent::TaskStart { .. }
             | SchedulerEvent::ExecutorMetricsUpdate { .. }
