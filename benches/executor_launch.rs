@@ -66,9 +66,7 @@ impl FakeDriver {
                 },
                 index: task_id as u32,
                 partition_id: task_id as u32,
-                added_files: Vec::new(),
-                added_jars: Vec::new(),
-                properties: Vec::new(),
+                extras: None,
                 cpus: 1,
                 serialized_task: self.payload.clone(),
             };

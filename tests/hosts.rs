@@ -406,9 +406,7 @@ fn stranger_on_another_host() {
         name: "task 0.0 in stage 9.0 (TID 1000000)".into(),
         index: 0,
         partition_id: 0,
-        added_files: vec![],
-        added_jars: vec![],
-        properties: vec![],
+        extras: None,
         cpus: 1,
         serialized_task: TaskPayload::encode("noop", b"").unwrap(),
     };

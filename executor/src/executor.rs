@@ -262,9 +262,7 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 ///     name: "task 0.0 in stage 0.0 (TID 1)".into(),
 ///     index: 0,
 ///     partition_id: 0,
-///     added_files: vec![],
-///     added_jars: vec![],
-///     properties: vec![],
+///     extras: None,
 ///     cpus: 1,
 ///     serialized_task: TaskPayload::encode("echo", b"hello")?,
 /// })?;

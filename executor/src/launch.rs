@@ -11,10 +11,8 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use flint_wire::{
     check_decoded_size, ArchivedDependency, ArchivedTaskDescription, DecodedSize, Dependency,
-    Frame, Property, TaskDescription, TaskName, WireError,
+    Frame, Property, TaskDescription, TaskExtras, TaskName, WireError,
 };
-
-use crate::task::TaskExtras;
 
 /// A launch whose name and serialized task together are at most this long is copied out
 /// of the frame it came in (into its handle's reused buffer) rather than kept as views of
@@ -91,17 +89,18 @@ impl Launch {
         max_decoded: usize,
         scratch: Option<&mut BytesMut>,
     ) -> Launch {
-        let extras = if task.added_files.is_empty()
-            && task.added_jars.is_empty()
-            && task.properties.is_empty()
+        let wire = &task.extras;
+        let extras = if wire.added_files.is_empty()
+            && wire.added_jars.is_empty()
+            && wire.properties.is_empty()
         {
             Ok(None)
         } else if let Err(refused) = check_decoded_size(
             "its files, jars and properties",
-            task.added_files
+            wire.added_files
                 .decoded_size()
-                .saturating_add(task.added_jars.decoded_size())
-                .saturating_add(task.properties.decoded_size()),
+                .saturating_add(wire.added_jars.decoded_size())
+                .saturating_add(wire.properties.decoded_size()),
             max_decoded,
         ) {
             Err(Box::new(refused))
@@ -110,17 +109,19 @@ impl Launch {
                 name: d.name.to_string(),
                 timestamp: d.timestamp.to_native(),
             };
-            Ok(TaskExtras::of(
-                task.added_files.iter().map(dependency).collect(),
-                task.added_jars.iter().map(dependency).collect(),
-                task.properties
+            Ok(TaskExtras {
+                added_files: wire.added_files.iter().map(dependency).collect(),
+                added_jars: wire.added_jars.iter().map(dependency).collect(),
+                properties: wire
+                    .properties
                     .iter()
                     .map(|p| Property {
                         key: p.key.to_string(),
                         value: p.value.to_string(),
                     })
                     .collect(),
-            ))
+            }
+            .shared())
         };
         // A numbered name is kept as its numbers; only a name of text is copied or viewed.
         let (text, serialized_task) =
@@ -161,11 +162,7 @@ impl Launch {
             cpus: task.cpus,
             name: LaunchName::Given(task.name),
             serialized_task: task.serialized_task,
-            extras: Ok(TaskExtras::of(
-                task.added_files,
-                task.added_jars,
-                task.properties,
-            )),
+            extras: Ok(task.extras),
         }
     }
 
@@ -259,13 +256,18 @@ mod tests {
         let (executor, rx) = executor(1, limit, TaskRegistry::with_builtins());
         // Empty properties: 16 bytes each archived, 48 decoded.
         let mut flood = task(1, "echo", b"hi");
-        flood.properties = vec![
+        let mut properties = vec![
             Property {
                 key: String::new(),
                 value: String::new(),
             };
             limit / 32
         ];
+        flood.extras = TaskExtras {
+            properties: properties.clone(),
+            ..TaskExtras::NONE
+        }
+        .shared();
         let frame = launch_frame(flood.clone());
         assert!(frame.payload().len() < limit, "the frame itself is allowed");
         let mut staged = Staged::with_capacity(2);
@@ -273,7 +275,12 @@ mod tests {
         assert!(staged.jobs[0].launch.extras.is_err());
         // A few properties within the limit are decoded and the task runs.
         flood.task_id = 2;
-        flood.properties.truncate(8);
+        properties.truncate(8);
+        flood.extras = TaskExtras {
+            properties,
+            ..TaskExtras::NONE
+        }
+        .shared();
         let frame = launch_frame(flood);
         executor.stage_archived(&mut staged, &frame, archived(&frame));
         executor.commit(&mut staged).unwrap();
@@ -318,18 +325,21 @@ mod tests {
         let (executor, rx) = executor(1, 1 << 20, registry);
         let mut described = task(1, "describe", b"");
         described.cpus = 2;
-        described.added_files = vec![Dependency {
-            name: "data.csv".into(),
-            timestamp: 5,
-        }];
-        described.added_jars = vec![Dependency {
-            name: "lib.jar".into(),
-            timestamp: 7,
-        }];
-        described.properties = vec![Property {
-            key: "spark.job.description".into(),
-            value: "nightly".into(),
-        }];
+        described.extras = TaskExtras {
+            added_files: vec![Dependency {
+                name: "data.csv".into(),
+                timestamp: 5,
+            }],
+            added_jars: vec![Dependency {
+                name: "lib.jar".into(),
+                timestamp: 7,
+            }],
+            properties: vec![Property {
+                key: "spark.job.description".into(),
+                value: "nightly".into(),
+            }],
+        }
+        .shared();
         let frame = launch_frame(described.clone());
         let mut staged = Staged::with_capacity(2);
         executor.stage_archived(&mut staged, &frame, archived(&frame));

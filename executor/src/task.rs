@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use bytes::BytesMut;
 use flint_wire::records::MalformedRecords;
-use flint_wire::{Dependency, FetchFailure, Property, SharedStr, ShuffleRead, TaskMetrics};
+use flint_wire::{Dependency, FetchFailure, SharedStr, ShuffleRead, TaskExtras, TaskMetrics};
 
 use crate::accumulators::{AccumulatorError, TaskAccumulators};
 use crate::broadcast::{BroadcastError, BroadcastService};
@@ -186,33 +186,6 @@ impl TaskHandle {
     }
 }
 
-/// The files, jars and local properties a task was launched with; kept only for a task
-/// that has some (most have none, and then nothing is allocated for them).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct TaskExtras {
-    pub(crate) files: Vec<Dependency>,
-    pub(crate) jars: Vec<Dependency>,
-    pub(crate) properties: Vec<Property>,
-}
-
-impl TaskExtras {
-    /// `None` when all three are empty.
-    pub(crate) fn of(
-        files: Vec<Dependency>,
-        jars: Vec<Dependency>,
-        properties: Vec<Property>,
-    ) -> Option<Arc<TaskExtras>> {
-        if files.is_empty() && jars.is_empty() && properties.is_empty() {
-            return None;
-        }
-        Some(Arc::new(TaskExtras {
-            files,
-            jars,
-            properties,
-        }))
-    }
-}
-
 /// What a task of a job's stage has of shuffles: the writer of the one it writes (a
 /// shuffle map task), and the ones it reads.
 #[derive(Debug)]
@@ -326,12 +299,12 @@ impl TaskContext {
 
     /// The files the task needs, with the times they were added.
     pub fn added_files(&self) -> &[Dependency] {
-        self.extras.as_deref().map_or(&[], |e| &e.files)
+        self.extras.as_deref().map_or(&[], |e| &e.added_files)
     }
 
     /// The jars the task needs, with the times they were added.
     pub fn added_jars(&self) -> &[Dependency] {
-        self.extras.as_deref().map_or(&[], |e| &e.jars)
+        self.extras.as_deref().map_or(&[], |e| &e.added_jars)
     }
 
     /// The id of the executor running the task.

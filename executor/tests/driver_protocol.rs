@@ -289,9 +289,7 @@ fn task(task_id: u64, attempt_number: u32, function: &str, input: &[u8]) -> Task
         name: format!("task {task_id}.{attempt_number} in stage 0.0 (TID {task_id})").into(),
         index: task_id as u32,
         partition_id: task_id as u32,
-        added_files: vec![],
-        added_jars: vec![],
-        properties: vec![],
+        extras: None,
         cpus: 1,
         serialized_task: TaskPayload::encode(function, input).unwrap(),
     }

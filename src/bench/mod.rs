@@ -90,9 +90,7 @@ impl FrameSizes {
             name: "task 12345.0 in stage 0.0 (TID 12345)".into(),
             index: 12_345,
             partition_id: 12_345,
-            added_files: vec![],
-            added_jars: vec![],
-            properties: vec![],
+            extras: None,
             cpus: 1,
             serialized_task: TaskPayload::encode("noop", b"").expect("a valid name"),
         };

@@ -11,7 +11,8 @@ use crate::{
     validate_envelope, AccumulatorUpdate, AccumulatorValue, BlockId, BlockManagerId, Dependency,
     Encoder, Envelope, ExecutorLossReason, Frame, FrameDecoder, Heartbeat, MapStatus, Message,
     MessageKind, Property, RegisterExecutor, Route, StatusUpdate, TaskAccumUpdates,
-    TaskDescription, TaskMetrics, TaskName, TaskOutcome, TaskState, WireError, FRAME_ALIGN,
+    TaskDescription, TaskExtras, TaskMetrics, TaskName, TaskOutcome, TaskState, WireError,
+    FRAME_ALIGN,
 };
 
 /// Payload limit the fuzz targets decode with: small, so that the limit check is reached.
@@ -502,10 +503,11 @@ fn check_launched_task(task: &crate::ArchivedTaskDescription) -> usize {
             }
         }
     }
-    task.added_files
+    task.extras
+        .added_files
         .decoded_size()
-        .saturating_add(task.added_jars.decoded_size())
-        .saturating_add(task.properties.decoded_size())
+        .saturating_add(task.extras.added_jars.decoded_size())
+        .saturating_add(task.extras.properties.decoded_size())
 }
 
 /// What the driver reads of a status update (the `validate` target's checks of one
@@ -779,9 +781,7 @@ pub fn sample_task(payload_len: usize) -> TaskDescription {
         },
         index: 3,
         partition_id: 3,
-        added_files: vec![],
-        added_jars: vec![],
-        properties: vec![],
+        extras: None,
         cpus: 1,
         serialized_task: Bytes::from(vec![0x5A; payload_len]),
     }
@@ -789,7 +789,7 @@ pub fn sample_task(payload_len: usize) -> TaskDescription {
 
 /// [`sample_task`] with one added file, one added jar and one property.
 pub fn sample_task_with_dependencies(payload_len: usize) -> TaskDescription {
-    TaskDescription {
+    let extras = TaskExtras {
         added_files: vec![Dependency {
             name: "file:///data/lookup.csv".into(),
             timestamp: 1_700_000_000_000,
@@ -802,6 +802,9 @@ pub fn sample_task_with_dependencies(payload_len: usize) -> TaskDescription {
             key: "flint.job.description".into(),
             value: "count".into(),
         }],
+    };
+    TaskDescription {
+        extras: extras.shared(),
         ..sample_task(payload_len)
     }
 }

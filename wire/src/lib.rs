@@ -15,9 +15,7 @@
 //!     name: "task 0.0 in stage 0.0 (TID 17)".into(),
 //!     index: 0,
 //!     partition_id: 0,
-//!     added_files: vec![],
-//!     added_jars: vec![],
-//!     properties: vec![],
+//!     extras: None,
 //!     cpus: 1,
 //!     serialized_task: bytes::Bytes::from_static(b"noop"),
 //! };

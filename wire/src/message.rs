@@ -7,7 +7,11 @@
 //! [`crate::Frame::bytes_of`] turns them into `Bytes` views of the frame without a copy.
 
 use bytes::Bytes;
-use rkyv::{Archive, Deserialize, Serialize};
+use std::sync::Arc;
+
+use rkyv::rancor::Fallible;
+use rkyv::with::{ArchiveWith, DeserializeWith, SerializeWith};
+use rkyv::{Archive, Deserialize, Place, Serialize};
 
 use crate::shared_str::{AsArchivedString, LeanVec, SharedStr};
 use crate::task_name::TaskName;
@@ -41,6 +45,11 @@ pub(crate) fn arb_task_name() -> impl Strategy<Value = TaskName> {
                 }
             }),
     ]
+}
+
+#[cfg(test)]
+pub(crate) fn arb_extras() -> impl Strategy<Value = Option<Arc<TaskExtras>>> {
+    any::<TaskExtras>().prop_map(TaskExtras::shared)
 }
 
 #[cfg(test)]
@@ -267,6 +276,101 @@ pub struct Property {
     pub value: String,
 }
 
+/// The files, jars and local properties of a task: the same for every task of a task
+/// set, so a [`TaskDescription`] holds them shared, and not at all when all three are
+/// empty (as they are for most tasks).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+#[rkyv(derive(Debug))]
+pub struct TaskExtras {
+    /// Files the task needs, with timestamps.
+    #[rkyv(with = LeanVec)]
+    pub added_files: Vec<Dependency>,
+    /// Jars the task needs, with timestamps.
+    #[rkyv(with = LeanVec)]
+    pub added_jars: Vec<Dependency>,
+    /// Local properties.
+    #[rkyv(with = LeanVec)]
+    pub properties: Vec<Property>,
+}
+
+impl TaskExtras {
+    /// No files, jars or properties.
+    pub const NONE: TaskExtras = TaskExtras {
+        added_files: Vec::new(),
+        added_jars: Vec::new(),
+        properties: Vec::new(),
+    };
+
+    /// Whether it has no files, jars or properties.
+    pub fn is_empty(&self) -> bool {
+        self.added_files.is_empty() && self.added_jars.is_empty() && self.properties.is_empty()
+    }
+
+    /// What a task description holds of these: `None` when they are empty, else shared.
+    pub fn shared(self) -> Option<Arc<TaskExtras>> {
+        (!self.is_empty()).then(|| Arc::new(self))
+    }
+}
+
+/// What a description without files, jars or properties reads as.
+static NO_EXTRAS: TaskExtras = TaskExtras::NONE;
+
+impl TaskDescription {
+    /// Its files, jars and local properties (all empty if it has none).
+    pub fn extras(&self) -> &TaskExtras {
+        self.extras.as_deref().unwrap_or(&NO_EXTRAS)
+    }
+}
+
+/// rkyv wrapper that archives a description's `Option<Arc<TaskExtras>>` as the three
+/// lists inline, empty for `None`: the same bytes the lists made as fields of their own.
+#[derive(Debug)]
+pub struct InlineExtras;
+
+impl ArchiveWith<Option<Arc<TaskExtras>>> for InlineExtras {
+    type Archived = ArchivedTaskExtras;
+    type Resolver = TaskExtrasResolver;
+
+    fn resolve_with(
+        field: &Option<Arc<TaskExtras>>,
+        resolver: TaskExtrasResolver,
+        out: Place<ArchivedTaskExtras>,
+    ) {
+        field
+            .as_deref()
+            .unwrap_or(&NO_EXTRAS)
+            .resolve(resolver, out);
+    }
+}
+
+impl<S> SerializeWith<Option<Arc<TaskExtras>>, S> for InlineExtras
+where
+    S: Fallible + rkyv::ser::Allocator + rkyv::ser::Writer + ?Sized,
+    S::Error: rkyv::rancor::Source,
+{
+    fn serialize_with(
+        field: &Option<Arc<TaskExtras>>,
+        serializer: &mut S,
+    ) -> Result<TaskExtrasResolver, S::Error> {
+        field.as_deref().unwrap_or(&NO_EXTRAS).serialize(serializer)
+    }
+}
+
+impl<D> DeserializeWith<ArchivedTaskExtras, Option<Arc<TaskExtras>>, D> for InlineExtras
+where
+    D: Fallible + ?Sized,
+    D::Error: rkyv::rancor::Source,
+{
+    fn deserialize_with(
+        field: &ArchivedTaskExtras,
+        deserializer: &mut D,
+    ) -> Result<Option<Arc<TaskExtras>>, D::Error> {
+        let extras: TaskExtras = field.deserialize(deserializer)?;
+        Ok(extras.shared())
+    }
+}
+
 /// Everything an executor needs to run one task attempt.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
@@ -287,15 +391,11 @@ pub struct TaskDescription {
     pub index: u32,
     /// Partition the task computes.
     pub partition_id: u32,
-    /// Files the task needs, with timestamps.
-    #[rkyv(with = LeanVec)]
-    pub added_files: Vec<Dependency>,
-    /// Jars the task needs, with timestamps.
-    #[rkyv(with = LeanVec)]
-    pub added_jars: Vec<Dependency>,
-    /// Local properties.
-    #[rkyv(with = LeanVec)]
-    pub properties: Vec<Property>,
+    /// Files, jars and local properties, shared by the tasks of a task set; `None` when
+    /// there are none. On the wire, three lists.
+    #[rkyv(with = InlineExtras)]
+    #[cfg_attr(test, proptest(strategy = "arb_extras()"))]
+    pub extras: Option<Arc<TaskExtras>>,
     /// Cores the task uses (task.cpus).
     pub cpus: u32,
     /// The serialized task: names its function and carries its input. Opaque here.

@@ -10,7 +10,8 @@ use flint_wire::fuzzing::{sample_message, sample_route};
 use flint_wire::{
     AccumulatorUpdate, ArchivedKnownStatuses, ArchivedMessage, ArchivedTaskOutcome, BlockManagerId,
     DecodedSize, Dependency, Frame, KnownStatuses, MapStatus, Message, MessageKind, Property,
-    ShuffleStatuses, StatusUpdate, TaskAccumUpdates, TaskMetrics, TaskOutcome, TaskState,
+    ShuffleStatuses, StatusUpdate, TaskAccumUpdates, TaskExtras, TaskMetrics, TaskOutcome,
+    TaskState,
 };
 use rkyv::rancor;
 
@@ -137,19 +138,23 @@ fn launch_files_jars_and_properties_decode_within_their_estimate() {
             unreachable!()
         };
         let text = |i: usize| name(i).unwrap_or_default();
-        task.added_files = (0..count)
+        let added_files: Vec<Dependency> = (0..count)
             .map(|i| Dependency {
                 name: text(i),
                 timestamp: i as i64,
             })
             .collect();
-        task.added_jars = task.added_files.iter().rev().cloned().collect();
-        task.properties = (0..count)
-            .map(|i| Property {
-                key: text(i),
-                value: text(i + 2),
-            })
-            .collect();
+        let extras = TaskExtras {
+            added_jars: added_files.iter().rev().cloned().collect(),
+            added_files,
+            properties: (0..count)
+                .map(|i| Property {
+                    key: text(i),
+                    value: text(i + 2),
+                })
+                .collect(),
+        };
+        task.extras = extras.clone().shared();
         let frame = frame_of(MessageKind::LaunchTask, &Message::LaunchTask(task.clone()));
         let ArchivedMessage::LaunchTask(archived) = &frame.envelope().unwrap().message else {
             unreachable!()
@@ -157,22 +162,25 @@ fn launch_files_jars_and_properties_decode_within_their_estimate() {
         let (mut files, mut properties) = (Vec::new(), Vec::new());
         check(
             &format!("{count} files"),
-            archived.added_files.decoded_size(),
+            archived.extras.added_files.decoded_size(),
             || {
-                files = rkyv::deserialize::<Vec<Dependency>, rancor::Error>(&archived.added_files)
-                    .unwrap()
+                files = rkyv::deserialize::<Vec<Dependency>, rancor::Error>(
+                    &archived.extras.added_files,
+                )
+                .unwrap()
             },
         );
         check(
             &format!("{count} properties"),
-            archived.properties.decoded_size(),
+            archived.extras.properties.decoded_size(),
             || {
                 properties =
-                    rkyv::deserialize::<Vec<Property>, rancor::Error>(&archived.properties).unwrap()
+                    rkyv::deserialize::<Vec<Property>, rancor::Error>(&archived.extras.properties)
+                        .unwrap()
             },
         );
-        assert_eq!(files, task.added_files);
-        assert_eq!(properties, task.properties);
+        assert_eq!(files, extras.added_files);
+        assert_eq!(properties, extras.properties);
     }
 }
 

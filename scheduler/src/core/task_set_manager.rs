@@ -5,11 +5,12 @@
 //! registry it consults; it is not used on its own.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flint_wire::{
-    FetchFailure, Property, SharedStr, TaskDescription, TaskFailureKind, TaskName, TaskState,
+    FetchFailure, SharedStr, TaskDescription, TaskExtras, TaskFailureKind, TaskName, TaskState,
 };
 use tracing::{debug, error, info, warn};
 
@@ -95,7 +96,9 @@ pub struct TaskSetManager {
     final_stage: bool,
     pool: SharedStr,
     payload: Bytes,
-    properties: Vec<Property>,
+    /// The task set's local properties as each task's description holds them: shared,
+    /// so that launching a task copies a pointer, not the properties.
+    extras: Option<Arc<TaskExtras>>,
     specs: Vec<TaskSpec>,
     tasks: Vec<TaskRecord>,
     pending: PendingTasks,
@@ -138,7 +141,11 @@ impl TaskSetManager {
             properties,
             tasks: specs,
         } = task_set;
-        let mut pending = PendingTasks::default();
+        let without_prefs = specs
+            .iter()
+            .filter(|spec| spec.preferred_locations.is_empty())
+            .count();
+        let mut pending = PendingTasks::with_capacity(specs.len(), without_prefs);
         // Highest index first, so that the stacks launch the lowest index first.
         for (index, spec) in specs.iter().enumerate().rev() {
             pending.add(index as u32, &spec.preferred_locations, registry);
@@ -150,7 +157,11 @@ impl TaskSetManager {
             final_stage,
             pool,
             payload,
-            properties,
+            extras: TaskExtras {
+                properties,
+                ..TaskExtras::NONE
+            }
+            .shared(),
             tasks: vec![TaskRecord::default(); specs.len()],
             specs,
             pending,
@@ -590,9 +601,7 @@ impl TaskSetManager {
             },
             index,
             partition_id: spec.partition_id,
-            added_files: Vec::new(),
-            added_jars: Vec::new(),
-            properties: self.properties.clone(),
+            extras: self.extras.clone(),
             cpus: self.settings.task_cpus,
             serialized_task,
         })

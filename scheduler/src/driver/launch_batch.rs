@@ -32,13 +32,14 @@ pub(crate) const MAX_BYTES_PER_FRAME: usize = 256 * 1024;
 /// What the encoded form of `task` takes, near enough: its fixed part and what its
 /// strings and lists add.
 pub(crate) fn encoded_size_estimate(task: &TaskDescription) -> usize {
-    let dependencies = task
+    let extras = task.extras();
+    let dependencies = extras
         .added_files
         .iter()
-        .chain(&task.added_jars)
+        .chain(&extras.added_jars)
         .map(|d| d.name.len() + 24)
         .sum::<usize>();
-    let properties = task
+    let properties = extras
         .properties
         .iter()
         .map(|p| p.key.len() + p.value.len() + 16)
