@@ -160,7 +160,10 @@ pub(crate) struct Inner {
     pub(crate) text_limit: usize,
     /// `driver.maxResultSize`.
     pub(crate) max_result_size: Option<u64>,
-    epoch: Instant,
+    /// What a runner times its tasks with (the TSC where it is usable), and heartbeats
+    /// the run time so far of running tasks.
+    pub(crate) clock: quanta::Clock,
+    epoch: quanta::Instant,
     pub(crate) registry: TaskRegistry,
     pub(crate) blocks: Arc<BlockStore>,
     pub(crate) status: Box<dyn StatusSender>,
@@ -189,6 +192,7 @@ impl Inner {
     /// The state of an executor of `config.cores` (at least 1) whose runners have not
     /// started yet.
     fn new(config: ExecutorConfig, registry: TaskRegistry, status: Box<dyn StatusSender>) -> Inner {
+        let clock = quanta::Clock::new();
         Inner {
             executor_id: SharedStr::from(config.executor_id),
             hostname: config.hostname,
@@ -197,7 +201,8 @@ impl Inner {
             max_decoded: config.max_message_size,
             text_limit: (config.max_message_size / 2).min(MAX_FAILURE_TEXT),
             max_result_size: config.max_result_size,
-            epoch: Instant::now(),
+            epoch: clock.now(),
+            clock,
             registry,
             blocks: Arc::new(BlockStore::new()),
             status,
@@ -222,7 +227,7 @@ impl Inner {
     }
 
     /// Nanoseconds from the executor's start to `now`.
-    pub(crate) fn since_epoch(&self, now: Instant) -> u64 {
+    pub(crate) fn since_epoch(&self, now: quanta::Instant) -> u64 {
         u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 }
@@ -588,7 +593,7 @@ impl Executor {
     /// The metrics and accumulator values so far of every task whose function has
     /// started and not ended: a heartbeat's accumulator updates.
     pub fn heartbeat_updates(&self) -> Vec<TaskAccumUpdates> {
-        let now = self.inner.since_epoch(Instant::now());
+        let now = self.inner.since_epoch(self.inner.clock.now());
         let state = self.inner.handoff.lock();
         let mut updates: Vec<TaskAccumUpdates> = state
             .running

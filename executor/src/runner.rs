@@ -105,7 +105,7 @@ pub(crate) fn runner(inner: Arc<Inner>) {
             lease = inner.status.lend_transport();
         }
         // When a task of the batch ends, the next one starts: one clock read serves both.
-        let mut clock = Instant::now();
+        let mut clock = inner.clock.now();
         while let Some(Job { launch, handle, .. }) = batch.pop_front() {
             let task_id = launch.task_id;
             if inner.stopped.load(Ordering::Acquire) {
@@ -304,11 +304,11 @@ impl Inner {
         launch: &Launch,
         handle: Arc<TaskHandle>,
         functions: &mut FunctionCache<'r>,
-        clock: &mut Instant,
+        clock: &mut quanta::Instant,
     ) -> (Ended, Option<Duration>, Arc<TaskHandle>) {
         let start = *clock;
         if let Some(reason) = handle.kill_reason() {
-            *clock = Instant::now();
+            *clock = self.clock.now();
             info!(
                 "Executor killed {} before it started, reason: {reason}",
                 launch.name
@@ -324,7 +324,7 @@ impl Inner {
         let payload = match parsed {
             Ok(payload) => payload,
             Err(e) => {
-                *clock = Instant::now();
+                *clock = self.clock.now();
                 let message = format!("Could not deserialize {}: {e}", launch.name);
                 error!("{message}");
                 let ended = Ended::failed(
@@ -336,7 +336,7 @@ impl Inner {
             }
         };
         let Some(function) = functions.get(&self.registry, payload.function) else {
-            *clock = Instant::now();
+            *clock = self.clock.now();
             let message = format!(
                 "No task function named {:?} is registered on executor {} (it has: {})",
                 payload.function,
@@ -356,7 +356,7 @@ impl Inner {
             Some(stage) => match self.stage_context(launch, &stage) {
                 Ok(stage) => Some(stage),
                 Err(message) => {
-                    *clock = Instant::now();
+                    *clock = self.clock.now();
                     error!("Could not deserialize {}: {message}", launch.name);
                     let ended = Ended::failed(
                         TaskFailureKind::Undeserializable,
@@ -369,7 +369,7 @@ impl Inner {
         };
         let input: Bytes = launch.serialized_task.slice_ref(payload.input);
         let function_name = payload.function;
-        let run_start = Instant::now();
+        let run_start = self.clock.now();
         let deserialize_ns = run_start.duration_since(start).as_nanos() as u64;
         handle.mark_started(self.since_epoch(run_start), deserialize_ns);
         let mut ctx = TaskContext {
@@ -403,7 +403,7 @@ impl Inner {
             }
             (result, _) => result,
         };
-        *clock = Instant::now();
+        *clock = self.clock.now();
         let run_time = clock.saturating_duration_since(run_start);
         let handle = ctx.handle;
         let mut metrics = handle.metrics(run_time.as_nanos() as u64);
@@ -458,7 +458,9 @@ mod tests {
     use crate::task::{TaskContext, TaskError};
     use crate::testing::{executor, task, wait_until, WAIT};
     use bytes::Bytes;
-    use flint_wire::{BlockId, TaskDescription, TaskFailureKind, TaskOutcome, TaskState};
+    use flint_wire::{
+        BlockId, StatusUpdate, TaskDescription, TaskFailureKind, TaskOutcome, TaskState,
+    };
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -593,6 +595,26 @@ mod tests {
         assert_eq!(executor.inner.handoff.lock().live, 3);
         assert!(executor.stop());
         assert_eq!(executor.inner.handoff.lock().live, 0);
+    }
+
+    #[test]
+    fn a_task_reports_the_time_its_function_ran_and_a_noop_next_to_it_almost_none() {
+        let (executor, rx) = executor(1, 1 << 20, TaskRegistry::with_builtins());
+        executor.launch_task(task(1, "sleep", b"30")).unwrap();
+        executor.launch_task(task(2, "noop", b"")).unwrap();
+        let run_time = |update: StatusUpdate| {
+            let TaskOutcome::Direct { metrics, .. } = update.outcome else {
+                panic!("{update:?}")
+            };
+            Duration::from_nanos(metrics.run_time_ns)
+        };
+        let slept = run_time(rx.recv_timeout(WAIT).unwrap());
+        let noop = run_time(rx.recv_timeout(WAIT).unwrap());
+        // The runner's clock (the TSC) measures what the sleep's own clock waited for,
+        // and the task after it is not charged for it.
+        assert!(slept >= Duration::from_millis(30), "{slept:?}");
+        assert!(slept < WAIT, "{slept:?}");
+        assert!(noop < Duration::from_millis(30), "{noop:?}");
     }
 
     #[test]
