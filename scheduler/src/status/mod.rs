@@ -11,6 +11,7 @@
 //! beyond the publisher's tick.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flint_rpc::RpcStats;
@@ -397,6 +398,29 @@ pub struct StatusBook {
     marks: VecDeque<Mark>,
     /// Task attempts ended in each whole second, oldest first.
     history: VecDeque<u64>,
+    /// The latest run of task ends of one task set on one executor, not yet added to
+    /// their stage, job and executor records.
+    tally: Option<TaskTally>,
+}
+
+/// Task ends of one task set on one executor, counted together: a pipelined driver
+/// ends tasks in runs like that, and three map lookups per task were a tenth of its
+/// work per task. Added to the records before anything reads or changes them.
+#[derive(Debug)]
+struct TaskTally {
+    task_set: TaskSetId,
+    executor_id: SharedStr,
+    succeeded: u32,
+    failed: u32,
+    first_successes: u32,
+    task_time: Duration,
+}
+
+impl TaskTally {
+    fn of(&self, task_set: TaskSetId, executor_id: &SharedStr) -> bool {
+        self.task_set == task_set
+            && (Arc::ptr_eq(&self.executor_id, executor_id) || self.executor_id == *executor_id)
+    }
 }
 
 impl StatusBook {
@@ -421,6 +445,7 @@ impl StatusBook {
             latency: LatencyHistogram::default(),
             marks,
             history: VecDeque::new(),
+            tally: None,
         }
     }
 
@@ -431,6 +456,9 @@ impl StatusBook {
     /// Takes one of the scheduler's events. `now` is read only for job, stage and
     /// executor events: a task's end needs none (its latency travels with it).
     pub fn on_event(&mut self, now: impl FnOnce() -> Instant, event: &SchedulerEvent) {
+        if !matches!(event, SchedulerEvent::TaskEnd { .. }) {
+            self.settle_tally();
+        }
         match event {
             SchedulerEvent::TaskEnd {
                 task_set,
@@ -615,7 +643,7 @@ impl StatusBook {
     fn task_ended(
         &mut self,
         task_set: TaskSetId,
-        executor_id: &str,
+        executor_id: &SharedStr,
         latency: Duration,
         reason: &TaskEndReason,
     ) {
@@ -630,31 +658,50 @@ impl StatusBook {
             self.totals.tasks_failed += 1;
         }
         self.latency.record(latency);
-        if let Some(record) = self.executors.get_mut(executor_id) {
-            if succeeded {
-                record.status.completed_tasks += 1;
-            } else {
-                record.status.failed_tasks += 1;
-            }
-            record.status.task_time += latency;
+        if !self
+            .tally
+            .as_ref()
+            .is_some_and(|tally| tally.of(task_set, executor_id))
+        {
+            self.settle_tally();
+            self.tally = Some(TaskTally {
+                task_set,
+                executor_id: executor_id.clone(),
+                succeeded: 0,
+                failed: 0,
+                first_successes: 0,
+                task_time: Duration::ZERO,
+            });
         }
-        let job_id = match self.stages.get_mut(&task_set) {
-            Some(stage) => {
-                if first_success {
-                    stage.completed_tasks += 1;
-                } else if !succeeded {
-                    stage.failed_tasks += 1;
-                }
-                stage.job_id
-            }
-            None => return,
+        if let Some(tally) = &mut self.tally {
+            tally.succeeded = tally.succeeded.saturating_add(u32::from(succeeded));
+            tally.failed = tally.failed.saturating_add(u32::from(!succeeded));
+            tally.first_successes = tally
+                .first_successes
+                .saturating_add(u32::from(first_success));
+            tally.task_time = tally.task_time.saturating_add(latency);
+        }
+    }
+
+    /// Adds the tally of task ends to the executor's, stage's and job's records.
+    fn settle_tally(&mut self) {
+        let Some(tally) = self.tally.take() else {
+            return;
         };
+        if let Some(record) = self.executors.get_mut(&tally.executor_id) {
+            record.status.completed_tasks += u64::from(tally.succeeded);
+            record.status.failed_tasks += u64::from(tally.failed);
+            record.status.task_time += tally.task_time;
+        }
+        let Some(stage) = self.stages.get_mut(&tally.task_set) else {
+            return;
+        };
+        stage.completed_tasks += tally.first_successes;
+        stage.failed_tasks += tally.failed;
+        let job_id = stage.job_id;
         if let Some(job) = self.jobs.get_mut(&job_id) {
-            if first_success {
-                job.completed_tasks += 1;
-            } else if !succeeded {
-                job.failed_tasks += 1;
-            }
+            job.completed_tasks += tally.first_successes;
+            job.failed_tasks += tally.failed;
         }
     }
 
@@ -722,6 +769,7 @@ impl StatusBook {
         core: CoreView,
         transport: RpcStats,
     ) -> StatusSnapshot {
+        self.settle_tally();
         self.tick(now);
         self.sequence += 1;
         // The open task sets' live figures.

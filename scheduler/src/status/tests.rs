@@ -253,3 +253,80 @@ fn latency_quantiles_fall_in_the_right_bucket() {
     assert_eq!(LATENCY_BOUNDS_NS[80], 100_000_000_000);
     assert!(LATENCY_BOUNDS_NS.windows(2).all(|w| w[0] < w[1]));
 }
+
+#[test]
+fn task_ends_counted_in_runs_reach_their_records_however_they_interleave() {
+    let start = Instant::now();
+    let mut book = StatusBook::new(start);
+    let t = |ms| start + Duration::from_millis(ms);
+    added(&mut book, t(1), "1");
+    added(&mut book, t(1), "2");
+    for (job_id, stage_id) in [(7, 3), (8, 4)] {
+        book.on_event(|| t(2), &SchedulerEvent::JobStart { job_id });
+        book.on_event(
+            || t(2),
+            &SchedulerEvent::StageSubmitted {
+                task_set: stage(stage_id),
+                job_id,
+                num_tasks: 10,
+            },
+        );
+    }
+    // Runs of one stage on one executor, broken by the other stage, the other executor
+    // and a failure; a snapshot in the middle sees what ended before it.
+    for (stage_id, executor, ok) in [
+        (3, "1", true),
+        (3, "1", true),
+        (3, "2", true),
+        (4, "2", false),
+        (4, "2", true),
+        (3, "1", true),
+    ] {
+        book.on_event(|| unreachable!(), &task_end(stage_id, executor, 1, ok));
+    }
+    let first = book.snapshot(t(10), CoreView::default(), RpcStats::default());
+    let counts = |snapshot: &StatusSnapshot, stage_id: u32| {
+        let stage = snapshot
+            .stages
+            .iter()
+            .find(|s| s.id.stage_id == stage_id)
+            .expect("the stage");
+        (stage.completed_tasks, stage.failed_tasks)
+    };
+    let by_executor = |snapshot: &StatusSnapshot, id: &str| {
+        let executor = snapshot
+            .executors
+            .iter()
+            .find(|e| e.id == id)
+            .expect("the executor");
+        (executor.completed_tasks, executor.failed_tasks)
+    };
+    assert_eq!((counts(&first, 3), counts(&first, 4)), ((4, 0), (1, 1)));
+    assert_eq!(
+        (by_executor(&first, "1"), by_executor(&first, "2")),
+        ((3, 0), (2, 1))
+    );
+    // A run still open when its stage and job end is counted in them.
+    book.on_event(|| unreachable!(), &task_end(4, "1", 1, true));
+    book.on_event(
+        || t(20),
+        &SchedulerEvent::StageCompleted {
+            task_set: stage(4),
+            job_id: 8,
+            failure: None,
+        },
+    );
+    book.on_event(
+        || t(20),
+        &SchedulerEvent::JobEnd {
+            job_id: 8,
+            result: JobResult::Succeeded,
+        },
+    );
+    let second = book.snapshot(t(30), CoreView::default(), RpcStats::default());
+    assert_eq!(counts(&second, 4), (2, 1));
+    let job = second.jobs.iter().find(|j| j.job_id == 8).expect("job 8");
+    assert_eq!((job.completed_tasks, job.failed_tasks), (2, 1));
+    assert_eq!(by_executor(&second, "1"), (4, 0));
+    assert_eq!(second.totals.tasks_finished(), 7);
+}
