@@ -157,6 +157,9 @@ pub(crate) struct DriverCore {
     pending_offers: Vec<SharedStr>,
     /// Launches that could not be made in the current round: task, reason, abort.
     launch_failures: Vec<(u64, String, Option<String>)>,
+    /// Scratch of [`DriverCore::launch_on`]: each offer's connection, if its executor
+    /// is known, and the tasks launched on it this round.
+    offer_peers: Vec<(Option<PeerId>, u32)>,
     /// What the glue is to carry out, oldest first; the scheduler's actions follow.
     outputs: VecDeque<Output>,
     /// Whether the scheduler asked for offers among the actions taken so far.
@@ -215,6 +218,7 @@ impl DriverCore {
             offers: Vec::new(),
             pending_offers: Vec::new(),
             launch_failures: Vec::new(),
+            offer_peers: Vec::new(),
             outputs: VecDeque::new(),
             revive: false,
             offer_rounds: 0,
@@ -769,29 +773,43 @@ impl DriverCore {
             return;
         }
         let cpus = self.config.task_cpus;
+        // Each offer's connection, looked up once per offer rather than once per task;
+        // the cores the offer's launches take are taken after the round.
+        let mut peers = std::mem::take(&mut self.offer_peers);
+        peers.clear();
+        peers.extend(
+            offers
+                .iter()
+                .map(|offer| (self.executors.get(&offer.executor_id).map(|e| e.peer), 0u32)),
+        );
         let DriverCore {
             scheduler,
-            executors,
             launch_failures,
             outputs,
             ..
         } = self;
         scheduler.resource_offers_with(now, offers, |i, task| {
-            let offer = &offers[i];
-            let Some(executor) = executors.get_mut(&offer.executor_id) else {
+            let (Some(peer), launched) = &mut peers[i] else {
                 launch_failures.push((task.task_id, "its executor is gone".to_owned(), None));
                 return;
             };
             debug!(
                 "Launching task {} on executor id: {} hostname: {}.",
-                task.task_id, offer.executor_id, executor.host
+                task.task_id, offers[i].executor_id, offers[i].host
             );
-            executor.free_slots = executor.free_slots.saturating_sub(cpus);
-            outputs.push_back(Output::Launch {
-                peer: executor.peer,
-                task,
-            });
+            *launched += 1;
+            outputs.push_back(Output::Launch { peer: *peer, task });
         });
+        for (offer, &(_, launched)) in offers.iter().zip(&peers) {
+            if launched > 0 {
+                if let Some(executor) = self.executors.get_mut(&offer.executor_id) {
+                    executor.free_slots = executor
+                        .free_slots
+                        .saturating_sub(cpus.saturating_mul(launched));
+                }
+            }
+        }
+        self.offer_peers = peers;
         for (task_id, reason, abort) in std::mem::take(&mut self.launch_failures) {
             self.scheduler.launch_failed(now, task_id, &reason, abort);
         }
