@@ -398,14 +398,18 @@ pub struct StatusBook {
     marks: VecDeque<Mark>,
     /// Task attempts ended in each whole second, oldest first.
     history: VecDeque<u64>,
-    /// The latest run of task ends of one task set on one executor, not yet added to
-    /// their stage, job and executor records.
-    tally: Option<TaskTally>,
+    /// Task ends counted per task set and executor, not yet added to their stage, job
+    /// and executor records: at most [`OPEN_TALLIES`].
+    tallies: Vec<TaskTally>,
 }
 
-/// Task ends of one task set on one executor, counted together: a pipelined driver
-/// ends tasks in runs like that, and three map lookups per task were a tenth of its
-/// work per task. Added to the records before anything reads or changes them.
+/// The most tallies of task ends kept open; one more settles them all.
+const OPEN_TALLIES: usize = 8;
+
+/// Task ends of one task set on one executor, counted together: a driver ends tasks of
+/// a few task sets on a few executors over and over, and three map lookups per task were
+/// a tenth of a pipelined driver's work per task. Added to the records before anything
+/// reads or changes them.
 #[derive(Debug)]
 struct TaskTally {
     task_set: TaskSetId,
@@ -445,7 +449,7 @@ impl StatusBook {
             latency: LatencyHistogram::default(),
             marks,
             history: VecDeque::new(),
-            tally: None,
+            tallies: Vec::with_capacity(OPEN_TALLIES),
         }
     }
 
@@ -457,7 +461,7 @@ impl StatusBook {
     /// executor events: a task's end needs none (its latency travels with it).
     pub fn on_event(&mut self, now: impl FnOnce() -> Instant, event: &SchedulerEvent) {
         if !matches!(event, SchedulerEvent::TaskEnd { .. }) {
-            self.settle_tally();
+            self.settle_tallies();
         }
         match event {
             SchedulerEvent::TaskEnd {
@@ -658,36 +662,46 @@ impl StatusBook {
             self.totals.tasks_failed += 1;
         }
         self.latency.record(latency);
-        if !self
-            .tally
-            .as_ref()
-            .is_some_and(|tally| tally.of(task_set, executor_id))
+        let open = match self
+            .tallies
+            .iter()
+            .position(|tally| tally.of(task_set, executor_id))
         {
-            self.settle_tally();
-            self.tally = Some(TaskTally {
-                task_set,
-                executor_id: executor_id.clone(),
-                succeeded: 0,
-                failed: 0,
-                first_successes: 0,
-                task_time: Duration::ZERO,
-            });
-        }
-        if let Some(tally) = &mut self.tally {
-            tally.succeeded = tally.succeeded.saturating_add(u32::from(succeeded));
-            tally.failed = tally.failed.saturating_add(u32::from(!succeeded));
-            tally.first_successes = tally
-                .first_successes
-                .saturating_add(u32::from(first_success));
-            tally.task_time = tally.task_time.saturating_add(latency);
-        }
+            Some(open) => open,
+            None => {
+                if self.tallies.len() == OPEN_TALLIES {
+                    self.settle_tallies();
+                }
+                self.tallies.push(TaskTally {
+                    task_set,
+                    executor_id: executor_id.clone(),
+                    succeeded: 0,
+                    failed: 0,
+                    first_successes: 0,
+                    task_time: Duration::ZERO,
+                });
+                self.tallies.len() - 1
+            }
+        };
+        let tally = &mut self.tallies[open];
+        tally.succeeded = tally.succeeded.saturating_add(u32::from(succeeded));
+        tally.failed = tally.failed.saturating_add(u32::from(!succeeded));
+        tally.first_successes = tally
+            .first_successes
+            .saturating_add(u32::from(first_success));
+        tally.task_time = tally.task_time.saturating_add(latency);
     }
 
-    /// Adds the tally of task ends to the executor's, stage's and job's records.
-    fn settle_tally(&mut self) {
-        let Some(tally) = self.tally.take() else {
-            return;
-        };
+    /// Adds the tallies of task ends to the executors', stages' and jobs' records.
+    fn settle_tallies(&mut self) {
+        let mut tallies = std::mem::take(&mut self.tallies);
+        for tally in tallies.drain(..) {
+            self.settle(tally);
+        }
+        self.tallies = tallies;
+    }
+
+    fn settle(&mut self, tally: TaskTally) {
         if let Some(record) = self.executors.get_mut(&tally.executor_id) {
             record.status.completed_tasks += u64::from(tally.succeeded);
             record.status.failed_tasks += u64::from(tally.failed);
@@ -769,7 +783,7 @@ impl StatusBook {
         core: CoreView,
         transport: RpcStats,
     ) -> StatusSnapshot {
-        self.settle_tally();
+        self.settle_tallies();
         self.tick(now);
         self.sequence += 1;
         // The open task sets' live figures.

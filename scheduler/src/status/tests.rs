@@ -330,3 +330,43 @@ fn task_ends_counted_in_runs_reach_their_records_however_they_interleave() {
     assert_eq!(by_executor(&second, "1"), (4, 0));
     assert_eq!(second.totals.tasks_finished(), 7);
 }
+
+#[test]
+fn more_runs_open_at_once_than_the_book_keeps_are_all_counted() {
+    let start = Instant::now();
+    let mut book = StatusBook::new(start);
+    let t = |ms| start + Duration::from_millis(ms);
+    let executors: Vec<String> = (0..OPEN_TALLIES + 3).map(|i| i.to_string()).collect();
+    for id in &executors {
+        added(&mut book, t(1), id);
+    }
+    book.on_event(|| t(2), &SchedulerEvent::JobStart { job_id: 7 });
+    book.on_event(
+        || t(2),
+        &SchedulerEvent::StageSubmitted {
+            task_set: stage(3),
+            job_id: 7,
+            num_tasks: 100,
+        },
+    );
+    // Round robin over more executors than tallies stay open: every change of executor
+    // is a run of its own.
+    for round in 0..3 {
+        for id in &executors {
+            book.on_event(|| unreachable!(), &task_end(3, id, 1, round != 1));
+        }
+    }
+    let snapshot = book.snapshot(t(10), CoreView::default(), RpcStats::default());
+    for executor in &snapshot.executors {
+        assert_eq!(
+            (executor.completed_tasks, executor.failed_tasks),
+            (2, 1),
+            "{}",
+            executor.id
+        );
+    }
+    let stage = &snapshot.stages[0];
+    let n = executors.len() as u32;
+    assert_eq!((stage.completed_tasks, stage.failed_tasks), (2 * n, n));
+    assert_eq!(snapshot.jobs[0].completed_tasks, 2 * n);
+}
