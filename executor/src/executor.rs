@@ -27,7 +27,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use flint_wire::{
-    ArchivedTaskDescription, Frame, SharedStr, TaskAccumUpdates, TaskDescription, MAX_FAILURE_TEXT,
+    ArchivedTaskDescription, Frame, SharedStr, TaskAccumUpdates, TaskDescription, TaskExtras,
+    MAX_FAILURE_TEXT,
 };
 use rustc_hash::FxHashMap;
 use tracing::{debug, info, warn};
@@ -85,6 +86,9 @@ pub(crate) struct Job {
 pub(crate) struct Staged {
     pub(crate) jobs: Vec<Job>,
     spare: Vec<Arc<TaskHandle>>,
+    /// The files, jars and properties of the last launch that had some, which the next
+    /// launches of its task set share rather than decode again.
+    last_extras: Option<Arc<TaskExtras>>,
 }
 
 impl Staged {
@@ -93,6 +97,7 @@ impl Staged {
         Staged {
             jobs: Vec::with_capacity(capacity),
             spare: Vec::with_capacity(capacity),
+            last_extras: None,
         }
     }
 
@@ -442,10 +447,14 @@ impl Executor {
         let mut handle = Self::spare_handle(staged);
         let max_decoded = self.max_decoded();
         let launch = match Arc::get_mut(&mut handle) {
-            Some(unique) => {
-                Launch::from_archived_into(frame, task, max_decoded, &mut unique.scratch)
-            }
-            None => Launch::from_archived(frame, task, max_decoded),
+            Some(unique) => Launch::from_archived_into(
+                frame,
+                task,
+                max_decoded,
+                &mut unique.scratch,
+                &mut staged.last_extras,
+            ),
+            None => Launch::from_archived(frame, task, max_decoded, &mut staged.last_extras),
         };
         self.stage_with(staged, launch, handle);
     }

@@ -65,8 +65,9 @@ impl Launch {
         frame: &Frame,
         task: &ArchivedTaskDescription,
         max_decoded: usize,
+        last_extras: &mut Option<Arc<TaskExtras>>,
     ) -> Launch {
-        Self::read(frame, task, max_decoded, None)
+        Self::read(frame, task, max_decoded, None, last_extras)
     }
 
     /// [`Launch::from_archived`], with a small launch ([`COPY_LIMIT`]) copied straight
@@ -79,15 +80,20 @@ impl Launch {
         task: &ArchivedTaskDescription,
         max_decoded: usize,
         scratch: &mut BytesMut,
+        last_extras: &mut Option<Arc<TaskExtras>>,
     ) -> Launch {
-        Self::read(frame, task, max_decoded, Some(scratch))
+        Self::read(frame, task, max_decoded, Some(scratch), last_extras)
     }
 
+    /// `last_extras` are the files, jars and properties the last launch with some had:
+    /// the tasks of a task set share theirs, and a launch with the same takes them
+    /// rather than decode its own.
     fn read(
         frame: &Frame,
         task: &ArchivedTaskDescription,
         max_decoded: usize,
         scratch: Option<&mut BytesMut>,
+        last_extras: &mut Option<Arc<TaskExtras>>,
     ) -> Launch {
         let wire = &task.extras;
         let extras = if wire.added_files.is_empty()
@@ -95,6 +101,8 @@ impl Launch {
             && wire.properties.is_empty()
         {
             Ok(None)
+        } else if let Some(last) = last_extras.as_ref().filter(|last| wire.matches(last)) {
+            Ok(Some(last.clone()))
         } else if let Err(refused) = check_decoded_size(
             "its files, jars and properties",
             wire.added_files
@@ -109,7 +117,7 @@ impl Launch {
                 name: d.name.to_string(),
                 timestamp: d.timestamp.to_native(),
             };
-            Ok(TaskExtras {
+            let extras = TaskExtras {
                 added_files: wire.added_files.iter().map(dependency).collect(),
                 added_jars: wire.added_jars.iter().map(dependency).collect(),
                 properties: wire
@@ -121,7 +129,9 @@ impl Launch {
                     })
                     .collect(),
             }
-            .shared())
+            .shared();
+            last_extras.clone_from(&extras);
+            Ok(extras)
         };
         // A numbered name is kept as its numbers; only a name of text is copied or viewed.
         let (text, serialized_task) =

@@ -14,6 +14,8 @@
 //!
 //! A variant runs tasks that each add 1 to a long accumulator (the built-in `accumulate`),
 //! whose value travels with every status update: that too allocates nothing per task.
+//! Another launches tasks with local properties, as the tasks of a task set with some
+//! are: the executor decodes them once and shares them among the tasks that follow.
 //!
 //! Heartbeats are an hour apart so that none falls in the measured window. Every wait is
 //! bounded: the test fails, rather than hangs, after [`DEADLINE`].
@@ -29,8 +31,8 @@ use flint_testkit::alloc::{allocations, CountingAllocator};
 use flint_testkit::wait::holds_within;
 use flint_wire::{
     ArchivedAccumulatorValue, ArchivedMessage, ArchivedStatusUpdate, ArchivedTaskOutcome,
-    ArchivedTaskState, Message, SharedStr, TaskDescription, TaskName, TaskPayload, DRIVER_ENDPOINT,
-    EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+    ArchivedTaskState, Message, Property, SharedStr, TaskDescription, TaskExtras, TaskName,
+    TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
 };
 
 /// Tasks run before the count starts.
@@ -72,6 +74,8 @@ struct FakeDriver {
     executor: Option<EndpointRef>,
     executor_id: SharedStr,
     payload: Bytes,
+    /// Every task's files, jars and properties, shared as the driver shares a task set's.
+    extras: Option<Arc<TaskExtras>>,
     launched: u64,
     reported: u64,
     /// Launches were sent deferred since the last flush.
@@ -119,7 +123,7 @@ impl FakeDriver {
                 },
                 index: task_id as u32,
                 partition_id: task_id as u32,
-                extras: None,
+                extras: self.extras.clone(),
                 cpus: 1,
                 serialized_task: self.payload.clone(),
             };
@@ -196,7 +200,7 @@ fn wait_until(what: &str, deadline: Instant, progress: &Progress, check: impl Fn
 
 #[test]
 fn steady_state_task_launches_allocate_nothing() {
-    let (allocations, tasks, accumulated) = allocations_of_tasks("noop", b"");
+    let (allocations, tasks, accumulated) = allocations_of_tasks("noop", b"", None);
     assert_eq!(accumulated, 0);
     assert!(
         allocations < ALLOWED,
@@ -206,7 +210,7 @@ fn steady_state_task_launches_allocate_nothing() {
 
 #[test]
 fn tasks_that_add_to_an_accumulator_allocate_nothing_either() {
-    let (allocations, tasks, accumulated) = allocations_of_tasks("accumulate", b"1");
+    let (allocations, tasks, accumulated) = allocations_of_tasks("accumulate", b"1", None);
     assert!(
         accumulated >= WARM_UP + MEASURED,
         "every update carries the task's add"
@@ -217,10 +221,36 @@ fn tasks_that_add_to_an_accumulator_allocate_nothing_either() {
     );
 }
 
-/// Runs [`TOTAL`] tasks of `function` on `input`; returns the allocation calls over the
-/// measured ones, how many were measured, and how many updates carried an add of 1 to
-/// one long accumulator (all of them or none).
-fn allocations_of_tasks(function: &str, input: &[u8]) -> (u64, u64, u64) {
+#[test]
+fn tasks_with_local_properties_allocate_nothing_either() {
+    let extras = TaskExtras {
+        properties: vec![
+            Property {
+                key: "spark.job.description".into(),
+                value: "nightly count".into(),
+            },
+            Property {
+                key: "spark.jobGroup.id".into(),
+                value: "reports".into(),
+            },
+        ],
+        ..TaskExtras::NONE
+    };
+    let (allocations, tasks, _) = allocations_of_tasks("noop", b"", extras.shared());
+    assert!(
+        allocations < ALLOWED,
+        "{allocations} allocation calls over {tasks} tasks with local properties"
+    );
+}
+
+/// Runs [`TOTAL`] tasks of `function` on `input`, each with `extras`; returns the
+/// allocation calls over the measured ones, how many were measured, and how many updates
+/// carried an add of 1 to one long accumulator (all of them or none).
+fn allocations_of_tasks(
+    function: &str,
+    input: &[u8],
+    extras: Option<Arc<TaskExtras>>,
+) -> (u64, u64, u64) {
     // The count is the whole process's: one measured run at a time.
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let deadline = Instant::now() + DEADLINE;
@@ -237,6 +267,7 @@ fn allocations_of_tasks(function: &str, input: &[u8]) -> (u64, u64, u64) {
                 executor: None,
                 executor_id: SharedStr::from(""),
                 payload: TaskPayload::encode(function, input).unwrap(),
+                extras,
                 launched: 0,
                 reported: 0,
                 unflushed: false,

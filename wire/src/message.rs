@@ -313,6 +313,29 @@ impl TaskExtras {
     }
 }
 
+impl ArchivedTaskExtras {
+    /// Whether these are `extras`, list for list: a receiver that decoded the extras of
+    /// one task reuses them for the next tasks of its task set rather than decode (and
+    /// allocate) them again.
+    pub fn matches(&self, extras: &TaskExtras) -> bool {
+        let same_dependencies = |archived: &[ArchivedDependency], owned: &[Dependency]| {
+            archived.len() == owned.len()
+                && archived
+                    .iter()
+                    .zip(owned)
+                    .all(|(a, o)| a.timestamp == o.timestamp && a.name == o.name)
+        };
+        same_dependencies(&self.added_files, &extras.added_files)
+            && same_dependencies(&self.added_jars, &extras.added_jars)
+            && self.properties.len() == extras.properties.len()
+            && self
+                .properties
+                .iter()
+                .zip(&extras.properties)
+                .all(|(a, o)| a.key == o.key && a.value == o.value)
+    }
+}
+
 /// What a description without files, jars or properties reads as.
 static NO_EXTRAS: TaskExtras = TaskExtras::NONE;
 

@@ -1317,3 +1317,28 @@ fn launches_and_updates_are_taken_into_one_message_and_put_back() {
     several.put_back_status_updates(&mut updates);
     assert_eq!(updates, sample);
 }
+
+proptest! {
+    /// A receiver reuses the extras it decoded for the next task only when they are the
+    /// same list for list; any difference in a name, a time, a key or a value, or one
+    /// element more or less, is seen.
+    #[test]
+    fn archived_extras_match_exactly_the_extras_they_were_made_from(
+        extras in any::<crate::TaskExtras>(),
+        other in any::<crate::TaskExtras>(),
+    ) {
+        let bytes = rkyv::to_bytes::<rancor::Error>(&extras).unwrap();
+        let archived =
+            rkyv::access::<crate::ArchivedTaskExtras, rancor::Error>(&bytes).unwrap();
+        prop_assert!(archived.matches(&extras));
+        prop_assert_eq!(archived.matches(&other), other == extras);
+        let mut longer = extras.clone();
+        longer.properties.push(crate::Property { key: String::new(), value: String::new() });
+        prop_assert!(!archived.matches(&longer));
+        if let Some(file) = extras.added_files.first() {
+            let mut changed = extras.clone();
+            changed.added_files[0].timestamp = file.timestamp.wrapping_add(1);
+            prop_assert!(!archived.matches(&changed));
+        }
+    }
+}
