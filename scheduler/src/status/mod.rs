@@ -460,7 +460,16 @@ impl StatusBook {
     /// Takes one of the scheduler's events. `now` is read only for job, stage and
     /// executor events: a task's end needs none (its latency travels with it).
     pub fn on_event(&mut self, now: impl FnOnce() -> Instant, event: &SchedulerEvent) {
-        if !matches!(event, SchedulerEvent::TaskEnd { .. }) {
+        // Before anything that creates, changes or retires a record the tallies count
+        // into; the events the book ignores leave them open (a listener that asks for
+        // task starts gets one after almost every task end).
+        if !matches!(
+            event,
+            SchedulerEvent::TaskEnd { .. }
+                | SchedulerEvent::TaskStart { .. }
+                | SchedulerEvent::ExecutorMetricsUpdate { .. }
+                | SchedulerEvent::TaskAccumulators { .. }
+        ) {
             self.settle_tallies();
         }
         match event {

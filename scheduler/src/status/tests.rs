@@ -370,3 +370,57 @@ fn more_runs_open_at_once_than_the_book_keeps_are_all_counted() {
     assert_eq!((stage.completed_tasks, stage.failed_tasks), (2 * n, n));
     assert_eq!(snapshot.jobs[0].completed_tasks, 2 * n);
 }
+
+#[test]
+fn an_executor_that_registers_again_starts_its_counts_afresh() {
+    let start = Instant::now();
+    let mut book = StatusBook::new(start);
+    let t = |ms| start + Duration::from_millis(ms);
+    added(&mut book, t(1), "1");
+    book.on_event(|| t(2), &SchedulerEvent::JobStart { job_id: 7 });
+    book.on_event(
+        || t(2),
+        &SchedulerEvent::StageSubmitted {
+            task_set: stage(3),
+            job_id: 7,
+            num_tasks: 10,
+        },
+    );
+    book.on_event(|| unreachable!(), &task_end(3, "1", 1, true));
+    // Events the book ignores leave the run open; a late duplicate success counts for
+    // the executor, not for the stage.
+    book.on_event(
+        || unreachable!(),
+        &SchedulerEvent::TaskStart {
+            task_id: 2,
+            task_set: stage(3),
+            index: 1,
+            attempt: 0,
+            executor_id: SharedStr::from("1"),
+            host: SharedStr::from("host-a"),
+            locality: crate::core::locality::TaskLocality::Any,
+            speculative: false,
+        },
+    );
+    let mut duplicate = task_end(3, "1", 1, true);
+    if let SchedulerEvent::TaskEnd { reason, .. } = &mut duplicate {
+        *reason = TaskEndReason::AlreadySucceeded;
+    }
+    book.on_event(|| unreachable!(), &duplicate);
+    // The run ends on the executor it ran on, before that one is removed and a new one
+    // registers under its id.
+    book.on_event(
+        || t(5),
+        &SchedulerEvent::ExecutorRemoved {
+            executor_id: SharedStr::from("1"),
+            reason: "lost".into(),
+        },
+    );
+    added(&mut book, t(6), "1");
+    let snapshot = book.snapshot(t(10), CoreView::default(), RpcStats::default());
+    let again = &snapshot.executors[0];
+    assert!(again.active);
+    assert_eq!((again.completed_tasks, again.failed_tasks), (0, 0));
+    assert_eq!(snapshot.stages[0].completed_tasks, 1);
+    assert_eq!(snapshot.totals.tasks_succeeded, 2);
+}
