@@ -157,9 +157,9 @@ pub(crate) struct DriverCore {
     pending_offers: Vec<SharedStr>,
     /// Launches that could not be made in the current round: task, reason, abort.
     launch_failures: Vec<(u64, String, Option<String>)>,
-    /// Scratch of [`DriverCore::launch_on`]: each offer's connection, if its executor
-    /// is known, and the tasks launched on it this round.
-    offer_peers: Vec<(Option<PeerId>, u32)>,
+    /// Scratch of a round of offers, beside `offers`: each offer's connection, and the
+    /// tasks [`DriverCore::launch_on`] launched on it.
+    offer_peers: Vec<(PeerId, u32)>,
     /// What the glue is to carry out, oldest first; the scheduler's actions follow.
     outputs: VecDeque<Output>,
     /// Whether the scheduler asked for offers among the actions taken so far.
@@ -701,20 +701,18 @@ impl DriverCore {
         let cpus = self.config.task_cpus;
         let mut offers = std::mem::take(&mut self.offers);
         offers.clear();
-        offers.extend(
-            self.executors
-                .iter()
-                .filter(|(id, e)| {
-                    e.free_slots >= cpus
-                        && !e.is_paused()
-                        && !self.supply.pending_to_remove.contains(*id)
-                })
-                .map(|(id, e)| WorkerOffer {
+        self.offer_peers.clear();
+        for (id, e) in &self.executors {
+            if e.free_slots >= cpus && !e.is_paused() && !self.supply.pending_to_remove.contains(id)
+            {
+                offers.push(WorkerOffer {
                     executor_id: id.clone(),
                     host: e.host.clone(),
                     cores: e.free_slots,
-                }),
-        );
+                });
+                self.offer_peers.push((e.peer, 0));
+            }
+        }
         self.pending_offers.clear();
         for executor in self.executors.values_mut() {
             executor.offer_pending = false;
@@ -742,6 +740,7 @@ impl DriverCore {
         let cpus = self.config.task_cpus;
         let mut offers = std::mem::take(&mut self.offers);
         offers.clear();
+        self.offer_peers.clear();
         for id in self.pending_offers.drain(..) {
             let Some(executor) = self.executors.get_mut(&id) else {
                 continue;
@@ -757,6 +756,7 @@ impl DriverCore {
                     cores: executor.free_slots,
                     executor_id: id,
                 });
+                self.offer_peers.push((executor.peer, 0));
             }
         }
         self.launch_on(now, &offers);
@@ -773,15 +773,11 @@ impl DriverCore {
             return;
         }
         let cpus = self.config.task_cpus;
-        // Each offer's connection, looked up once per offer rather than once per task;
-        // the cores the offer's launches take are taken after the round.
+        // Each offer's connection, which the caller found with the offer (not looked up
+        // again for every task launched); the cores the offer's launches take are taken
+        // after the round.
         let mut peers = std::mem::take(&mut self.offer_peers);
-        peers.clear();
-        peers.extend(
-            offers
-                .iter()
-                .map(|offer| (self.executors.get(&offer.executor_id).map(|e| e.peer), 0u32)),
-        );
+        debug_assert_eq!(peers.len(), offers.len());
         let DriverCore {
             scheduler,
             launch_failures,
@@ -789,7 +785,7 @@ impl DriverCore {
             ..
         } = self;
         scheduler.resource_offers_with(now, offers, |i, task| {
-            let (Some(peer), launched) = &mut peers[i] else {
+            let Some((peer, launched)) = peers.get_mut(i) else {
                 launch_failures.push((task.task_id, "its executor is gone".to_owned(), None));
                 return;
             };
