@@ -44,6 +44,7 @@ use crate::shuffle::ShuffleService;
 use crate::status::{HeldSlot, StatusSender, RESULT_OVERHEAD};
 use crate::sync::Condvar;
 use crate::task::TaskHandle;
+use crate::task_clock::TaskClock;
 
 /// How long [`Executor::stop`] waits for the task runners to finish.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -167,8 +168,7 @@ pub(crate) struct Inner {
     pub(crate) max_result_size: Option<u64>,
     /// What a runner times its tasks with (the TSC where it is usable), and heartbeats
     /// the run time so far of running tasks.
-    pub(crate) clock: quanta::Clock,
-    epoch: quanta::Instant,
+    pub(crate) clock: TaskClock,
     pub(crate) registry: TaskRegistry,
     pub(crate) blocks: Arc<BlockStore>,
     pub(crate) status: Box<dyn StatusSender>,
@@ -197,7 +197,6 @@ impl Inner {
     /// The state of an executor of `config.cores` (at least 1) whose runners have not
     /// started yet.
     fn new(config: ExecutorConfig, registry: TaskRegistry, status: Box<dyn StatusSender>) -> Inner {
-        let clock = quanta::Clock::new();
         Inner {
             executor_id: SharedStr::from(config.executor_id),
             hostname: config.hostname,
@@ -206,8 +205,7 @@ impl Inner {
             max_decoded: config.max_message_size,
             text_limit: (config.max_message_size / 2).min(MAX_FAILURE_TEXT),
             max_result_size: config.max_result_size,
-            epoch: clock.now(),
-            clock,
+            clock: TaskClock::start(),
             registry,
             blocks: Arc::new(BlockStore::new()),
             status,
@@ -231,9 +229,9 @@ impl Inner {
         }
     }
 
-    /// Nanoseconds from the executor's start to `now`.
+    /// Nanoseconds from the executor's epoch to `now`.
     pub(crate) fn since_epoch(&self, now: quanta::Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+        self.clock.since_epoch(now)
     }
 }
 

@@ -166,6 +166,7 @@ pub mod shuffle;
 mod status;
 mod sync;
 mod task;
+mod task_clock;
 #[cfg(test)]
 mod testing;
 
