@@ -25,7 +25,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flint_executor::{run_executor, ExecutorConfig, ExecutorExit, TaskRegistry};
+use flint_executor::{
+    run_executor, ExecutorConfig, ExecutorExit, TaskContext, TaskError, TaskRegistry,
+};
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
 use flint_testkit::alloc::{allocations, CountingAllocator};
 use flint_testkit::wait::holds_within;
@@ -34,6 +36,10 @@ use flint_wire::{
     ArchivedTaskState, Message, Property, SharedStr, TaskDescription, TaskExtras, TaskName,
     TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
 };
+
+/// A task function that succeeds only if the task's `spark.job.description` property is
+/// its input.
+const SEES_DESCRIPTION: &str = "sees-description";
 
 /// Tasks run before the count starts.
 const WARM_UP: u64 = 20_000;
@@ -236,7 +242,10 @@ fn tasks_with_local_properties_allocate_nothing_either() {
         ],
         ..TaskExtras::NONE
     };
-    let (allocations, tasks, _) = allocations_of_tasks("noop", b"", extras.shared());
+    // The function fails a task that does not see the property: the test asserts that
+    // every task finished.
+    let (allocations, tasks, _) =
+        allocations_of_tasks(SEES_DESCRIPTION, b"nightly count", extras.shared());
     assert!(
         allocations < ALLOWED,
         "{allocations} allocation calls over {tasks} tasks with local properties"
@@ -283,12 +292,28 @@ fn allocations_of_tasks(
     let driver_address = driver.address();
     let (exited, exit) = mpsc::channel();
     let executor_conf = conf.clone();
+    let mut registry = TaskRegistry::with_builtins();
+    registry
+        .register(SEES_DESCRIPTION, |ctx: &TaskContext, input: &Bytes| {
+            if ctx
+                .local_property("spark.job.description")
+                .map(str::as_bytes)
+                == Some(input)
+            {
+                Ok(Bytes::new())
+            } else {
+                Err(TaskError::failed(
+                    "the task does not see its job description",
+                ))
+            }
+        })
+        .unwrap();
     std::thread::spawn(move || {
         let _ = exited.send(run_executor(
             &executor_conf,
             driver_address,
             config,
-            TaskRegistry::with_builtins(),
+            registry,
         ));
     });
 

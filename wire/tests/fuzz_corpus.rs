@@ -225,3 +225,23 @@ fn the_user_message_corpus_replays_and_its_seeds_validate() {
         }
     }
 }
+
+/// The seeds are what this encoder writes, byte for byte, for every kind's sample: a
+/// change of layout (a field moved, a wrapper that archives differently) fails here
+/// rather than passing unnoticed. If the wire is meant to change, bump
+/// `PROTOCOL_VERSION` and regenerate the corpus:
+/// `cargo run -p flint-wire --example make_fuzz_corpus -- fuzz/corpus`.
+#[test]
+fn the_seeds_are_what_the_encoder_writes_today() {
+    for (kind, frame) in flint_wire::fuzzing::sample_frames() {
+        let (seed_kind, seed_payload) = validate_seed(&format!("seed-{}", kind.name()));
+        assert_eq!(seed_kind, kind);
+        let payload_len = u32::from_le_bytes(frame[12..16].try_into().expect("4 bytes")) as usize;
+        let payload = &frame[flint_wire::HEADER_LEN..flint_wire::HEADER_LEN + payload_len];
+        assert!(
+            payload == seed_payload.as_slice(),
+            "{} encodes to other bytes than its seed: the wire layout changed",
+            kind.name()
+        );
+    }
+}
