@@ -60,7 +60,8 @@ pub(crate) struct Launch {
 
 impl Launch {
     /// Reads an archived task description in place; allocates only for a task with files,
-    /// jars or properties, and for those at most `max_decoded` bytes.
+    /// jars or properties other than `last_extras` (the last launch's that had some), and
+    /// for those at most `max_decoded` bytes.
     pub(crate) fn from_archived(
         frame: &Frame,
         task: &ArchivedTaskDescription,

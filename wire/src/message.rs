@@ -415,7 +415,8 @@ pub struct TaskDescription {
     /// Partition the task computes.
     pub partition_id: u32,
     /// Files, jars and local properties, shared by the tasks of a task set; `None` when
-    /// there are none. On the wire, three lists.
+    /// there are none (`Some` of three empty lists travels as they do and is read back
+    /// as `None`). On the wire, three lists.
     #[rkyv(with = InlineExtras)]
     #[cfg_attr(test, proptest(strategy = "arb_extras()"))]
     pub extras: Option<Arc<TaskExtras>>,

@@ -74,7 +74,8 @@ pub struct TaskSet {
     /// The serialized task shared by every task that has no payload of its own: it names
     /// the task function and carries its input. Launches share it, never copy it.
     pub payload: Bytes,
-    /// Local properties, copied into each launched task's description.
+    /// Local properties, which every launched task's description carries (one copy
+    /// shared by the task set's tasks).
     pub properties: Vec<Property>,
     /// The tasks; a task's index in the set is its position here.
     pub tasks: Vec<TaskSpec>,

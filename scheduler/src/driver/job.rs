@@ -65,8 +65,8 @@ pub struct TaskSetOutcome {
 ///
 /// A slot of 32 bytes per task written at submission took half the time a million-task
 /// set takes to submit; here a task that has not succeeded costs one bit of
-/// zero-allocated memory (pages the kernel maps only once written), and an empty result,
-/// what most tasks of a large set return, nothing more. The results come together in
+/// zero-allocated memory, and an empty result, what most tasks of a large set return,
+/// nothing more. The results come together in
 /// task order once they are asked for.
 #[derive(Debug)]
 struct Results {

@@ -68,7 +68,8 @@ pub struct JobSpec {
     pub shuffles: Vec<ShuffleSpec>,
     /// The FAIR pool the job's task sets run in (`None`: the pool named `default`).
     pub pool: Option<SharedStr>,
-    /// Local properties, copied into every task of the job.
+    /// Local properties, which every task of the job carries (one copy shared by the
+    /// tasks of each stage).
     pub properties: Vec<Property>,
 }
 
