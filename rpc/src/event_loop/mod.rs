@@ -215,14 +215,19 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
-    /// Records the tags of custom messages; tag 99 holds the loop for 1.5 s.
+    /// Records the tags of custom messages; tag 99 holds the loop for 1.5 s (and says so
+    /// in `holding` as it starts).
     #[derive(Clone, Default)]
-    struct Stalling(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
+    struct Stalling(
+        std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+    );
 
     impl crate::Endpoint for Stalling {
         fn receive(&mut self, _ctx: &mut crate::EndpointContext<'_>, message: crate::Incoming<'_>) {
             if let flint_wire::ArchivedMessage::Custom { tag, .. } = message.message() {
                 if *tag == 99 {
+                    self.1.store(true, Ordering::Release);
                     std::thread::sleep(Duration::from_millis(1500));
                 }
                 self.0.lock().unwrap().push(tag.to_native());
@@ -290,6 +295,72 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         drop(server);
+    }
+
+    /// A peer refuses the connection (a `Refused` frame saying why) and resets it while
+    /// this side's loop is held; the loop then writes to it before it reads it (commands
+    /// come after events in a turn, and the reset's event comes with the next poll). The
+    /// write fails on the reset, and the ask on the connection still ends with the
+    /// peer's reason, read from the socket before the connection is closed, not with
+    /// "broken pipe".
+    #[test]
+    fn a_peer_s_reason_is_read_even_when_a_write_fails_on_its_reset_first() {
+        use std::io::{Read, Write};
+        let client = crate::RpcEnv::new(&crate::Conf::new()).unwrap();
+        let stalling = Stalling::default();
+        client
+            .handle()
+            .register("stalling", stalling.clone())
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to_peer = client
+            .handle()
+            .endpoint_ref(listener.local_addr().unwrap(), "anything");
+        let asking = {
+            let to_peer = to_peer.clone();
+            let message = flint_wire::Message::Custom {
+                tag: 1,
+                body: bytes::Bytes::new(),
+            };
+            std::thread::spawn(move || to_peer.ask_timeout(&message, Duration::from_secs(20)))
+        };
+        let (mut peer, _) = listener.accept().unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut sink = [0u8; 4096];
+        assert!(peer.read(&mut sink).unwrap() > 0, "the ask arrives");
+        // Hold the client's loop.
+        let mut holder = std::net::TcpStream::connect(client.address()).unwrap();
+        holder.write_all(&one_way_frame(99)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !stalling.1.load(Ordering::Acquire) {
+            assert!(Instant::now() < deadline, "the loop is never held");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The peer says why and resets; the client has a frame to write after the hold.
+        let refused = flint_wire::Message::Refused {
+            reason: "authentication failed: not today".into(),
+        };
+        peer.write_all(&flint_testkit::frames::frame_bytes(
+            &flint_wire::Route::Reply { request_id: 0 },
+            &refused,
+        ))
+        .unwrap();
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(peer);
+        to_peer
+            .send(&flint_wire::Message::Custom {
+                tag: 2,
+                body: bytes::Bytes::new(),
+            })
+            .unwrap();
+        let error = asking.join().unwrap().unwrap_err().to_string();
+        assert!(
+            error.contains("saying: authentication failed: not today"),
+            "{error}"
+        );
+        drop(client);
     }
 
     /// A turn looks at connections' deadlines only when one may be due: with a hundred

@@ -133,7 +133,16 @@ impl EventLoop {
             // A peer that takes what it is sent, however slowly, is not idle.
             Ok(true) => conn.state.moved_at(self.now, &self.shared.settings),
             Ok(false) => {}
-            Err(e) => self.close(key, CloseReason::Io(e)),
+            Err(e) => {
+                // A peer that refused the connection sends why, then closes; if this side
+                // wrote after that, the write fails on the reset while the peer's reason
+                // still waits to be read. What the socket holds is read first, so that
+                // the reason (an authentication refused, say) is what the asks see.
+                self.read(key);
+                if self.connections.contains_key(&key) {
+                    self.close(key, CloseReason::Io(e));
+                }
+            }
         }
     }
 }
