@@ -173,7 +173,8 @@ impl Launch {
             cpus: task.cpus,
             name: LaunchName::Given(task.name),
             serialized_task: task.serialized_task,
-            extras: Ok(task.extras),
+            // As read off the wire: none at all when all three lists are empty.
+            extras: Ok(task.extras.filter(|extras| !extras.is_empty())),
         }
     }
 
