@@ -96,11 +96,9 @@ impl Endpoint for FakeDriver {
                 message.reply(&Message::RegisteredExecutor).unwrap();
                 self.launch_more();
             }
-            ArchivedMessage::StatusUpdate(_) | ArchivedMessage::StatusUpdates { .. } => {
-                self.reported += match message.message() {
-                    ArchivedMessage::StatusUpdates { updates } => updates.len() as u64,
-                    _ => 1,
-                };
+            updates
+            @ (ArchivedMessage::StatusUpdate(_) | ArchivedMessage::StatusUpdates { .. }) => {
+                self.reported += updates.status_updates().len() as u64;
                 self.progress
                     .reported
                     .store(self.reported, Ordering::Release);

@@ -159,12 +159,9 @@ impl Endpoint for FakeDriver {
                 message.reply(&Message::RegisteredExecutor).unwrap();
                 self.launch_more();
             }
-            ArchivedMessage::StatusUpdate(update) => {
-                self.count(update);
-                self.launch_more();
-            }
-            ArchivedMessage::StatusUpdates { updates } => {
-                for update in updates.iter() {
+            updates
+            @ (ArchivedMessage::StatusUpdate(_) | ArchivedMessage::StatusUpdates { .. }) => {
+                for update in updates.status_updates() {
                     self.count(update);
                 }
                 self.launch_more();

@@ -306,18 +306,14 @@ impl SimExecutors {
                 (ArchivedRoute::Reply { .. }, ArchivedMessage::RegisterExecutorFailed { .. }) => {
                     executor.closed = true;
                 }
-                (_, ArchivedMessage::LaunchTask(task)) => {
-                    let task_ids = [task.task_id.to_native()];
-                    answer(
-                        executor,
-                        &mut self.encoder,
-                        &mut self.updates,
-                        task_ids,
-                        report,
-                    );
-                }
-                (_, ArchivedMessage::LaunchTasks { tasks }) => {
-                    let task_ids = tasks.iter().map(|task| task.task_id.to_native());
+                (
+                    _,
+                    launch @ (ArchivedMessage::LaunchTask(_) | ArchivedMessage::LaunchTasks { .. }),
+                ) => {
+                    let task_ids = launch
+                        .launched_tasks()
+                        .iter()
+                        .map(|task| task.task_id.to_native());
                     answer(
                         executor,
                         &mut self.encoder,

@@ -443,17 +443,20 @@ pub fn validate(data: &[u8]) {
     // What handlers ask before decoding lists (it must not panic on any valid archive).
     use crate::DecodedSize;
     let decoded_size = match &archived.message {
-        crate::ArchivedMessage::LaunchTask(task) => check_launched_task(task),
-        crate::ArchivedMessage::LaunchTasks { tasks } => tasks.iter().fold(0usize, |size, task| {
-            size.saturating_add(check_launched_task(task))
-        }),
-        crate::ArchivedMessage::Heartbeat(heartbeat) => heartbeat.accum_updates.decoded_size(),
-        crate::ArchivedMessage::StatusUpdate(update) => check_status_update(update),
-        crate::ArchivedMessage::StatusUpdates { updates } => {
-            updates.iter().fold(0usize, |size, update| {
-                size.saturating_add(check_status_update(update))
+        launch @ (crate::ArchivedMessage::LaunchTask(_)
+        | crate::ArchivedMessage::LaunchTasks { .. }) => {
+            launch.launched_tasks().iter().fold(0usize, |size, task| {
+                size.saturating_add(check_launched_task(task))
             })
         }
+        crate::ArchivedMessage::Heartbeat(heartbeat) => heartbeat.accum_updates.decoded_size(),
+        updates @ (crate::ArchivedMessage::StatusUpdate(_)
+        | crate::ArchivedMessage::StatusUpdates { .. }) => updates
+            .status_updates()
+            .iter()
+            .fold(0usize, |size, update| {
+                size.saturating_add(check_status_update(update))
+            }),
         crate::ArchivedMessage::MapOutputStatuses { statuses, .. } => statuses.decoded_size(),
         crate::ArchivedMessage::ShuffleBlock { data, .. } => {
             // A fetched block, as a reduce task reads it (plain or keyed records).

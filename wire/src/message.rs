@@ -1023,6 +1023,28 @@ pub enum Message {
     },
 }
 
+impl ArchivedMessage {
+    /// The status updates this archived message carries, read in place: its one for a
+    /// `StatusUpdate`, all of a `StatusUpdates`, none for any other message.
+    pub fn status_updates(&self) -> &[ArchivedStatusUpdate] {
+        match self {
+            ArchivedMessage::StatusUpdate(update) => std::slice::from_ref(update),
+            ArchivedMessage::StatusUpdates { updates } => updates,
+            _ => &[],
+        }
+    }
+
+    /// The tasks this archived message launches, read in place: its one for a
+    /// `LaunchTask`, all of a `LaunchTasks`, none for any other message.
+    pub fn launched_tasks(&self) -> &[ArchivedTaskDescription] {
+        match self {
+            ArchivedMessage::LaunchTask(task) => std::slice::from_ref(task),
+            ArchivedMessage::LaunchTasks { tasks } => tasks,
+            _ => &[],
+        }
+    }
+}
+
 impl Message {
     /// The status updates this message carries: its one for a
     /// [`Message::StatusUpdate`], all of a [`Message::StatusUpdates`], none for any

@@ -1318,6 +1318,51 @@ fn launches_and_updates_are_taken_into_one_message_and_put_back() {
     assert_eq!(updates, sample);
 }
 
+/// Read in place, a frame's tasks and updates are the same whether they came one to a
+/// frame or several, and a frame of another kind has none.
+#[test]
+fn archived_launches_and_updates_read_as_lists_whatever_their_frame() {
+    for kind in [
+        MessageKind::LaunchTask,
+        MessageKind::LaunchTasks,
+        MessageKind::StatusUpdate,
+        MessageKind::StatusUpdates,
+        MessageKind::Heartbeat,
+    ] {
+        let owned = sample_message(kind);
+        let envelope = Envelope {
+            route: sample_route(kind),
+            message: owned.clone(),
+        };
+        let frames = decode_chunked(&encode_all(&[envelope]), &[]).unwrap();
+        let archived = &frames[0].envelope().unwrap().message;
+        let task_ids: Vec<u64> = archived
+            .launched_tasks()
+            .iter()
+            .map(|t| t.task_id.to_native())
+            .collect();
+        let owned_ids: Vec<u64> = owned.launched_tasks().iter().map(|t| t.task_id).collect();
+        assert_eq!(task_ids, owned_ids, "{kind:?}");
+        let update_ids: Vec<u64> = archived
+            .status_updates()
+            .iter()
+            .map(|u| u.task_id.to_native())
+            .collect();
+        let owned_updates: Vec<u64> = owned.status_updates().iter().map(|u| u.task_id).collect();
+        assert_eq!(update_ids, owned_updates, "{kind:?}");
+        let read = task_ids.len() + update_ids.len();
+        let expected = match kind {
+            MessageKind::LaunchTask | MessageKind::StatusUpdate => 1,
+            MessageKind::Heartbeat => 0,
+            _ => owned.launched_tasks().len() + owned.status_updates().len(),
+        };
+        assert_eq!(read, expected, "{kind:?}");
+        if matches!(kind, MessageKind::LaunchTasks | MessageKind::StatusUpdates) {
+            assert!(read > 1, "the {kind:?} sample carries several");
+        }
+    }
+}
+
 proptest! {
     /// A receiver reuses the extras it decoded for the next task only when they are the
     /// same list for list; any difference in a name, a time, a key or a value, or one

@@ -131,11 +131,9 @@ impl Endpoint for DriverEndpoint {
         let state = self.state.clone();
         let mut state = lock(&state);
         match message.message() {
-            ArchivedMessage::StatusUpdate(update) => {
-                self.status_update(&mut state, &message, update, now);
-            }
-            ArchivedMessage::StatusUpdates { updates } => {
-                for update in updates.iter() {
+            updates
+            @ (ArchivedMessage::StatusUpdate(_) | ArchivedMessage::StatusUpdates { .. }) => {
+                for update in updates.status_updates() {
                     self.status_update(&mut state, &message, update, now);
                 }
             }
