@@ -48,6 +48,19 @@ fn stage(stage_id: u32) -> TaskSetId {
     }
 }
 
+/// Job `job_id` starts at `at` with its stage `stage_id` of `num_tasks` tasks.
+fn job_with_stage(book: &mut StatusBook, at: Instant, job_id: u32, stage_id: u32, num_tasks: u32) {
+    book.on_event(|| at, &SchedulerEvent::JobStart { job_id });
+    book.on_event(
+        || at,
+        &SchedulerEvent::StageSubmitted {
+            task_set: stage(stage_id),
+            job_id,
+            num_tasks,
+        },
+    );
+}
+
 fn added(book: &mut StatusBook, now: Instant, id: &str) {
     book.on_event(
         || now,
@@ -65,15 +78,7 @@ fn a_job_of_two_stages_is_counted_and_its_tasks_land_on_its_executor() {
     let mut book = StatusBook::new(start);
     let t = |ms| start + Duration::from_millis(ms);
     added(&mut book, t(1), "1");
-    book.on_event(|| t(10), &SchedulerEvent::JobStart { job_id: 7 });
-    book.on_event(
-        || t(10),
-        &SchedulerEvent::StageSubmitted {
-            task_set: stage(3),
-            job_id: 7,
-            num_tasks: 3,
-        },
-    );
+    job_with_stage(&mut book, t(10), 7, 3, 3);
     book.on_event(
         || unreachable!("a task end reads no clock"),
         &task_end(3, "1", 5, true),
@@ -262,15 +267,7 @@ fn task_ends_counted_in_runs_reach_their_records_however_they_interleave() {
     added(&mut book, t(1), "1");
     added(&mut book, t(1), "2");
     for (job_id, stage_id) in [(7, 3), (8, 4)] {
-        book.on_event(|| t(2), &SchedulerEvent::JobStart { job_id });
-        book.on_event(
-            || t(2),
-            &SchedulerEvent::StageSubmitted {
-                task_set: stage(stage_id),
-                job_id,
-                num_tasks: 10,
-            },
-        );
+        job_with_stage(&mut book, t(2), job_id, stage_id, 10);
     }
     // Runs of one stage on one executor, broken by the other stage, the other executor
     // and a failure; a snapshot in the middle sees what ended before it.
@@ -340,15 +337,7 @@ fn more_runs_open_at_once_than_the_book_keeps_are_all_counted() {
     for id in &executors {
         added(&mut book, t(1), id);
     }
-    book.on_event(|| t(2), &SchedulerEvent::JobStart { job_id: 7 });
-    book.on_event(
-        || t(2),
-        &SchedulerEvent::StageSubmitted {
-            task_set: stage(3),
-            job_id: 7,
-            num_tasks: 100,
-        },
-    );
+    job_with_stage(&mut book, t(2), 7, 3, 100);
     // Round robin over more executors than tallies stay open: every change of executor
     // is a run of its own.
     for round in 0..3 {
@@ -377,15 +366,7 @@ fn an_executor_that_registers_again_starts_its_counts_afresh() {
     let mut book = StatusBook::new(start);
     let t = |ms| start + Duration::from_millis(ms);
     added(&mut book, t(1), "1");
-    book.on_event(|| t(2), &SchedulerEvent::JobStart { job_id: 7 });
-    book.on_event(
-        || t(2),
-        &SchedulerEvent::StageSubmitted {
-            task_set: stage(3),
-            job_id: 7,
-            num_tasks: 10,
-        },
-    );
+    job_with_stage(&mut book, t(2), 7, 3, 10);
     book.on_event(|| unreachable!(), &task_end(3, "1", 1, true));
     // Events the book ignores leave the run open; a late duplicate success counts for
     // the executor, not for the stage.
