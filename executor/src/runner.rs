@@ -15,7 +15,10 @@
 //! up by the runner itself, with no hand-off from the loop thread, which leaves the
 //! sockets to the runner while it keeps looking (and takes them back within about a
 //! millisecond once the runner is busy with a task). The executor's own endpoint handlers
-//! then run on the runner; none of them blocks.
+//! then run on the runner; none of them blocks. Halfway through a batch of several tasks
+//! a lent runner turns the loop once more itself ([`Flush::Refill`]): the updates of the
+//! first half leave, and the launches they free come in, while the second half runs, so
+//! that a pipelined runner's queue does not run dry.
 //!
 //! Waking a sleeping thread is costly on a virtual machine; without launch pipelining
 //! every task would pay it, and with it every batch. docs/perf-log.md has what polling
@@ -106,6 +109,8 @@ pub(crate) fn runner(inner: Arc<Inner>) {
         }
         // When a task of the batch ends, the next one starts: one clock read serves both.
         let mut clock = inner.clock.now();
+        // Tasks left in the batch when half of it is done (none for a batch of one).
+        let mut halfway_at = Some(batch.len() / 2).filter(|&half| half > 0);
         while let Some(Job { launch, handle, .. }) = batch.pop_front() {
             let task_id = launch.task_id;
             if inner.stopped.load(Ordering::Acquire) {
@@ -137,7 +142,11 @@ pub(crate) fn runner(inner: Arc<Inner>) {
                     unflushed: held.len() + usize::from(update.is_some()),
                     lent: lease.is_some(),
                     more_at_hand: !batch.is_empty() || inner.handoff.queued() != 0,
+                    halfway: halfway_at.is_some_and(|half| batch.len() <= half),
                 });
+                if flush == Flush::Refill {
+                    halfway_at = None;
+                }
                 match (update, ended.last()) {
                     (Some(update), Some((_, handle))) if flush == Flush::Hold => {
                         held.hold(&inner, update, handle.clone())
@@ -148,7 +157,7 @@ pub(crate) fn runner(inner: Arc<Inner>) {
                 }
                 flush
             };
-            flush.apply(&*inner.status);
+            flush.apply(&*inner.status, lease.as_ref());
         }
         // A stop that came in the middle of the batch skipped its flushes: what the tasks
         // that ended before it sent must not stay behind.
@@ -158,7 +167,7 @@ pub(crate) fn runner(inner: Arc<Inner>) {
             held.send(&inner);
             flush
         };
-        flush.apply(&*inner.status);
+        flush.apply(&*inner.status, lease.as_ref());
     }
 }
 

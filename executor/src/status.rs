@@ -372,6 +372,14 @@ pub(crate) enum Flush {
     /// Hands them to the event loop ([`StatusSender::flush_in_background`]), which writes
     /// them while the runner goes on with the tasks at hand.
     InBackground,
+    /// Hands them to the event loop and turns it once on the runner's thread: half of
+    /// the runner's batch is done, and the updates that leave now free the launches that
+    /// refill its queue before the other half runs out. The loop's own thread leaves the
+    /// sockets to a lent runner, and would write them only once the runner looks for
+    /// work again (or within a lease check, about a millisecond): with a batch of a few
+    /// hundred quick tasks, after the batch, with the runner's queue empty for a round
+    /// trip.
+    Refill,
 }
 
 /// What a runner knows when it has queued a task's status update, which is all the flush
@@ -391,6 +399,9 @@ pub(crate) struct AfterUpdate {
     pub(crate) lent: bool,
     /// Tasks are left in the runner's batch or queued at the executor.
     pub(crate) more_at_hand: bool,
+    /// Half of the batch the runner took is done with this task (for the first time in
+    /// the batch).
+    pub(crate) halfway: bool,
 }
 
 impl Flush {
@@ -398,8 +409,12 @@ impl Flush {
     /// function leaves its update queued (the next one is likely quick too), at most
     /// [`FLUSH_EVERY`] of them, and only while the runner is lent to the event loop.
     /// Otherwise the updates leave now: written by the event loop while the runner goes
-    /// on with more tasks, or from the runner's thread when none is left.
+    /// on with more tasks, or from the runner's thread when none is left. Halfway through
+    /// its batch, a lent runner sends them and turns the loop itself ([`Flush::Refill`]).
     pub(crate) fn after_update(after: AfterUpdate) -> Flush {
+        if after.halfway && after.lent {
+            return Flush::Refill;
+        }
         let quick = after.finished_in.is_some_and(|ran| ran < DEFER_BELOW);
         let hold = quick && after.next_same_function && after.unflushed < FLUSH_EVERY && after.lent;
         if hold || after.unflushed == 0 {
@@ -422,12 +437,20 @@ impl Flush {
         }
     }
 
-    /// Does it with `status`.
-    pub(crate) fn apply(self, status: &dyn StatusSender) {
+    /// Does it with `status`, and for [`Flush::Refill`] turns the loop on `lease`, the
+    /// runner's.
+    pub(crate) fn apply(self, status: &dyn StatusSender, lease: Option<&LoopLease>) {
         match self {
             Flush::Hold => {}
             Flush::Now => status.flush(),
             Flush::InBackground => status.flush_in_background(),
+            Flush::Refill => {
+                status.flush_in_background();
+                // Taken by the loop's own thread at this moment: it writes them itself.
+                if let Some(lease) = lease {
+                    lease.turn();
+                }
+            }
         }
     }
 }
@@ -602,6 +625,7 @@ mod tests {
             unflushed: 3,
             lent: true,
             more_at_hand: true,
+            halfway: false,
         }
     }
 
@@ -662,6 +686,21 @@ mod tests {
     }
 
     #[test]
+    fn halfway_through_its_batch_a_lent_runner_sends_and_turns_the_loop_whatever_it_would_hold() {
+        let halfway = AfterUpdate {
+            halfway: true,
+            ..quick_run()
+        };
+        assert_eq!(Flush::after_update(halfway), Flush::Refill);
+        // Not lent: the loop's own thread has the sockets, and the runner has no turn.
+        let not_lent = AfterUpdate {
+            lent: false,
+            ..halfway
+        };
+        assert_eq!(Flush::after_update(not_lent), Flush::InBackground);
+    }
+
+    #[test]
     fn a_runner_not_lent_to_the_loop_holds_nothing() {
         let not_lent = AfterUpdate {
             lent: false,
@@ -694,6 +733,7 @@ mod tests {
                 unflushed: 0,
                 lent: false,
                 more_at_hand,
+                halfway: false,
             };
             assert_eq!(Flush::after_update(none), Flush::Hold);
         }
@@ -776,6 +816,16 @@ mod tests {
     );
 
     fn deferring_executor(cores: u32) -> DeferringExecutor {
+        let lender = flint_rpc::RpcEnv::new(&flint_rpc::Conf::default()).unwrap();
+        deferring_executor_with(cores, TaskRegistry::with_builtins(), lender)
+    }
+
+    /// [`deferring_executor`] with these task functions, lent to `lender`.
+    fn deferring_executor_with(
+        cores: u32,
+        registry: TaskRegistry,
+        lender: flint_rpc::RpcEnv,
+    ) -> DeferringExecutor {
         let (tx, rx) = mpsc::channel();
         let flushes = Arc::new(AtomicUsize::new(0));
         let frames = Arc::new(AtomicUsize::new(0));
@@ -784,11 +834,11 @@ mod tests {
             sent: Mutex::new(tx),
             flushes: flushes.clone(),
             frames: frames.clone(),
-            lender: flint_rpc::RpcEnv::new(&flint_rpc::Conf::default()).unwrap(),
+            lender,
         };
         let mut config = ExecutorConfig::new("7", "localhost", cores);
         config.busy_poll = Duration::from_secs(1);
-        let executor = Executor::new(config, TaskRegistry::with_builtins(), sender).unwrap();
+        let executor = Executor::new(config, registry, sender).unwrap();
         // After a first task the runner polls for the next, lent, for a second: the
         // tests' tasks come within it.
         let mut staged = Staged::with_capacity(1);
@@ -798,6 +848,95 @@ mod tests {
         flushes.store(0, Ordering::SeqCst);
         frames.store(0, Ordering::SeqCst);
         (executor, rx, flushes, frames)
+    }
+
+    /// Names the thread each message it receives was handled on.
+    #[derive(Clone, Default)]
+    struct HandledOn(Arc<Mutex<Vec<String>>>);
+
+    impl flint_rpc::Endpoint for HandledOn {
+        fn receive(
+            &mut self,
+            _ctx: &mut flint_rpc::EndpointContext<'_>,
+            _message: flint_rpc::Incoming<'_>,
+        ) {
+            let name = std::thread::current().name().unwrap_or("").to_owned();
+            lock(&self.0).push(name);
+        }
+    }
+
+    /// Halfway through a batch of quick tasks the runner turns the loop itself: a frame
+    /// that came in meanwhile (written by the batch's second task) is handled on the
+    /// runner's thread, while the loop's own thread is parked, leaving the sockets to the
+    /// lent runner. Without that turn the frame would wait until the loop's thread
+    /// noticed that the runner stopped turning (about a millisecond), and be handled
+    /// there, while the slow second half of the batch runs. A runner descheduled for that
+    /// long before its turn loses the race on a loaded machine: up to three attempts.
+    #[test]
+    fn halfway_through_a_batch_the_runner_takes_what_came_in_itself() {
+        use std::io::Write;
+        let handled = HandledOn::default();
+        let lender = flint_rpc::RpcEnv::new(&flint_rpc::Conf::default()).unwrap();
+        lender.handle().register("where", handled.clone()).unwrap();
+        let peer = Arc::new(Mutex::new(
+            std::net::TcpStream::connect(lender.address()).unwrap(),
+        ));
+        let frame = flint_testkit::frames::frame_bytes(
+            &flint_wire::Route::OneWay {
+                endpoint: "where".into(),
+            },
+            &Message::Custom {
+                tag: 1,
+                body: Bytes::new(),
+            },
+        );
+        let mut registry = TaskRegistry::with_builtins();
+        {
+            let peer = peer.clone();
+            registry
+                .register("poke", move |_: &crate::task::TaskContext, _: &Bytes| {
+                    lock(&peer).write_all(&frame).unwrap();
+                    Ok(Bytes::new())
+                })
+                .unwrap();
+        }
+        let (executor, rx, _, _) = deferring_executor_with(1, registry, lender);
+        let mut task_id = 0;
+        for attempt in 1..=3 {
+            lock(&handled.0).clear();
+            // Eight tasks: a noop, the poke, two noops, and four of 20 ms.
+            let mut staged = Staged::with_capacity(8);
+            for (function, input) in [
+                ("noop", &b""[..]),
+                ("poke", b""),
+                ("noop", b""),
+                ("noop", b""),
+                ("sleep", b"20"),
+                ("sleep", b"20"),
+                ("sleep", b"20"),
+                ("sleep", b"20"),
+            ] {
+                task_id += 1;
+                executor.stage(
+                    &mut staged,
+                    Launch::from_description(task(task_id, function, input)),
+                );
+            }
+            executor.commit(&mut staged).unwrap();
+            for _ in 0..8 {
+                rx.recv_timeout(WAIT).expect("every task reports");
+            }
+            let threads = lock(&handled.0).clone();
+            assert_eq!(threads.len(), 1, "{threads:?}");
+            if threads[0].starts_with("Executor task launch worker-") {
+                return;
+            }
+            eprintln!(
+                "attempt {attempt}: the frame was handled on {:?}",
+                threads[0]
+            );
+        }
+        panic!("the runner never turned the loop halfway through its batch");
     }
 
     #[test]
