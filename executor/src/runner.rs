@@ -15,10 +15,11 @@
 //! up by the runner itself, with no hand-off from the loop thread, which leaves the
 //! sockets to the runner while it keeps looking (and takes them back within about a
 //! millisecond once the runner is busy with a task). The executor's own endpoint handlers
-//! then run on the runner; none of them blocks. Halfway through a batch of several tasks
-//! a lent runner turns the loop once more itself ([`Flush::Refill`]): the updates of the
-//! first half leave, and the launches they free come in, while the second half runs, so
-//! that a pipelined runner's queue does not run dry.
+//! then run on the runner; none of them blocks. Halfway through a batch of quick tasks a
+//! lent runner sends its updates and turns the loop once more itself ([`Flush::Refill`]):
+//! the first half's updates leave then, not after the batch, and the launches they free
+//! are waiting in the socket when the batch ends, so that a pipelined runner's queue does
+//! not run dry for a round trip after each batch.
 //!
 //! Waking a sleeping thread is costly on a virtual machine; without launch pipelining
 //! every task would pay it, and with it every batch. docs/perf-log.md has what polling
@@ -40,7 +41,7 @@ use tracing::{debug, error, info, warn};
 use crate::executor::{lock, Inner, Job, INITIAL_CAPACITY};
 use crate::launch::Launch;
 use crate::registry::{TaskFn, TaskRegistry};
-use crate::status::{AfterUpdate, Ended, Flush, HeldSlot};
+use crate::status::{AfterUpdate, Ended, Flush, HeldSlot, RefillPoint};
 use crate::task::{StageContext, TaskContext, TaskError, TaskHandle};
 
 /// Decrements the pool's live count when a runner exits, however it exits.
@@ -109,8 +110,7 @@ pub(crate) fn runner(inner: Arc<Inner>) {
         }
         // When a task of the batch ends, the next one starts: one clock read serves both.
         let mut clock = inner.clock.now();
-        // Tasks left in the batch when half of it is done (none for a batch of one).
-        let mut halfway_at = Some(batch.len() / 2).filter(|&half| half > 0);
+        let mut refill = RefillPoint::of_batch(batch.len());
         while let Some(Job { launch, handle, .. }) = batch.pop_front() {
             let task_id = launch.task_id;
             if inner.stopped.load(Ordering::Acquire) {
@@ -142,11 +142,8 @@ pub(crate) fn runner(inner: Arc<Inner>) {
                     unflushed: held.len() + usize::from(update.is_some()),
                     lent: lease.is_some(),
                     more_at_hand: !batch.is_empty() || inner.handoff.queued() != 0,
-                    halfway: halfway_at.is_some_and(|half| batch.len() <= half),
+                    halfway: refill.reached(finished_in, batch.len()),
                 });
-                if flush == Flush::Refill {
-                    halfway_at = None;
-                }
                 match (update, ended.last()) {
                     (Some(update), Some((_, handle))) if flush == Flush::Hold => {
                         held.hold(&inner, update, handle.clone())

@@ -7,7 +7,8 @@
 //! A runner holds the updates of a run of quick tasks and sends them in one frame (a
 //! `StatusUpdates`), queued with `send_deferred` and handed to the event loop
 //! ([`StatusSender::flush`]), when its batch is done (before it takes more work or
-//! sleeps), every [`FLUSH_EVERY`] updates, and whenever the next task might be long (a
+//! sleeps), halfway through a batch of quick tasks (and then turns the loop itself, see
+//! [`Flush::Refill`]), every [`FLUSH_EVERY`] updates, and whenever the next task might be long (a
 //! different function, or a task that ran [`DEFER_BELOW`] or more), so that an update
 //! rarely waits behind a long task. When it does (a quick task followed by a long one of
 //! the same function, in one batch), the event loop's thread sends and writes it within
@@ -369,17 +370,57 @@ pub(crate) enum Flush {
     /// Writes them from the runner's thread ([`StatusSender::flush`]): no task is at hand
     /// to run while the event loop would write them.
     Now,
-    /// Hands them to the event loop ([`StatusSender::flush_in_background`]), which writes
-    /// them while the runner goes on with the tasks at hand.
+    /// Hands them to the event loop ([`StatusSender::flush_in_background`]) while the
+    /// runner goes on with the tasks at hand. A runner lent to the loop keeps the loop's
+    /// own thread parked: that thread writes them once it sees the runner stop turning
+    /// (within about two lease checks, a millisecond), or the runner's next turn does.
     InBackground,
-    /// Hands them to the event loop and turns it once on the runner's thread: half of
-    /// the runner's batch is done, and the updates that leave now free the launches that
-    /// refill its queue before the other half runs out. The loop's own thread leaves the
-    /// sockets to a lent runner, and would write them only once the runner looks for
-    /// work again (or within a lease check, about a millisecond): with a batch of a few
-    /// hundred quick tasks, after the batch, with the runner's queue empty for a round
-    /// trip.
+    /// Hands them to the event loop and turns it once on the runner's thread, halfway
+    /// through a batch of quick tasks ([`RefillPoint`]): the first half's updates leave
+    /// now, not after the batch, and the launches they free are on their way while the
+    /// second half runs, waiting in the socket when it ends, instead of a round trip
+    /// after it with the runner's queue empty. The same turn reads what earlier updates
+    /// freed.
     Refill,
+}
+
+/// Where in its batch a lent runner refills its queue ([`Flush::Refill`]): once half of
+/// a batch of at least [`FLUSH_EVERY`] tasks is done, if every task of it so far was
+/// quick. A smaller batch's updates leave in a frame or two anyway, and a turn would only
+/// split them; after a task that was not quick the loop's own thread has taken the
+/// sockets back, or soon will, and a turn from the runner would only hold it back (it
+/// leaves the sockets to a lent thread for a lease check after each lent turn).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RefillPoint {
+    /// Tasks left in the batch at the point; `None` once it is passed or cancelled.
+    left: Option<usize>,
+}
+
+impl RefillPoint {
+    /// The point of a batch of `len` tasks.
+    pub(crate) fn of_batch(len: usize) -> Self {
+        RefillPoint {
+            left: (len >= FLUSH_EVERY).then_some(len / 2),
+        }
+    }
+
+    /// After a task whose function ran `finished_in` (`None`: it failed, was killed or
+    /// never ran), with `left` tasks of the batch still to run: whether the runner
+    /// refills now. True at most once per batch.
+    pub(crate) fn reached(&mut self, finished_in: Option<Duration>, left: usize) -> bool {
+        let Some(at) = self.left else {
+            return false;
+        };
+        if finished_in.is_none_or(|ran| ran >= DEFER_BELOW) {
+            self.left = None;
+            return false;
+        }
+        if left <= at {
+            self.left = None;
+            return true;
+        }
+        false
+    }
 }
 
 /// What a runner knows when it has queued a task's status update, which is all the flush
@@ -399,8 +440,7 @@ pub(crate) struct AfterUpdate {
     pub(crate) lent: bool,
     /// Tasks are left in the runner's batch or queued at the executor.
     pub(crate) more_at_hand: bool,
-    /// Half of the batch the runner took is done with this task (for the first time in
-    /// the batch).
+    /// The runner's batch reached its [`RefillPoint`] with this task.
     pub(crate) halfway: bool,
 }
 
@@ -408,9 +448,10 @@ impl Flush {
     /// After a task's update is queued: only a quick task followed by one of the same
     /// function leaves its update queued (the next one is likely quick too), at most
     /// [`FLUSH_EVERY`] of them, and only while the runner is lent to the event loop.
-    /// Otherwise the updates leave now: written by the event loop while the runner goes
-    /// on with more tasks, or from the runner's thread when none is left. Halfway through
-    /// its batch, a lent runner sends them and turns the loop itself ([`Flush::Refill`]).
+    /// Otherwise the updates leave now: handed to the event loop while the runner goes
+    /// on with more tasks, or written from the runner's thread when none is left. At its
+    /// batch's [`RefillPoint`], a lent runner sends them and turns the loop itself
+    /// ([`Flush::Refill`]).
     pub(crate) fn after_update(after: AfterUpdate) -> Flush {
         if after.halfway && after.lent {
             return Flush::Refill;
@@ -445,8 +486,9 @@ impl Flush {
             Flush::Now => status.flush(),
             Flush::InBackground => status.flush_in_background(),
             Flush::Refill => {
+                // Queued first, so that the turn writes them. If the loop's own thread is
+                // turning at this moment, `turn` does nothing and that thread writes them.
                 status.flush_in_background();
-                // Taken by the loop's own thread at this moment: it writes them itself.
                 if let Some(lease) = lease {
                     lease.turn();
                 }
@@ -850,9 +892,13 @@ mod tests {
         (executor, rx, flushes, frames)
     }
 
-    /// Names the thread each message it receives was handled on.
+    /// Names the thread each message it receives was handled on, and how many flushes
+    /// of status updates there had been by then.
     #[derive(Clone, Default)]
-    struct HandledOn(Arc<Mutex<Vec<String>>>);
+    struct HandledOn {
+        seen: Arc<Mutex<Vec<(String, usize)>>>,
+        flushes: Arc<AtomicUsize>,
+    }
 
     impl flint_rpc::Endpoint for HandledOn {
         fn receive(
@@ -861,26 +907,32 @@ mod tests {
             _message: flint_rpc::Incoming<'_>,
         ) {
             let name = std::thread::current().name().unwrap_or("").to_owned();
-            lock(&self.0).push(name);
+            let flushes = self.flushes.load(Ordering::SeqCst);
+            lock(&self.seen).push((name, flushes));
         }
     }
 
-    /// Halfway through a batch of quick tasks the runner turns the loop itself: a frame
-    /// that came in meanwhile (written by the batch's second task) is handled on the
-    /// runner's thread, while the loop's own thread is parked, leaving the sockets to the
-    /// lent runner. Without that turn the frame would wait until the loop's thread
-    /// noticed that the runner stopped turning (about a millisecond), and be handled
-    /// there, while the slow second half of the batch runs. A runner descheduled for that
-    /// long before its turn loses the race on a loaded machine: up to three attempts.
+    /// Halfway through a batch of quick tasks the runner sends its held updates and then
+    /// turns the loop itself: a frame that came in during the first half does not wait
+    /// past it. The loop's own thread is usually parked then, leaving the sockets to the
+    /// lent runner: the runner handles the frame, after the first half's updates were
+    /// flushed. Without the turn it would wait until the loop's thread noticed that the
+    /// runner stopped turning (about a millisecond), and be handled there, after the first
+    /// half's flush, while the slow second half of the batch runs.
+    ///
+    /// The test's thread writes the frame once the batch has started (a task that wrote
+    /// it would not be quick). An attempt tells nothing when the frame was not in yet at
+    /// the first half's last task, when a task of the first half was not quick (the batch
+    /// then does not refill), or when an awake loop thread took the frame before the
+    /// first half's flush; up to five attempts are made.
     #[test]
-    fn halfway_through_a_batch_the_runner_takes_what_came_in_itself() {
+    fn halfway_through_a_batch_the_runner_sends_its_updates_then_takes_what_came_in_itself() {
         use std::io::Write;
-        let handled = HandledOn::default();
+        use std::sync::atomic::AtomicBool;
         let lender = flint_rpc::RpcEnv::new(&flint_rpc::Conf::default()).unwrap();
-        lender.handle().register("where", handled.clone()).unwrap();
-        let peer = Arc::new(Mutex::new(
-            std::net::TcpStream::connect(lender.address()).unwrap(),
-        ));
+        let lender_handle = lender.handle();
+        let mut peer = std::net::TcpStream::connect(lender.address()).unwrap();
+        peer.set_nodelay(true).unwrap();
         let frame = flint_testkit::frames::frame_bytes(
             &flint_wire::Route::OneWay {
                 endpoint: "where".into(),
@@ -890,53 +942,130 @@ mod tests {
                 body: Bytes::new(),
             },
         );
+        // One function for the whole first half, so that its updates are held. Each task
+        // spins 8 us and keeps the longest any ran; the first says the batch started, the
+        // last whether the frame had been written by then.
+        let started = Arc::new(AtomicBool::new(false));
+        let written = Arc::new(AtomicBool::new(false));
+        let in_before_the_point = Arc::new(AtomicBool::new(false));
+        let slowest = Arc::new(AtomicUsize::new(0));
         let mut registry = TaskRegistry::with_builtins();
-        {
-            let peer = peer.clone();
-            registry
-                .register("poke", move |_: &crate::task::TaskContext, _: &Bytes| {
-                    lock(&peer).write_all(&frame).unwrap();
-                    Ok(Bytes::new())
-                })
-                .unwrap();
-        }
-        let (executor, rx, _, _) = deferring_executor_with(1, registry, lender);
+        let quick = {
+            let (started, written) = (started.clone(), written.clone());
+            let (in_before_the_point, slowest) = (in_before_the_point.clone(), slowest.clone());
+            move |_: &crate::task::TaskContext, input: &Bytes| {
+                let begun = Instant::now();
+                match &input[..] {
+                    b"first" => started.store(true, Ordering::SeqCst),
+                    b"last" => {
+                        in_before_the_point.store(written.load(Ordering::SeqCst), Ordering::SeqCst)
+                    }
+                    _ => {}
+                }
+                while begun.elapsed() < Duration::from_micros(8) {
+                    std::hint::spin_loop();
+                }
+                let ran = begun.elapsed().as_nanos() as usize;
+                slowest.fetch_max(ran, Ordering::SeqCst);
+                Ok(Bytes::new())
+            }
+        };
+        registry.register("quick", quick).unwrap();
+        let (executor, rx, flushes, _) = deferring_executor_with(1, registry, lender);
+        let handled = HandledOn {
+            seen: Arc::default(),
+            flushes: flushes.clone(),
+        };
+        lender_handle.register("where", handled.clone()).unwrap();
+        let half = FLUSH_EVERY;
         let mut task_id = 0;
-        for attempt in 1..=3 {
-            lock(&handled.0).clear();
-            // Eight tasks: a noop, the poke, two noops, and four of 20 ms.
-            let mut staged = Staged::with_capacity(8);
-            for (function, input) in [
-                ("noop", &b""[..]),
-                ("poke", b""),
-                ("noop", b""),
-                ("noop", b""),
-                ("sleep", b"20"),
-                ("sleep", b"20"),
-                ("sleep", b"20"),
-                ("sleep", b"20"),
-            ] {
+        let (mut late, mut conclusive) = (0, 0);
+        for attempt in 1..=5 {
+            lock(&handled.seen).clear();
+            for flag in [&started, &written, &in_before_the_point] {
+                flag.store(false, Ordering::SeqCst);
+            }
+            flushes.store(0, Ordering::SeqCst);
+            slowest.store(0, Ordering::SeqCst);
+            // A batch of quick tasks, then as many of 2 ms.
+            let mut staged = Staged::with_capacity(2 * half);
+            for n in 0..2 * half {
                 task_id += 1;
+                let (function, input) = match n {
+                    0 => ("quick", &b"first"[..]),
+                    n if n + 1 < half => ("quick", &b""[..]),
+                    n if n + 1 == half => ("quick", &b"last"[..]),
+                    _ => ("sleep", &b"2"[..]),
+                };
                 executor.stage(
                     &mut staged,
                     Launch::from_description(task(task_id, function, input)),
                 );
             }
             executor.commit(&mut staged).unwrap();
-            for _ in 0..8 {
+            let deadline = Instant::now() + WAIT;
+            while !started.load(Ordering::SeqCst) {
+                assert!(Instant::now() < deadline, "the batch never starts");
+                std::hint::spin_loop();
+            }
+            peer.write_all(&frame).unwrap();
+            written.store(true, Ordering::SeqCst);
+            for _ in 0..2 * half {
                 rx.recv_timeout(WAIT).expect("every task reports");
             }
-            let threads = lock(&handled.0).clone();
-            assert_eq!(threads.len(), 1, "{threads:?}");
-            if threads[0].starts_with("Executor task launch worker-") {
+            let seen = lock(&handled.seen).clone();
+            assert_eq!(seen.len(), 1, "{seen:?}");
+            let (thread, flushes_then) = &seen[0];
+            if thread.starts_with("Executor task launch worker-") {
+                assert_eq!(
+                    *flushes_then, 1,
+                    "the first half's updates leave before the turn, in one flush"
+                );
                 return;
             }
+            let slowest = Duration::from_nanos(slowest.load(Ordering::SeqCst) as u64);
+            let in_time = in_before_the_point.load(Ordering::SeqCst);
             eprintln!(
-                "attempt {attempt}: the frame was handled on {:?}",
-                threads[0]
+                "attempt {attempt}: the frame was handled on {thread:?} after {flushes_then} \
+                 flush(es); in before the first half's last task: {in_time}; the slowest \
+                 quick task ran {slowest:?}"
             );
+            // With a margin: the runner's clock brackets a task a little wider.
+            if in_time && slowest < DEFER_BELOW / 2 && *flushes_then > 0 {
+                conclusive += 1;
+                late += 1;
+            } else if in_time && slowest < DEFER_BELOW / 2 {
+                conclusive += 1;
+            }
         }
-        panic!("the runner never turned the loop halfway through its batch");
+        assert!(
+            conclusive == 0 || late < conclusive,
+            "the frame waited past the first half of the batch in every attempt that could tell"
+        );
+    }
+
+    #[test]
+    fn a_batch_refills_halfway_only_if_it_is_long_enough_and_quick_so_far() {
+        let quick = Some(Duration::from_micros(1));
+        // The tasks left after each task of a batch of `len`, all quick: where it refills.
+        let points = |len: usize| {
+            let mut point = RefillPoint::of_batch(len);
+            (1..=len)
+                .filter(|done| point.reached(quick, len - done))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(points(1), Vec::<usize>::new());
+        assert_eq!(points(FLUSH_EVERY - 1), Vec::<usize>::new());
+        assert_eq!(points(FLUSH_EVERY), vec![FLUSH_EVERY / 2]);
+        assert_eq!(points(FLUSH_EVERY + 1), vec![FLUSH_EVERY / 2 + 1]);
+        assert_eq!(points(256), vec![128]);
+        // A task that is not quick, or failed, before the point: no refill in that batch.
+        for slow in [Some(DEFER_BELOW), None] {
+            let mut point = RefillPoint::of_batch(256);
+            assert!(!point.reached(quick, 255));
+            assert!(!point.reached(slow, 254));
+            assert!((0..254).rev().all(|left| !point.reached(quick, left)));
+        }
     }
 
     #[test]
@@ -961,9 +1090,11 @@ mod tests {
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
         ids.dedup();
         assert_eq!(ids.len(), 200);
+        // One every FLUSH_EVERY updates, one at the batch's refill point, one at its end,
+        // and one more if the batch came in two.
         let flushes = flushes.load(Ordering::SeqCst);
         assert!(
-            (1..=200 / FLUSH_EVERY + 2).contains(&flushes),
+            (1..=200 / FLUSH_EVERY + 3).contains(&flushes),
             "{flushes} flushes for 200 quick tasks"
         );
         // The updates held between flushes leave together, in one StatusUpdates frame
