@@ -8,12 +8,12 @@
 //! `StatusUpdates`), queued with `send_deferred` and handed to the event loop
 //! ([`StatusSender::flush`]), when its batch is done (before it takes more work or
 //! sleeps), halfway through a batch of quick tasks (and then turns the loop itself, see
-//! [`Flush::Refill`]), every [`FLUSH_EVERY`] updates, and whenever the next task might be long (a
-//! different function, or a task that ran [`DEFER_BELOW`] or more), so that an update
-//! rarely waits behind a long task. When it does (a quick task followed by a long one of
-//! the same function, in one batch), the event loop's thread sends and writes it within
-//! a few milliseconds, which it does for a thread lent to it ([`HeldUpdates`]); so a
-//! runner holds updates only while lent to the loop. The executor's endpoint also
+//! [`Flush::Refill`]), every [`FLUSH_EVERY`] updates, and whenever the next task might be
+//! long (a different function, or a task that ran [`DEFER_BELOW`] or more), so that an
+//! update rarely waits behind a long task. When it does (a quick task followed by a long
+//! one of the same function, in one batch), the event loop's thread sends and writes it
+//! within a few milliseconds, which it does for a thread lent to it ([`HeldUpdates`]); so
+//! a runner holds updates only while lent to the loop. The executor's endpoint also
 //! flushes at the end of its batches and after each heartbeat, so that its own frames on
 //! the same connection never wait for a runner.
 //!
