@@ -13,6 +13,7 @@ use flint::rpc::Conf;
 use flint::scheduler::{AccumulatorKind, AccumulatorValue, Driver, TaskSet};
 use flint::wire::{Property, TaskPayload};
 use flint_testkit::alloc::{allocations, CountingAllocator};
+use flint_testkit::samples::local_properties;
 
 /// Serializes the tests of this binary, whose allocation count is process-wide.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -90,16 +91,7 @@ fn accumulator_updates_allocate_nothing_per_task() {
 
 #[test]
 fn local_properties_travel_with_every_task_for_nothing_more_per_task() {
-    let properties = [
-        Property {
-            key: "spark.job.description".into(),
-            value: "nightly count".into(),
-        },
-        Property {
-            key: "spark.jobGroup.id".into(),
-            value: "reports".into(),
-        },
-    ];
+    let properties = local_properties();
     let allocations = allocations_of_a_job(16, false, &properties);
     eprintln!("with properties: {allocations} allocations for {TASKS} tasks");
     assert!(

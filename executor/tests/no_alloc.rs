@@ -30,11 +30,12 @@ use flint_executor::{
 };
 use flint_rpc::{Conf, Endpoint, EndpointContext, EndpointRef, Incoming, RpcEnv};
 use flint_testkit::alloc::{allocations, CountingAllocator};
+use flint_testkit::samples::{local_properties, JOB_DESCRIPTION};
 use flint_testkit::wait::holds_within;
 use flint_wire::{
     ArchivedAccumulatorValue, ArchivedMessage, ArchivedStatusUpdate, ArchivedTaskOutcome,
-    ArchivedTaskState, Message, Property, SharedStr, TaskDescription, TaskExtras, TaskName,
-    TaskPayload, DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
+    ArchivedTaskState, Message, SharedStr, TaskDescription, TaskExtras, TaskName, TaskPayload,
+    DRIVER_ENDPOINT, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT,
 };
 
 /// A task function that succeeds only if the task's `spark.job.description` property is
@@ -227,22 +228,16 @@ fn tasks_that_add_to_an_accumulator_allocate_nothing_either() {
 #[test]
 fn tasks_with_local_properties_allocate_nothing_either() {
     let extras = TaskExtras {
-        properties: vec![
-            Property {
-                key: "spark.job.description".into(),
-                value: "nightly count".into(),
-            },
-            Property {
-                key: "spark.jobGroup.id".into(),
-                value: "reports".into(),
-            },
-        ],
+        properties: local_properties(),
         ..TaskExtras::NONE
     };
     // The function fails a task that does not see the property: the test asserts that
     // every task finished.
-    let (allocations, tasks, _) =
-        allocations_of_tasks(SEES_DESCRIPTION, b"nightly count", extras.shared());
+    let (allocations, tasks, _) = allocations_of_tasks(
+        SEES_DESCRIPTION,
+        JOB_DESCRIPTION.as_bytes(),
+        extras.shared(),
+    );
     assert!(
         allocations < ALLOWED,
         "{allocations} allocation calls over {tasks} tasks with local properties"

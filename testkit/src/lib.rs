@@ -15,7 +15,9 @@
 //!   that reconnects;
 //! - [`outcome`]: task outcomes (`ok`, `failed`) for tests that play the executors;
 //! - [`peers`]: [`RawPeer`](peers::RawPeer), a raw connection for tests that play an
-//!   attacker (one that stops reading, say).
+//!   attacker (one that stops reading, say);
+//! - [`samples`]: values more than one test binary gives the code under test (a task
+//!   set's local properties).
 //!
 //! # What it may depend on
 //!
@@ -25,7 +27,7 @@
 //! first, not of the crate under test. So helpers that need the scheduler's, the
 //! executor's or the RPC layer's types stay with the tests that use them (the facade's
 //! `tests/common/mod.rs`, the scheduler's `tests/common/mod.rs`). flint-wire is a
-//! dependency, so flint-wire's own unit tests must not use [`frames`] or [`outcome`]; its
+//! dependency, so flint-wire's own unit tests must not use [`frames`], [`outcome`] or [`samples`]; its
 //! integration tests may use anything here.
 //!
 //! # Example
@@ -75,4 +77,5 @@ pub mod logs;
 pub mod outcome;
 pub mod peers;
 pub mod process;
+pub mod samples;
 pub mod wait;
