@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use flint_wire::{Message, Route, SharedStr};
@@ -115,7 +115,10 @@ impl RpcEnvHandle {
         EndpointRef {
             env: self.clone(),
             name: name.into(),
-            target: RefTarget::Remote(address),
+            target: RefTarget::Remote {
+                address,
+                first: OnceLock::new(),
+            },
             owes_flush: Arc::default(),
         }
     }
@@ -192,8 +195,15 @@ pub(crate) enum Writer {
 
 #[derive(Clone, Debug)]
 enum RefTarget {
-    /// A remote listener; the connection is looked up (and opened) per send.
-    Remote(SocketAddr),
+    /// A remote listener. The connection to it is looked up (and opened if need be) by
+    /// the first send and kept for the next ones while it stays open; once it is closed,
+    /// each send looks it up again. A send to a kept one locks no map of the environment
+    /// and touches no reference count shared with the event loop.
+    Remote {
+        address: SocketAddr,
+        /// The connection the first send found.
+        first: OnceLock<Arc<Outbox>>,
+    },
     /// A given connection (or the local outbox).
     Connection(Arc<Outbox>),
 }
@@ -237,7 +247,7 @@ impl EndpointRef {
     /// The remote address, or `None` for an endpoint of this environment.
     pub fn address(&self) -> Option<SocketAddr> {
         match &self.target {
-            RefTarget::Remote(address) => Some(*address),
+            RefTarget::Remote { address, .. } => Some(*address),
             RefTarget::Connection(outbox) if outbox.kind() == OutboxKind::Local => None,
             RefTarget::Connection(outbox) => Some(outbox.peer()),
         }
@@ -251,16 +261,21 @@ impl EndpointRef {
     }
 
     fn outbox(&self) -> Arc<Outbox> {
-        match &self.target {
-            RefTarget::Remote(address) => self.env.shared.outgoing(*address),
-            RefTarget::Connection(outbox) => outbox.clone(),
-        }
+        self.with_outbox(Arc::clone)
     }
 
     /// Calls `f` with the outbox, without cloning it when the reference holds it.
     fn with_outbox<R>(&self, f: impl FnOnce(&Arc<Outbox>) -> R) -> R {
         match &self.target {
-            RefTarget::Remote(address) => f(&self.env.shared.outgoing(*address)),
+            RefTarget::Remote { address, first } => {
+                if let Some(kept) = first.get().filter(|kept| !kept.is_closed()) {
+                    return f(kept);
+                }
+                let outbox = self.env.shared.outgoing(*address);
+                // Only the first is kept: after a reconnection every send looks up.
+                let _ = first.set(outbox.clone());
+                f(&outbox)
+            }
             RefTarget::Connection(outbox) => f(outbox),
         }
     }
@@ -272,7 +287,7 @@ impl EndpointRef {
     /// stays within `rpc.outbox.maxBytes` plus one frame.
     pub fn queued_bytes(&self) -> usize {
         match &self.target {
-            RefTarget::Remote(address) => self.env.shared.queued_to(*address).0,
+            RefTarget::Remote { address, .. } => self.env.shared.queued_to(*address).0,
             RefTarget::Connection(outbox) => outbox.queued(),
         }
     }
@@ -283,7 +298,7 @@ impl EndpointRef {
     /// grew) from one that takes nothing (it did not).
     pub fn bytes_written(&self) -> u64 {
         match &self.target {
-            RefTarget::Remote(address) => self.env.shared.queued_to(*address).1,
+            RefTarget::Remote { address, .. } => self.env.shared.queued_to(*address).1,
             RefTarget::Connection(outbox) => outbox.written_total(),
         }
     }
@@ -336,8 +351,7 @@ impl EndpointRef {
         let route = Route::OneWay {
             endpoint: self.name.clone(),
         };
-        let outbox = self.outbox();
-        if self.env.push_deferred(&outbox, &route, message)? {
+        if self.with_outbox(|outbox| self.env.push_deferred(outbox, &route, message))? {
             self.owes_flush.store(true, Ordering::Release);
         }
         Ok(())
@@ -352,7 +366,7 @@ impl EndpointRef {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
             // Refused only once the loop has shut down: what send_deferred queued is
             // then lost, as anything still queued when an environment stops.
-            let _ = self.env.flush(&self.outbox(), Writer::Caller);
+            let _ = self.with_outbox(|outbox| self.env.flush(outbox, Writer::Caller));
         }
     }
 
@@ -362,7 +376,7 @@ impl EndpointRef {
     pub fn flush_in_background(&self) {
         if self.owes_flush.swap(false, Ordering::AcqRel) {
             // Refused only once the loop has shut down (see flush).
-            let _ = self.env.flush(&self.outbox(), Writer::Loop);
+            let _ = self.with_outbox(|outbox| self.env.flush(outbox, Writer::Loop));
         }
     }
 

@@ -141,6 +141,16 @@ impl<T: Clone> TimerQueue<T> {
     /// A periodic timer that fell behind fires once and is rescheduled a period after
     /// `now`, rather than firing once per missed period.
     pub fn pop_due(&mut self, now: Instant) -> Option<(TimerId, T)> {
+        // The earliest deadline, stale or not, is later than `now`: nothing is due, and
+        // the stale entries can wait (a loop turn asks this every time, mostly for
+        // nothing).
+        if self
+            .deadlines
+            .peek()
+            .is_none_or(|Reverse((earliest, _))| *earliest > now)
+        {
+            return None;
+        }
         self.discard_stale();
         let Reverse((deadline, id)) = *self.deadlines.peek()?;
         if deadline > now {
@@ -251,5 +261,21 @@ mod tests {
             std::iter::from_fn(|| q.pop_due(t0 + ms(100)).map(|(_, t)| t)).collect();
         assert_eq!(fired, vec!["c"]);
         let _ = b;
+    }
+
+    #[test]
+    fn a_cancelled_timers_entry_neither_fires_nor_hides_the_next_one() {
+        let t0 = Instant::now();
+        let mut q = TimerQueue::new();
+        let a = q.schedule(t0, ms(10), None, "a");
+        q.schedule(t0, ms(20), None, "b");
+        q.cancel(a);
+        // Asked before, at and after the cancelled deadline, without next_deadline between.
+        assert_eq!(q.pop_due(t0 + ms(5)), None);
+        assert_eq!(q.pop_due(t0 + ms(10)), None);
+        assert_eq!(q.pop_due(t0 + ms(15)), None);
+        assert_eq!(q.pop_due(t0 + ms(20)).map(|(_, t)| t), Some("b"));
+        assert_eq!(q.pop_due(t0 + ms(100)), None);
+        assert_eq!(q.next_deadline(), None);
     }
 }

@@ -295,12 +295,25 @@ fn the_next_send_reconnects_after_the_connection_is_lost() {
     // Sends fail or are lost while the loss is noticed; then a new connection comes.
     listener.set_nonblocking(true).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let _second = loop {
         let _ = remote.send(&custom(2));
-        if listener.accept().is_ok() {
-            break;
+        if let Ok((second, _)) = listener.accept() {
+            break second;
         }
         assert!(Instant::now() < deadline, "no second connection");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(client.handle().stats().connected, 2);
+    // The reference kept its first connection, now closed: its later sends, and a clone's,
+    // go on the open second one rather than opening one each.
+    let clone = remote.clone();
+    for n in 3..6 {
+        remote.send(&custom(n)).unwrap();
+        clone.send(&custom(n)).unwrap();
+    }
+    let quiet_until = Instant::now() + Duration::from_millis(200);
+    while Instant::now() < quiet_until {
+        assert!(listener.accept().is_err(), "a third connection");
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(client.handle().stats().connected, 2);

@@ -20,7 +20,7 @@ use flint_wire::{
 use rkyv::rancor;
 use tracing::{debug, warn};
 
-use crate::core::driver_core::Registration;
+use crate::core::driver_core::{DriverCore, Registration};
 use crate::driver::carry_out::{lock, DriverState};
 
 /// The driver's endpoint: registrations, status updates, offers, kills, removals and
@@ -71,15 +71,15 @@ impl DriverEndpoint {
     }
 
     /// One task's status update, alone in its frame or one of a
-    /// [`Message::StatusUpdates`].
+    /// [`Message::StatusUpdates`], from a sender that may speak for its executor.
     fn status_update(
         &mut self,
-        state: &mut DriverState,
+        core: &mut DriverCore,
         message: &Incoming<'_>,
         update: &ArchivedStatusUpdate,
         now: Instant,
     ) {
-        let spare = &mut || state.core.scheduler.spare_accumulator_list();
+        let spare = &mut || core.scheduler.spare_accumulator_list();
         let mut ignored = 0;
         let (task_state, outcome) = match outcome_from_archived(
             message.frame(),
@@ -95,9 +95,8 @@ impl DriverEndpoint {
             let task_id = update.task_id.to_native();
             flint_rpc::peer_warn!(self.peer_warnings, now, "Ignored {ignored} accumulator update(s) of TID {task_id}: a task sends at most {MAX_TASK_ACCUMULATORS}, with at most {MAX_TASK_ACCUMULATOR_BYTES} bytes of bytes values");
         }
-        let unfetched = state.core.status_update(
+        let unfetched = core.status_update_from_checked_sender(
             now,
-            message.sender(),
             update.executor_id.as_str(),
             update.task_id.to_native(),
             task_state,
@@ -133,9 +132,14 @@ impl Endpoint for DriverEndpoint {
         match message.message() {
             updates
             @ (ArchivedMessage::StatusUpdate(_) | ArchivedMessage::StatusUpdates { .. }) => {
-                for update in updates.status_updates() {
-                    self.status_update(&mut state, &message, update, now);
-                }
+                state.core.for_each_update_its_sender_may_send(
+                    now,
+                    message.sender(),
+                    updates.status_updates(),
+                    |update| update.executor_id.as_str(),
+                    |update| (update.task_id.to_native(), TaskState::from(&update.state)),
+                    |core, update| self.status_update(core, &message, update, now),
+                );
             }
             ArchivedMessage::RegisterExecutor(registration) => {
                 let executor_id = SharedStr::from(registration.executor_id.as_str());

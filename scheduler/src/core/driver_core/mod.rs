@@ -545,15 +545,11 @@ impl DriverCore {
         }
     }
 
-    /// The StatusUpdate handler. `sender` is the connection's remote address: an update
-    /// is taken only from the connection its executor registered on, and only for a task
-    /// that runs on that executor.
-    ///
-    /// Returns the block of a large result that will not be fetched, held by an executor
-    /// the driver does not know (one it removed that has yet to register again): the
-    /// caller asks the sender to remove it, over the connection the update came on, or
-    /// it would stay in that executor's memory for good.
-    pub fn status_update(
+    /// One status update from `sender` (the connection's remote address), its sender
+    /// checked as [`DriverCore::for_each_update_its_sender_may_send`] checks a frame's:
+    /// what the driver's endpoint does with a frame of one update.
+    #[cfg(test)]
+    pub(crate) fn status_update(
         &mut self,
         now: Instant,
         sender: Option<SocketAddr>,
@@ -563,13 +559,79 @@ impl DriverCore {
         outcome: TaskOutcome,
     ) -> Option<BlockId> {
         if let Err(why) = self.sender_may_speak_for(sender, executor_id) {
-            flint_rpc::peer_warn!(
-                self.peer_warnings,
-                now,
-                "Ignored task status update ({task_id} state {state}) {why}"
-            );
+            self.refuse_status_update(now, task_id, state, &why);
             return None;
         }
+        self.status_update_from_checked_sender(now, executor_id, task_id, state, outcome)
+    }
+
+    /// The updates of one frame from `sender`: `accepted` runs for each whose sender may
+    /// speak for the executor it names (`executor_of`), in order; each other one is logged
+    /// as ignored (with its task and state, from `task_of`) and never decoded, so that a
+    /// peer speaking for another executor costs no decoding of the results and
+    /// accumulators it sends. The sender is checked once for a run of updates naming the
+    /// same executor, as every update of an executor's frame does.
+    pub(crate) fn for_each_update_its_sender_may_send<U>(
+        &mut self,
+        now: Instant,
+        sender: Option<SocketAddr>,
+        updates: &[U],
+        executor_of: impl Fn(&U) -> &str,
+        task_of: impl Fn(&U) -> (u64, TaskState),
+        mut accepted: impl FnMut(&mut Self, &U),
+    ) {
+        let mut checked: Option<(&str, Result<(), String>)> = None;
+        for update in updates {
+            let executor_id = executor_of(update);
+            let verdict = match &checked {
+                Some((id, verdict)) if *id == executor_id => verdict,
+                _ => {
+                    let verdict = self.sender_may_speak_for(sender, executor_id);
+                    &checked.insert((executor_id, verdict)).1
+                }
+            };
+            match verdict {
+                Ok(()) => accepted(self, update),
+                Err(why) => {
+                    let (task_id, state) = task_of(update);
+                    self.refuse_status_update(now, task_id, state, why);
+                }
+            }
+        }
+    }
+
+    /// Logs that the update of `task_id` was ignored because its sender may not speak for
+    /// the executor it names (`why`, from [`DriverCore::sender_may_speak_for`]).
+    pub(crate) fn refuse_status_update(
+        &mut self,
+        now: Instant,
+        task_id: u64,
+        state: TaskState,
+        why: &str,
+    ) {
+        flint_rpc::peer_warn!(
+            self.peer_warnings,
+            now,
+            "Ignored task status update ({task_id} state {state}) {why}"
+        );
+    }
+
+    /// The StatusUpdate handler, for an update whose sender may speak for `executor_id`
+    /// ([`DriverCore::for_each_update_its_sender_may_send`]): it is taken only for a task
+    /// that runs on that executor.
+    ///
+    /// Returns the block of a large result that will not be fetched, held by an executor
+    /// the driver does not know (one it removed that has yet to register again): the
+    /// caller asks the sender to remove it, over the connection the update came on, or
+    /// it would stay in that executor's memory for good.
+    pub(crate) fn status_update_from_checked_sender(
+        &mut self,
+        now: Instant,
+        executor_id: &str,
+        task_id: u64,
+        state: TaskState,
+        outcome: TaskOutcome,
+    ) -> Option<BlockId> {
         // Whether the scheduler runs this attempt on this executor: only then does a
         // finished update free its cores, so an attempt is credited once.
         let runs_here = match self.scheduler.executor_of(task_id) {
@@ -672,7 +734,8 @@ impl DriverCore {
 
     /// A large result that will not be fetched is removed from its executor's block
     /// store, which would otherwise keep it until the executor exits. The block, if its
-    /// executor is not one the driver knows (see [`DriverCore::status_update`]).
+    /// executor is not one the driver knows (see
+    /// [`DriverCore::status_update_from_checked_sender`]).
     fn remove_unfetched_block(
         &mut self,
         executor_id: &str,

@@ -1020,3 +1020,31 @@ fn a_shared_map_stage_s_successes_are_merged_after_the_job_that_submitted_it_end
         "the stages are forgotten with the last job that needed them"
     );
 }
+
+#[test]
+fn a_frames_updates_are_handled_only_for_executors_its_sender_may_speak_for() {
+    let t0 = Instant::now();
+    let mut core = core(0.0, Duration::from_secs(30), t0);
+    core.register_executor(t0, remote("1", 1001)).unwrap();
+    core.register_executor(t0, remote("2", 1002)).unwrap();
+    let frame = [("1", 10), ("1", 11), ("2", 12), ("1", 13), ("9", 14)];
+    let handled = |core: &mut DriverCore, sender: Option<SocketAddr>| {
+        let mut handled = Vec::new();
+        core.for_each_update_its_sender_may_send(
+            t0,
+            sender,
+            &frame,
+            |&(executor, _)| executor,
+            |&(_, task_id)| (task_id, TaskState::Finished),
+            |_, &(_, task_id)| handled.push(task_id),
+        );
+        handled
+    };
+    // Executor 1's connection speaks for 1 only, whatever the order; executor 2's for 2.
+    assert_eq!(handled(&mut core, Some(address(1001))), [10, 11, 13]);
+    assert_eq!(handled(&mut core, Some(address(1002))), [12]);
+    // A connection no executor registered on may speak for an id no executor holds.
+    assert_eq!(handled(&mut core, Some(address(1003))), [14]);
+    // The driver's own process speaks for every executor.
+    assert_eq!(handled(&mut core, None), [10, 11, 12, 13, 14]);
+}
