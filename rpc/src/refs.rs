@@ -201,7 +201,8 @@ enum RefTarget {
     /// and touches no reference count shared with the event loop.
     Remote {
         address: SocketAddr,
-        /// The connection the first send found.
+        /// The connection the first send found. Once closed it holds no buffer or
+        /// socket, only its encoder's scratch, until the reference goes.
         first: OnceLock<Arc<Outbox>>,
     },
     /// A given connection (or the local outbox).
