@@ -359,15 +359,20 @@ impl Outbox {
     }
 
     /// Refuses further frames and drops what is queued (the connection is gone, for
-    /// `reason`, which later sends are told).
-    pub fn close(&self, reason: &str) {
+    /// `reason`, which later sends are told), and its session keys: for the loop once it
+    /// is done with the connection (any last sealed frame written, see
+    /// [`Outbox::take_sealer`]), so that the keys do not live on in whatever still holds
+    /// the outbox (an `EndpointRef` keeps its connection's).
+    pub(crate) fn close_for_good(&self, reason: &str) {
         self.close_between_frames(reason);
+        self.lock().sealer = None;
     }
 
-    /// Closes the outbox, as [`Outbox::close`] does, and says whether every byte it was
-    /// given had been written: then the stream stands between two frames, and a last
-    /// frame written to the socket now reaches the peer whole. No thread writes through
-    /// once it is closed.
+    /// Refuses further frames and drops what is queued, keeping the session keys for a
+    /// last frame ([`Outbox::take_sealer`]), and says whether every byte it was given had
+    /// been written: then the stream stands between two frames, and a last frame written
+    /// to the socket now reaches the peer whole. No thread writes through once it is
+    /// closed.
     pub(crate) fn close_between_frames(&self, reason: &str) -> bool {
         let mut state = self.lock();
         // Under the lock: no push, and so no write-through, comes between the look and
@@ -636,8 +641,29 @@ mod tests {
         assert_eq!(tags, [0, 1, 3]);
         // Closed, it gives its sealer up for a last frame, numbered on.
         assert!(outbox.take_sealer().is_none(), "not while open");
-        outbox.close("done");
+        outbox.close_between_frames("done");
         assert!(outbox.take_sealer().is_some());
+    }
+
+    /// Closed for good, an outbox holds no session keys, whoever still holds it.
+    #[test]
+    fn an_outbox_closed_for_good_keeps_no_keys() {
+        use crate::crypto::SessionKeys;
+        let keys = SessionKeys::derive(b"k", &[1; 32], &[2; 32]);
+        let (sealer, _) = keys.session(true);
+        let outbox = outbox(1000);
+        outbox.start_sealing(sealer);
+        outbox.close_between_frames("done");
+        assert!(
+            outbox.take_sealer().is_some(),
+            "a plain close keeps it for the last frame"
+        );
+        let outbox = self::outbox(1000);
+        let (sealer, _) = keys.session(true);
+        outbox.start_sealing(sealer);
+        outbox.close_for_good("done");
+        assert!(outbox.is_closed());
+        assert!(outbox.take_sealer().is_none());
     }
 
     /// A connected pair of sockets on loopback: the outbox's end, and the peer's.
@@ -754,7 +780,7 @@ mod tests {
         let outbox = outbox(1 << 20);
         let (ours, theirs) = socket_pair();
         outbox.attach_socket(ours);
-        outbox.close("gone");
+        outbox.close_between_frames("gone");
         // Its descriptor was the only one: the peer sees the end of the stream.
         assert!(read_to_end(theirs).is_empty());
         outbox.attach_socket(socket_pair().0);
@@ -773,7 +799,7 @@ mod tests {
     #[test]
     fn a_closed_outbox_refuses() {
         let outbox = outbox(100);
-        outbox.close("connection reset by peer");
+        outbox.close_between_frames("connection reset by peer");
         let error = outbox
             .push(&Route::Reply { request_id: 1 }, &Message::Empty)
             .unwrap_err();

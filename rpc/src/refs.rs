@@ -201,8 +201,9 @@ enum RefTarget {
     /// and touches no reference count shared with the event loop.
     Remote {
         address: SocketAddr,
-        /// The connection the first send found. Once closed it holds no buffer or
-        /// socket, only its encoder's scratch, until the reference goes.
+        /// The connection the first send found. Once the loop has closed it, it holds no
+        /// buffer, socket or session keys, only its encoder's scratch, until the
+        /// reference goes.
         first: OnceLock<Arc<Outbox>>,
     },
     /// A given connection (or the local outbox).

@@ -251,7 +251,7 @@ impl EventLoop {
 
     /// Closes an outbox and fails the asks that travelled on it.
     pub(super) fn fail_outbox(&mut self, outbox: &Arc<Outbox>, reason: &CloseReason) {
-        outbox.close(&reason.to_string());
+        outbox.close_for_good(&reason.to_string());
         self.shared.forget_outgoing(outbox);
         self.shared
             .asks

@@ -1048,3 +1048,60 @@ fn a_frames_updates_are_handled_only_for_executors_its_sender_may_speak_for() {
     // The driver's own process speaks for every executor.
     assert_eq!(handled(&mut core, None), [10, 11, 12, 13, 14]);
 }
+
+#[test]
+fn a_frame_whose_update_loses_its_executor_is_handled_as_its_updates_one_by_one() {
+    let t0 = Instant::now();
+    // Executor 1's connection sends: its task lost (which removes executor 1), the same
+    // task finished, then an update naming executor 2. Checked once per run of updates,
+    // or once per update: the same outputs and the same executors.
+    let run = |per_frame: bool| {
+        let mut core = core(0.0, Duration::from_secs(30), t0);
+        let one = core.register_executor(t0, remote("1", 1001)).unwrap();
+        core.register_executor(t0, remote("2", 1002)).unwrap();
+        core.offer_after_registration(t0);
+        drain(&mut core, t0);
+        let launched = launches(&submit(&mut core, t0, 0, 2));
+        let on = |peer: bool| {
+            launched
+                .iter()
+                .find(|(p, _)| (*p == one) == peer)
+                .map(|&(_, task_id)| task_id)
+                .unwrap()
+        };
+        let (on_one, on_two) = (on(true), on(false));
+        let frame = [
+            ("1", on_one, TaskState::Lost),
+            ("1", on_one, TaskState::Finished),
+            ("2", on_two, TaskState::Finished),
+        ];
+        let sender = Some(address(1001));
+        if per_frame {
+            core.for_each_update_its_sender_may_send(
+                t0,
+                sender,
+                &frame,
+                |&(executor, ..)| executor,
+                |&(_, task_id, state)| (task_id, state),
+                |core, &(executor, task_id, state)| {
+                    core.status_update_from_checked_sender(t0, executor, task_id, state, ok(b"r"));
+                },
+            );
+        } else {
+            for (executor, task_id, state) in frame {
+                core.status_update(t0, sender, executor, task_id, state, ok(b"r"));
+            }
+        }
+        let outputs = format!("{:?}", drain(&mut core, t0));
+        (outputs, core.free_slots("1"), core.free_slots("2"))
+    };
+    let (per_frame, one_by_one) = (run(true), run(false));
+    assert_eq!(per_frame, one_by_one);
+    assert!(per_frame.0.contains("ExecutorRemoved"), "{}", per_frame.0);
+    assert_eq!(per_frame.1, None, "executor 1 is removed");
+    assert_eq!(
+        per_frame.2,
+        Some(0),
+        "executor 2's task still runs: refused from 1001"
+    );
+}
