@@ -27,8 +27,8 @@
 //! first, not of the crate under test. So helpers that need the scheduler's, the
 //! executor's or the RPC layer's types stay with the tests that use them (the facade's
 //! `tests/common/mod.rs`, the scheduler's `tests/common/mod.rs`). flint-wire is a
-//! dependency, so flint-wire's own unit tests must not use [`frames`], [`outcome`] or [`samples`]; its
-//! integration tests may use anything here.
+//! dependency, so flint-wire's own unit tests must not use [`frames`], [`outcome`] or
+//! [`samples`]; its integration tests may use anything here.
 //!
 //! # Example
 //!

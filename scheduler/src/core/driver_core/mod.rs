@@ -602,13 +602,7 @@ impl DriverCore {
 
     /// Logs that the update of `task_id` was ignored because its sender may not speak for
     /// the executor it names (`why`, from [`DriverCore::sender_may_speak_for`]).
-    pub(crate) fn refuse_status_update(
-        &mut self,
-        now: Instant,
-        task_id: u64,
-        state: TaskState,
-        why: &str,
-    ) {
+    fn refuse_status_update(&mut self, now: Instant, task_id: u64, state: TaskState, why: &str) {
         flint_rpc::peer_warn!(
             self.peer_warnings,
             now,
