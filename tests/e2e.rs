@@ -327,13 +327,14 @@ fn an_executor_turned_away_by_the_driver_s_authentication_says_why() {
             Stdio::piped(),
         )]);
         let status = wait_exit(&mut processes.0[0], REGISTER_TIMEOUT);
-        assert_eq!(
-            status.code(),
-            Some(flint_executor::AUTHENTICATION_FAILED_CODE)
-        );
         let mut stderr = String::new();
         std::io::Read::read_to_string(processes.0[0].stderr.as_mut().unwrap(), &mut stderr)
             .unwrap();
+        assert_eq!(
+            status.code(),
+            Some(flint_executor::AUTHENTICATION_FAILED_CODE),
+            "{stderr}"
+        );
         let last = stderr.lines().last().unwrap_or_default();
         assert!(
             last.contains("Executor self-exiting due to : Cannot register with driver: ")

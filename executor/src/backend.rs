@@ -21,6 +21,7 @@ use crate::broadcast::{BroadcastCache, BroadcastFetcher, BroadcastService, Fetch
 use crate::config::ExecutorConfig;
 use crate::executor::{Executor, Staged};
 use crate::heartbeater::{random_initial_delay, HeartbeatAction, Heartbeater};
+use crate::registration::{Answered, Disconnected, Registration};
 use crate::registry::TaskRegistry;
 use crate::reply_retry::{Answer, RetriedReplies};
 use crate::shuffle::{BlockServer, ShuffleFetcher, ShuffleService, ShuffleStore};
@@ -131,21 +132,6 @@ impl ExitSignal {
     }
 }
 
-/// Where the first registration stands, as the connection's end is to be read: before
-/// the driver accepted the executor, a closed connection is the registration's failure,
-/// whose ask carries the cause (an authentication refused, say); after, the driver is
-/// lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Registration {
-    /// The registration's ask is on its way.
-    Pending,
-    /// The connection closed while it was: the ask's outcome says why.
-    PendingDisconnected,
-    /// The registration's ask has its outcome: from now on a closed connection is the
-    /// driver's loss.
-    Answered,
-}
-
 /// What the executor's endpoint and the completions of its asks share.
 struct Backend {
     executor: Executor,
@@ -161,6 +147,7 @@ struct Backend {
     /// The largest chunk of a block served in one reply.
     max_chunk: usize,
     stopping: AtomicBool,
+    /// Where the registration stands: what a close of the driver's connection means.
     registration_state: Mutex<Registration>,
     exit: ExitSignal,
 }
@@ -575,22 +562,22 @@ impl Endpoint for ExecutorEndpoint {
         } else if backend.is_stopping() {
             info!("Driver from {remote} disconnected during shutdown");
         } else {
-            {
-                let mut state = backend
-                    .registration_state
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                if *state == Registration::Pending {
-                    // The registration's ask fails with the cause; its outcome ends the
-                    // executor (see Running::run).
-                    debug!("Driver {remote} disconnected before it answered the registration");
-                    *state = Registration::PendingDisconnected;
-                    return;
+            let disconnected = backend
+                .registration_state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .on_disconnected();
+            match disconnected {
+                // The registration's ask fails with the cause; its outcome ends the
+                // executor (see Running::register).
+                Disconnected::AwaitOutcome => {
+                    debug!("Driver {remote} disconnected before it answered the registration")
                 }
+                Disconnected::AlreadyEnded => {}
+                Disconnected::DriverLost => backend.exit(ExecutorExit::DriverLost(format!(
+                    "Driver {remote} disassociated! Shutting down."
+                ))),
             }
-            backend.exit(ExecutorExit::DriverLost(format!(
-                "Driver {remote} disassociated! Shutting down."
-            )));
         }
     }
 }
@@ -808,25 +795,17 @@ impl Running {
         let result = backend
             .driver
             .ask_timeout(&registration, backend.ask_timeout);
-        let disconnected = {
-            let mut state = backend
-                .registration_state
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let disconnected = *state == Registration::PendingDisconnected;
-            *state = Registration::Answered;
-            disconnected
-        };
+        let accepted = matches!(&result, Ok(reply)
+            if matches!(reply.message(), ArchivedMessage::RegisteredExecutor));
+        let answered = backend
+            .registration_state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .on_outcome(accepted);
         match result {
-            // Accepted, but the connection closed before this thread heard of it.
-            Ok(reply)
-                if disconnected
-                    && matches!(reply.message(), ArchivedMessage::RegisteredExecutor) =>
-            {
-                backend.exit(ExecutorExit::DriverLost(format!(
-                    "Driver {driver} disassociated! Shutting down."
-                )))
-            }
+            Ok(_) if answered == Answered::AcceptedThenLost => backend.exit(
+                ExecutorExit::DriverLost(format!("Driver {driver} disassociated! Shutting down.")),
+            ),
             Ok(reply) => match reply.message() {
                 ArchivedMessage::RegisteredExecutor => {
                     let me = self.env.handle().local_ref(EXECUTOR_ENDPOINT);

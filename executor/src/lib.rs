@@ -159,6 +159,7 @@ mod handoff;
 mod heartbeater;
 pub mod jobs;
 mod launch;
+mod registration;
 mod registry;
 mod reply_retry;
 mod runner;
