@@ -42,7 +42,7 @@ pub struct InvalidFunctionName {
 /// | `fail-n-attempts` | N | fails while its attempt number is below N, then returns an empty result |
 /// | `large-result` | a size: bytes, or with a `k`, `m` or `g` suffix (KiB, MiB, GiB) | returns that many bytes; byte i is `i % 251` |
 /// | `exit-process` | an exit code, 1 to 255 | ends the executor's whole process with that code at once, as a task that crashes its executor does |
-/// | `accumulate` | `ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE][,race=NONCE]` | adds 1 to the long accumulator `ID` (in a shuffle map stage, writes one record to each reduce partition), then: fails while its attempt number is below N; sleeps MS milliseconds in its first attempt (checking its kill flag); ends the process with CODE in its first attempt; with `race`, ignores kills and ends its first attempt and a copy of it together, both successful, through files in a temporary directory named by NONCE; returns an empty result |
+/// | `accumulate` | `ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE][,race=NONCE][,hold=NONCE]` | adds 1 to the long accumulator `ID` (in a shuffle map stage, writes one record to each reduce partition), then: fails while its attempt number is below N; sleeps MS milliseconds in its first attempt (checking its kill flag); ends the process with CODE in its first attempt; with `race`, ignores kills and ends its first attempt and a copy of it together, both successful, through a Unix socket in a temporary directory named by NONCE; with `hold`, holds every attempt (checking its kill flag) until a file `flint-accumulate-release-NONCE` exists in the temporary directory; returns an empty result |
 /// | `broadcast-read` | a broadcast id | reads the broadcast and returns its length, the address of its first byte (tasks of one executor share one copy) and the CRC32 of a 4 KiB window of it that depends on the partition ([`crate::broadcast::broadcast_read`]) |
 ///
 /// and the functions of jobs of stages in [`crate::jobs`] (`wordcount-map`,
@@ -238,7 +238,7 @@ fn exit_process(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
 /// merged failed or killed attempts, or a partition twice, would count too much.
 fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
     const EXPECTED: &str =
-        "ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE][,race=NONCE], e.g. \"3,fail-below=2\"";
+        "ID[,fail-below=N][,sleep-first=MS][,exit-first=CODE][,race=NONCE][,hold=NONCE], e.g. \"3,fail-below=2\"";
     let bad = || {
         TaskError::failed(format!(
             "accumulate expects {EXPECTED}; got {:?}",
@@ -251,8 +251,8 @@ fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
         .next()
         .and_then(|id| id.trim().parse().ok())
         .ok_or_else(bad)?;
-    let (mut fail_below, mut sleep_first, mut exit_first, mut race_nonce) =
-        (0u64, 0u64, None, None);
+    let (mut fail_below, mut sleep_first, mut exit_first, mut race_nonce, mut hold_nonce) =
+        (0u64, 0u64, None, None, None);
     for part in parts {
         let (key, value) = part.split_once('=').ok_or_else(bad)?;
         let value: u64 = value.trim().parse().map_err(|_| bad())?;
@@ -261,6 +261,7 @@ fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
             "sleep-first" => sleep_first = value,
             "exit-first" => exit_first = Some(value),
             "race" => race_nonce = Some(value),
+            "hold" => hold_nonce = Some(value),
             _ => return Err(bad()),
         }
     }
@@ -277,6 +278,9 @@ fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
     let attempt = ctx.attempt_number();
     if let Some(nonce) = race_nonce {
         race(ctx, nonce).map_err(|e| TaskError::failed(format!("accumulate: race: {e}")))?;
+    }
+    if let Some(nonce) = hold_nonce {
+        hold(ctx, nonce)?;
     }
     if u64::from(attempt) < fail_below {
         return Err(TaskError::failed(format!(
@@ -309,45 +313,80 @@ const RACE_HOLD: Duration = Duration::from_secs(1);
 /// How long a racing attempt waits for the other at most.
 const RACE_WAIT: Duration = Duration::from_secs(30);
 
+/// `accumulate`'s `hold`: waits, checking its kill flag, until whoever runs the job
+/// releases it by creating [`accumulate_release_file`]`(nonce)`, or [`RACE_WAIT`] has passed. A
+/// test keeps its job open with it until it has seen what it waits for.
+fn hold(ctx: &TaskContext, nonce: u64) -> Result<(), TaskError> {
+    let release = accumulate_release_file(nonce);
+    let started = Instant::now();
+    while started.elapsed() < RACE_WAIT && !release.exists() {
+        ctx.check_interrupted()?;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
+/// The file whose existence releases the attempts of `accumulate` with `hold=nonce`.
+pub fn accumulate_release_file(nonce: u64) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("flint-accumulate-release-{nonce}"))
+}
+
 /// `accumulate`'s `race`: the first attempt of a partition and a (speculative) copy of it
 /// both end successfully, before the driver can kill either, so that the driver gets
 /// two successes of one partition (and must merge one). Neither checks its kill flag.
-/// They meet through files in a directory of the temporary directory named by `nonce`
-/// (executors of a test run on one machine): the first attempt marks its arrival, holds
-/// for [`RACE_HOLD`] and until a copy has arrived, says "ready", then "go" and returns;
-/// a copy marks its arrival, waits for "ready", then spins until "go" and returns at
-/// once, microseconds after the first (the driver's kill takes a round trip). Each
-/// wait is bounded by [`RACE_WAIT`].
+/// They meet through a Unix socket in a directory of the temporary directory named by
+/// `nonce` (executors of a test run on one machine): the first attempt listens, holds
+/// for [`RACE_HOLD`] and until a copy has connected, then writes "go" and returns; the
+/// copy connects and blocks in a read until "go", then returns at once.
+///
+/// The copy blocks rather than spins: on a loaded host a thread that spun is scheduled
+/// behind the load, and the driver's kill (the first attempt's status, a turn of the
+/// driver, the kill, a turn of the copy's executor) then reaches it before it returns
+/// and it ends KILLED. A thread woken from a read is scheduled at once, ahead of that
+/// chain of wake-ups. Each wait is bounded by [`RACE_WAIT`]; a copy that waited in vain
+/// returns all the same.
 fn race(ctx: &TaskContext, nonce: u64) -> std::io::Result<()> {
+    use std::io::{ErrorKind, Read, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+
     let dir = std::env::temp_dir().join(format!("flint-accumulate-race-{nonce}"));
     std::fs::create_dir_all(&dir)?;
-    let partition = ctx.partition_id();
-    let file = |name: &str| dir.join(format!("{partition}.{name}"));
+    let socket = dir.join(format!("{}.sock", ctx.partition_id()));
     let started = Instant::now();
-    let wait_for = |name: &str, spin: bool, at_least: Duration| {
-        let path = file(name);
-        while started.elapsed() < RACE_WAIT {
-            if started.elapsed() >= at_least && path.exists() {
-                return;
-            }
-            if spin {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    };
     if ctx.attempt_number() == 0 {
-        std::fs::write(file("first"), b"")?;
-        wait_for("copy", false, RACE_HOLD);
-        std::fs::write(file("ready"), b"")?;
-        // The copy spins for this long at most: it is then surely spinning.
-        std::thread::sleep(Duration::from_millis(20));
-        std::fs::write(file("go"), b"")?;
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket)?;
+        listener.set_nonblocking(true)?;
+        let mut copy = None;
+        while started.elapsed() < RACE_WAIT {
+            if copy.is_none() {
+                match listener.accept() {
+                    Ok((stream, _)) => copy = Some(stream),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if copy.is_some() && started.elapsed() >= RACE_HOLD {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if let Some(mut copy) = copy {
+            copy.write_all(b"g")?;
+        }
     } else {
-        std::fs::write(file("copy"), b"")?;
-        wait_for("ready", false, Duration::ZERO);
-        wait_for("go", true, Duration::ZERO);
+        let stream = loop {
+            match UnixStream::connect(&socket) {
+                Ok(stream) => break Some(stream),
+                Err(_) if started.elapsed() >= RACE_WAIT => break None,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        if let Some(mut stream) = stream {
+            stream.set_read_timeout(Some(RACE_WAIT.saturating_sub(started.elapsed())))?;
+            let mut go = [0u8; 1];
+            let _ = stream.read_exact(&mut go);
+        }
     }
     Ok(())
 }
@@ -452,6 +491,33 @@ mod tests {
             run("accumulate", &ctx, b"4,sleep-first=60000"),
             Err(TaskError::killed("enough"))
         );
+    }
+
+    /// A held attempt ends when its release file appears, and a kill ends it sooner.
+    #[test]
+    fn accumulate_s_hold_waits_for_its_release_or_a_kill() {
+        let nonce = u64::from(std::process::id()) << 20 | 9;
+        let input: &'static str = Box::leak(format!("4,hold={nonce}").into_boxed_str());
+        let release = accumulate_release_file(nonce);
+        let _ = std::fs::remove_file(&release);
+        let killed = TaskContext::new(1, 0);
+        killed.request_kill("enough");
+        assert_eq!(
+            run("accumulate", &killed, input.as_bytes()),
+            Err(TaskError::killed("enough"))
+        );
+        let held = std::thread::spawn(move || {
+            let ctx = TaskContext::new(2, 1);
+            (run("accumulate", &ctx, input.as_bytes()), Instant::now())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let released_at = Instant::now();
+        std::fs::write(&release, b"").unwrap();
+        let (result, ended_at) = held.join().unwrap();
+        let _ = std::fs::remove_file(&release);
+        assert_eq!(result.unwrap(), "");
+        assert!(ended_at >= released_at, "it waited for its release");
+        assert!(ended_at.duration_since(released_at) < RACE_WAIT / 2);
     }
 
     /// A racing first attempt and its copy both end successfully, together, whatever
