@@ -13,7 +13,7 @@ use flint_rpc::{
 use flint_wire::{
     ArchivedBlockId, ArchivedMessage, ArchivedTaskDescription, BlockId, BlockManagerId, Heartbeat,
     Message, RegisterExecutor, BLOCK_MANAGER_ENDPOINT, BROADCAST_ENDPOINT, DRIVER_ENDPOINT,
-    EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT,
+    DRIVER_STOPPING_REFUSAL, EXECUTOR_ENDPOINT, HEARTBEAT_ENDPOINT, MAP_OUTPUT_TRACKER_ENDPOINT,
 };
 use tracing::{debug, error, info, warn};
 
@@ -48,7 +48,8 @@ pub const AUTHENTICATION_FAILED_CODE: i32 = 77;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecutorExit {
-    /// The driver sent StopExecutor (exit code 0).
+    /// The driver sent StopExecutor, or refused the registration because it is stopping
+    /// ([`DRIVER_STOPPING_REFUSAL`]) (exit code 0).
     Stopped,
     /// The driver refused the registration, with its reason, e.g. "Duplicate executor
     /// ID: 3" (exit code 1).
@@ -816,7 +817,11 @@ impl Running {
                     }
                 }
                 ArchivedMessage::RegisterExecutorFailed { message } => {
-                    backend.exit(ExecutorExit::RegistrationFailed(message.to_string()))
+                    let exit = refusal_exit(message.as_str());
+                    if exit == ExecutorExit::Stopped {
+                        info!("Driver commanded a shutdown: {message}");
+                    }
+                    backend.exit(exit)
                 }
                 other => backend.exit(ExecutorExit::Error(format!(
                     "Cannot register with driver: {driver}: unexpected reply {}",
@@ -832,6 +837,17 @@ impl Running {
                 "Cannot register with driver: {driver}: {e}"
             ))),
         }
+    }
+}
+
+/// How an executor ends when the driver refuses its registration with `message`: as on
+/// StopExecutor if the driver is stopping ([`DRIVER_STOPPING_REFUSAL`]), a registration
+/// failed otherwise.
+fn refusal_exit(message: &str) -> ExecutorExit {
+    if message.starts_with(DRIVER_STOPPING_REFUSAL) {
+        ExecutorExit::Stopped
+    } else {
+        ExecutorExit::RegistrationFailed(message.to_owned())
     }
 }
 
@@ -973,6 +989,21 @@ pub fn run_executor(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A driver that is stopping sends an executor registering meanwhile away as it would
+    /// have with StopExecutor: exit code 0, not a registration failed.
+    #[test]
+    fn a_refusal_because_the_driver_is_stopping_ends_the_executor_as_stopped() {
+        let stopping = format!("{DRIVER_STOPPING_REFUSAL}: executor 3 is not needed");
+        assert_eq!(refusal_exit(&stopping), ExecutorExit::Stopped);
+        assert_eq!(refusal_exit(&stopping).code(), 0);
+        let duplicate = refusal_exit("Duplicate executor ID: 3");
+        assert_eq!(
+            duplicate,
+            ExecutorExit::RegistrationFailed("Duplicate executor ID: 3".into())
+        );
+        assert_eq!(duplicate.code(), 1);
+    }
 
     #[test]
     fn a_driver_that_takes_no_connection_is_tried_again_until_the_timeout() {

@@ -743,6 +743,13 @@ pub struct Heartbeat {
     pub block_manager_id: BlockManagerId,
 }
 
+/// How the message of a [`Message::RegisterExecutorFailed`] begins when the driver
+/// refuses an executor because it is stopping. The executor exits quietly (code 0), as
+/// it would have on StopExecutor had it registered a moment earlier: an executor the
+/// driver started is being killed at that moment, and its last line should not read as
+/// a failure.
+pub const DRIVER_STOPPING_REFUSAL: &str = "The driver is stopping";
+
 /// Every message flint sends. The variant decides the frame header's kind byte.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]

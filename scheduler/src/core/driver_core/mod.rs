@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use flint_wire::{
     BlockId, ExecutorLossReason, SharedStr, TaskAccumUpdates, TaskFailureKind, TaskMetrics,
-    TaskOutcome, TaskState,
+    TaskOutcome, TaskState, DRIVER_STOPPING_REFUSAL,
 };
 use tracing::{debug, info, warn};
 
@@ -449,7 +449,7 @@ impl DriverCore {
         // the cluster manager's grace period instead.
         if self.stopping {
             return Err(format!(
-                "The driver is stopping: executor {executor_id} is not needed"
+                "{DRIVER_STOPPING_REFUSAL}: executor {executor_id} is not needed"
             ));
         }
         // A connection speaks for one executor: a second id on it would let one peer
