@@ -314,8 +314,8 @@ const RACE_HOLD: Duration = Duration::from_secs(1);
 const RACE_WAIT: Duration = Duration::from_secs(30);
 
 /// `accumulate`'s `hold`: waits, checking its kill flag, until whoever runs the job
-/// releases it by creating [`accumulate_release_file`]`(nonce)`, or [`RACE_WAIT`] has passed. A
-/// test keeps its job open with it until it has seen what it waits for.
+/// releases it by creating [`accumulate_release_file`]`(nonce)`, or [`RACE_WAIT`] has
+/// passed. A test keeps its job open with it until it has seen what it waits for.
 fn hold(ctx: &TaskContext, nonce: u64) -> Result<(), TaskError> {
     let release = accumulate_release_file(nonce);
     let started = Instant::now();
