@@ -183,7 +183,7 @@ fn every_partition_adds_once_through_failures_speculation_and_a_lost_executor() 
     task_set.tasks[CRASHES as usize] = TaskSpec::new(CRASHES)
         .with_payload(payload(",exit-first=3"))
         .with_locations(on("c"));
-    let race_dir = std::env::temp_dir().join(format!("flint-accumulate-race-{nonce}"));
+    let race_dir = flint_executor::accumulate_race_dir(nonce);
     task_set.tasks[RACES as usize] = TaskSpec::new(RACES)
         .with_payload(payload(&format!(",race={nonce}")))
         .with_locations(on("b"));

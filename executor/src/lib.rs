@@ -179,8 +179,8 @@ pub use executor::{Executor, ExecutorError, STOP_GRACE, STOP_REASON};
 pub use flint_wire::{TaskDescription, TaskState};
 pub use heartbeater::{random_initial_delay, HeartbeatAction, HeartbeatExit, Heartbeater};
 pub use registry::{
-    accumulate_release_file, large_result_size, pattern, InvalidFunctionName, TaskFn, TaskRegistry,
-    MAX_LARGE_RESULT,
+    accumulate_race_dir, accumulate_release_file, large_result_size, pattern, InvalidFunctionName,
+    TaskFn, TaskRegistry, MAX_LARGE_RESULT,
 };
 pub use status::{StatusSender, RESULT_OVERHEAD};
 pub use task::{TaskContext, TaskError};

@@ -175,13 +175,25 @@ fn echo(_ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
 fn sleep(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
     let millis = parse_number("sleep", input, "a number of milliseconds, e.g. \"500\"")?;
     let deadline = Instant::now() + Duration::from_millis(millis);
+    wait_until(ctx, deadline, SLEEP_SLICE, || false)?;
+    Ok(Bytes::new())
+}
+
+/// Sleeps until `deadline` or until `done()`, looking at the task's kill flag (and at
+/// `done`) every `slice`: a kill ends the wait with its error.
+fn wait_until(
+    ctx: &TaskContext,
+    deadline: Instant,
+    slice: Duration,
+    done: impl Fn() -> bool,
+) -> Result<(), TaskError> {
     loop {
         ctx.check_interrupted()?;
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(Bytes::new());
+        if left.is_zero() || done() {
+            return Ok(());
         }
-        std::thread::sleep(left.min(SLEEP_SLICE));
+        std::thread::sleep(left.min(slice));
     }
 }
 
@@ -294,14 +306,7 @@ fn accumulate(ctx: &TaskContext, input: &Bytes) -> Result<Bytes, TaskError> {
         }
         if sleep_first > 0 {
             let deadline = Instant::now() + Duration::from_millis(sleep_first);
-            loop {
-                ctx.check_interrupted()?;
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                std::thread::sleep(left.min(SLEEP_SLICE));
-            }
+            wait_until(ctx, deadline, SLEEP_SLICE, || false)?;
         }
     }
     Ok(Bytes::new())
@@ -313,22 +318,30 @@ const RACE_HOLD: Duration = Duration::from_secs(1);
 /// How long a racing attempt waits for the other at most.
 const RACE_WAIT: Duration = Duration::from_secs(30);
 
+/// How often a held attempt looks for its release: finely, so that an original and its
+/// copy released together end within a few milliseconds, both before the driver's kill
+/// of the other can come.
+const HOLD_SLICE: Duration = Duration::from_millis(2);
+
 /// `accumulate`'s `hold`: waits, checking its kill flag, until whoever runs the job
 /// releases it by creating [`accumulate_release_file`]`(nonce)`, or [`RACE_WAIT`] has
 /// passed. A test keeps its job open with it until it has seen what it waits for.
 fn hold(ctx: &TaskContext, nonce: u64) -> Result<(), TaskError> {
     let release = accumulate_release_file(nonce);
-    let started = Instant::now();
-    while started.elapsed() < RACE_WAIT && !release.exists() {
-        ctx.check_interrupted()?;
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    Ok(())
+    wait_until(ctx, Instant::now() + RACE_WAIT, HOLD_SLICE, || {
+        release.exists()
+    })
 }
 
 /// The file whose existence releases the attempts of `accumulate` with `hold=nonce`.
 pub fn accumulate_release_file(nonce: u64) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("flint-accumulate-release-{nonce}"))
+}
+
+/// The directory the attempts of `accumulate` with `race=nonce` meet in, for whoever runs
+/// the job to remove afterwards.
+pub fn accumulate_race_dir(nonce: u64) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("flint-accumulate-race-{nonce}"))
 }
 
 /// `accumulate`'s `race`: the first attempt of a partition and a (speculative) copy of it
@@ -349,7 +362,7 @@ fn race(ctx: &TaskContext, nonce: u64) -> std::io::Result<()> {
     use std::io::{ErrorKind, Read, Write};
     use std::os::unix::net::{UnixListener, UnixStream};
 
-    let dir = std::env::temp_dir().join(format!("flint-accumulate-race-{nonce}"));
+    let dir = accumulate_race_dir(nonce);
     std::fs::create_dir_all(&dir)?;
     let socket = dir.join(format!("{}.sock", ctx.partition_id()));
     let started = Instant::now();
@@ -549,9 +562,7 @@ mod tests {
             "the copy met the first"
         );
         assert_eq!(ctx.accumulator_updates().len(), 1);
-        let _ = std::fs::remove_dir_all(
-            std::env::temp_dir().join(format!("flint-accumulate-race-{nonce}")),
-        );
+        let _ = std::fs::remove_dir_all(accumulate_race_dir(nonce));
     }
 
     #[test]
