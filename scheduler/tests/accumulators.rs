@@ -366,3 +366,50 @@ fn partial_values_from_heartbeats_are_progress_only() {
         Some(&AccumulatorValue::Long(1))
     );
 }
+
+/// The interleaving CI's proptest found, spelled out: a task set's job ends while a
+/// speculative copy of its last partition still runs, and is submitted again under its
+/// id. The copy's late success belongs to the ended run: it is not merged into the new
+/// run's partition of the same index.
+#[test]
+fn a_straggler_of_an_ended_run_adds_nothing_to_the_job_s_next_run() {
+    let mut run = Run::of_job(7, 2);
+    run.apply(&Op::Offer(0, 2), 2);
+    run.apply(&Op::Succeed(0), 2);
+    // Partition 1 is slow: past the speculation interval it gets a copy.
+    run.apply(&Op::Tick(2_000), 2);
+    run.apply(&Op::Offer(1, 1), 2);
+    assert_eq!(
+        run.running.len(),
+        2,
+        "the original and its speculative copy"
+    );
+    // The original succeeds: the job ends, its copy still running.
+    let original = run.running[0];
+    run.apply(&Op::Succeed(0), 2);
+    assert!(run.ended);
+    assert_eq!(run.running.len(), 1);
+    assert_ne!(run.running[0], original);
+    assert_eq!(
+        run.scheduler.accumulators().value(run.id),
+        Some(&AccumulatorValue::Long(2))
+    );
+    // Job 7 again: a new run. Then the old copy reports its success.
+    run.apply(&Op::Resubmit, 2);
+    run.apply(&Op::Succeed(0), 2);
+    assert_eq!(
+        run.scheduler.accumulators().value(run.id),
+        Some(&AccumulatorValue::Long(2)),
+        "the straggler was merged into the new run"
+    );
+    assert_eq!(run.counted, [(0, 0), (0, 1)]);
+    // The new run's own partitions count, each once.
+    run.apply(&Op::Offer(2, 2), 2);
+    run.apply(&Op::Succeed(0), 2);
+    run.apply(&Op::Succeed(0), 2);
+    assert_eq!(
+        run.scheduler.accumulators().value(run.id),
+        Some(&AccumulatorValue::Long(4))
+    );
+    assert_eq!(run.counted, [(0, 0), (0, 1), (1, 0), (1, 1)]);
+}

@@ -4,7 +4,7 @@
 //! A driver program registers an accumulator ([`Accumulators::register`]: a long sum, a
 //! double sum, or bytes with a user-defined merge) and gets its id, which its tasks add
 //! to through their `TaskContext`. Each task attempt that finishes with a result brings
-//! its values; [`Accumulators::attempt_ended`] merges them **exactly once per successful
+//! its values; `Accumulators::attempt_ended` merges them **exactly once per successful
 //! partition**: keyed by (stage, partition) for the stages of jobs of stages (a stage may
 //! serve several jobs, and runs under the id of the job that submitted it), by (job,
 //! stage, partition) for a task set's job; the first successful attempt wins.
@@ -24,13 +24,20 @@
 //! [`flint_wire::MAX_TASK_ACCUMULATOR_BYTES`], as the driver decodes them).
 //!
 //! What a stage of a job of stages merged is remembered until the DAG scheduler drops
-//! the stage (no job needs it any more: [`Accumulators::stage_dropped`]); what a task
-//! set's job merged, until the job ends ([`Accumulators::job_ended`]). A task set's job
+//! the stage (no job needs it any more: `Accumulators::stage_dropped`); what a task
+//! set's job merged, until the job ends (`Accumulators::job_ended`). A task set's job
 //! whose task set ended on a fetch failure is not ended for this
-//! ([`Accumulators::job_interrupted`]): it is submitted again under the same id and must
+//! (`Accumulators::job_interrupted`): it is submitted again under the same id and must
 //! not merge its partitions twice; the last [`ENDED_JOBS_KEPT`] such jobs are kept. A
 //! success after its stage was dropped or its job ended (a straggler) is not merged: the
 //! last [`ENDED_JOBS_KEPT`] dropped stages and ended jobs are remembered for that.
+//!
+//! A task set names its own job id, and may use it again once that job ended: each
+//! submission of an id that is not running is a new [`JobRun`]
+//! (`Accumulators::job_started`), and a task set's partitions are keyed by the run
+//! that submitted it. A straggler of the ended run (a speculative copy still running
+//! when its original completed the job, say) is then refused as that run's, not merged
+//! into the next run's partition of the same index.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -109,13 +116,27 @@ pub struct AccumulatorId {
     pub name: SharedStr,
 }
 
+/// One run of a task set's job: from its submission under an id that was not running
+/// to its end (a fetch failure does not end it). [`JobRun::NONE`] for jobs of stages,
+/// whose stages are tracked instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobRun(u64);
+
+impl JobRun {
+    /// Not a run of a task set's job: a job of stages.
+    pub const NONE: JobRun = JobRun(0);
+}
+
 /// One partition of one stage, run by one job: a stage of a job of stages (job id from
 /// [`FIRST_JOB_ID`]) is merged at most once whichever job runs it; a task set's job's,
-/// once per job.
+/// once per run of the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PartitionKey {
     /// The job whose task set ran it.
     pub job_id: u32,
+    /// The run of the task set's job that submitted the task set
+    /// (`Accumulators::job_started`); [`JobRun::NONE`] for a job of stages.
+    pub job_run: JobRun,
     /// The stage (any attempt of it).
     pub stage_id: u32,
     /// The partition the task computed.
@@ -131,7 +152,7 @@ pub enum AttemptEnd {
     Failed,
 }
 
-/// What [`Accumulators::attempt_ended`] did with an attempt's updates.
+/// What `Accumulators::attempt_ended` did with an attempt's updates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Merge {
     /// The partition's first success: its updates were merged (those that named a
@@ -152,8 +173,8 @@ pub enum Merge {
 enum Scope {
     /// A stage of a job of stages, whichever job's task set ran it.
     Stage(u32),
-    /// A stage of a task set's job: (job, stage).
-    TaskSetJob(u32, u32),
+    /// A stage of a run of a task set's job: (run, stage).
+    TaskSetJob(JobRun, u32),
 }
 
 impl Scope {
@@ -161,44 +182,60 @@ impl Scope {
         if key.job_id >= FIRST_JOB_ID {
             Scope::Stage(key.stage_id)
         } else {
-            Scope::TaskSetJob(key.job_id, key.stage_id)
+            Scope::TaskSetJob(key.job_run, key.stage_id)
         }
     }
 }
 
-/// The last [`ENDED_JOBS_KEPT`] ids put in, oldest first, and as a set.
-#[derive(Default)]
-struct Recent {
-    order: VecDeque<u32>,
-    set: FxHashSet<u32>,
+/// The last [`ENDED_JOBS_KEPT`] keys put in, oldest first, each with a value.
+struct Recent<K, V = ()> {
+    order: VecDeque<K>,
+    map: FxHashMap<K, V>,
 }
 
-impl Recent {
-    fn contains(&self, id: u32) -> bool {
-        !self.set.is_empty() && self.set.contains(&id)
+impl<K, V> Default for Recent<K, V> {
+    fn default() -> Self {
+        Recent {
+            order: VecDeque::new(),
+            map: FxHashMap::default(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + std::hash::Hash, V> Recent<K, V> {
+    fn contains(&self, key: K) -> bool {
+        !self.map.is_empty() && self.map.contains_key(&key)
     }
 
-    /// Puts `id` in; returns the oldest one if it fell out.
-    fn insert(&mut self, id: u32) -> Option<u32> {
-        if !self.set.insert(id) {
+    /// Puts `key` in (its value replaced if it was in); returns the oldest entry if it
+    /// fell out.
+    fn insert(&mut self, key: K, value: V) -> Option<(K, V)> {
+        if self.map.insert(key, value).is_some() {
             return None;
         }
-        self.order.push_back(id);
+        self.order.push_back(key);
         if self.order.len() > ENDED_JOBS_KEPT {
             let oldest = self.order.pop_front()?;
-            self.set.remove(&oldest);
-            return Some(oldest);
+            let value = self.map.remove(&oldest)?;
+            return Some((oldest, value));
         }
         None
     }
 
-    fn remove(&mut self, id: u32) -> bool {
-        if !self.contains(id) {
-            return false;
+    fn get(&self, key: K) -> Option<&V> {
+        if self.map.is_empty() {
+            return None;
         }
-        self.set.remove(&id);
-        self.order.retain(|&kept| kept != id);
-        true
+        self.map.get(&key)
+    }
+
+    fn remove(&mut self, key: K) -> Option<V> {
+        if self.map.is_empty() {
+            return None;
+        }
+        let value = self.map.remove(&key)?;
+        self.order.retain(|&kept| kept != key);
+        Some(value)
     }
 }
 
@@ -213,15 +250,17 @@ struct Registered {
 pub struct Accumulators {
     registered: FxHashMap<u64, Registered>,
     next_id: u64,
-    /// Partitions merged, per stage (or task set's job and stage).
+    /// Partitions merged, per stage (or run of a task set's job and stage).
     merged: FxHashMap<Scope, FxHashSet<u32>>,
-    /// Task sets' jobs that ended.
-    ended: Recent,
-    /// Task sets' jobs whose task set ended on a fetch failure: they keep what they
-    /// merged for their next submission.
-    interrupted: Recent,
+    /// The last run handed out.
+    last_run: u64,
+    /// Runs of task sets' jobs that ended.
+    ended: Recent<JobRun>,
+    /// Task sets' jobs whose task set ended on a fetch failure, with their run: they
+    /// keep it, and what it merged, for their next submission.
+    interrupted: Recent<u32, JobRun>,
     /// Stages of jobs of stages that the DAG scheduler dropped.
-    dropped: Recent,
+    dropped: Recent<u32>,
     /// The accumulator ids of the result being merged, when it has many.
     seen: FxHashSet<u64>,
     /// A bytes value being merged: the accumulator's keeps its value if the merge
@@ -237,6 +276,7 @@ impl Default for Accumulators {
             registered: FxHashMap::default(),
             next_id: 1,
             merged: FxHashMap::default(),
+            last_run: JobRun::NONE.0,
             ended: Recent::default(),
             interrupted: Recent::default(),
             dropped: Recent::default(),
@@ -295,7 +335,7 @@ impl Accumulators {
 
     /// An attempt of `key`'s partition ended: its updates are merged if it succeeded
     /// and is the partition's first success. See the module docs.
-    pub fn attempt_ended(
+    pub(crate) fn attempt_ended(
         &mut self,
         now: Instant,
         key: PartitionKey,
@@ -308,7 +348,7 @@ impl Accumulators {
         let scope = Scope::of(key);
         match scope {
             Scope::Stage(stage) if self.dropped.contains(stage) => return Merge::StageDropped,
-            Scope::TaskSetJob(job, _) if self.ended.contains(job) => return Merge::JobEnded,
+            Scope::TaskSetJob(run, _) if self.ended.contains(run) => return Merge::JobEnded,
             _ => {}
         }
         let first = self.merged.entry(scope).or_default().insert(key.partition);
@@ -393,57 +433,68 @@ impl Accumulators {
         }
     }
 
-    /// A task set's job ended: what it merged is forgotten (its later successes are not
-    /// merged; see the module docs). Jobs of stages (ids from [`FIRST_JOB_ID`]) are not
-    /// tracked by job: their stages are dropped ([`Accumulators::stage_dropped`]).
-    pub fn job_ended(&mut self, job_id: u32) {
-        if job_id >= FIRST_JOB_ID {
+    /// Run `run` of task set's job `job_id` ended (its last stage completed, or it was
+    /// aborted, or it was interrupted and will not go on): what it merged is forgotten,
+    /// and its later successes are not merged (see the module docs). [`JobRun::NONE`] (a
+    /// job of stages) is not tracked: its stages are dropped instead
+    /// (`Accumulators::stage_dropped`).
+    pub(crate) fn job_ended(&mut self, job_id: u32, run: JobRun) {
+        if run == JobRun::NONE {
             return;
         }
-        self.interrupted.remove(job_id);
-        self.forget_job(job_id);
-        self.ended.insert(job_id);
+        if self.interrupted.get(job_id) == Some(&run) {
+            self.interrupted.remove(job_id);
+        }
+        self.forget_run(run);
+        self.ended.insert(run, ());
     }
 
-    /// A task set's job's task set ended on a fetch failure: the job is submitted
-    /// again under its id, and what it merged is kept for that (its partitions are not
-    /// merged again). The oldest of more than [`ENDED_JOBS_KEPT`] such jobs is
-    /// forgotten, as ended.
-    pub fn job_interrupted(&mut self, job_id: u32) {
-        if job_id >= FIRST_JOB_ID {
+    /// Run `run` of task set's job `job_id` ended on a fetch failure: the job is
+    /// submitted again under its id and goes on as the same run, with what it merged
+    /// (its partitions are not merged again). The oldest of more than
+    /// [`ENDED_JOBS_KEPT`] such jobs is forgotten, as ended.
+    pub(crate) fn job_interrupted(&mut self, job_id: u32, run: JobRun) {
+        if job_id >= FIRST_JOB_ID || run == JobRun::NONE {
             return;
         }
-        if let Some(oldest) = self.interrupted.insert(job_id) {
-            self.job_ended(oldest);
+        if let Some((oldest_job, oldest_run)) = self.interrupted.insert(job_id, run) {
+            self.job_ended(oldest_job, oldest_run);
         }
     }
 
-    fn forget_job(&mut self, job_id: u32) {
+    fn forget_run(&mut self, run: JobRun) {
         if !self.merged.is_empty() {
             self.merged
-                .retain(|scope, _| !matches!(*scope, Scope::TaskSetJob(job, _) if job == job_id));
+                .retain(|scope, _| !matches!(*scope, Scope::TaskSetJob(r, _) if r == run));
         }
     }
 
-    /// A task set's job is submitted: after an interruption it goes on with what it
-    /// merged; a job id used again after its job ended (task sets name their own)
-    /// starts afresh.
-    pub fn job_started(&mut self, job_id: u32) {
-        if !self.interrupted.remove(job_id) {
-            self.ended.remove(job_id);
+    /// Job `job_id` is submitted while not running; returns the run its task sets'
+    /// partitions are keyed by: the run it was interrupted in (it goes on with what it
+    /// merged), or a new one (a task set's job id used again after its job ended starts
+    /// afresh, and its last run's stragglers stay that run's). [`JobRun::NONE`] for a
+    /// job of stages.
+    pub(crate) fn job_started(&mut self, job_id: u32) -> JobRun {
+        if job_id >= FIRST_JOB_ID {
+            return JobRun::NONE;
         }
+        if let Some(run) = self.interrupted.remove(job_id) {
+            return run;
+        }
+        self.last_run += 1;
+        JobRun(self.last_run)
     }
 
     /// The DAG scheduler dropped a stage (no job needs it any more): what it merged is
     /// forgotten, and its later successes are not merged.
-    pub fn stage_dropped(&mut self, stage_id: u32) {
+    pub(crate) fn stage_dropped(&mut self, stage_id: u32) {
         self.merged.remove(&Scope::Stage(stage_id));
-        self.dropped.insert(stage_id);
+        self.dropped.insert(stage_id, ());
     }
 
     /// The stages of jobs of stages whose merged partitions are remembered, for the
     /// driver to tell which ones the DAG scheduler dropped.
-    pub fn dag_stages(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn dag_stages(&self) -> impl Iterator<Item = u32> + '_ {
         self.merged.keys().filter_map(|scope| match *scope {
             Scope::Stage(stage) => Some(stage),
             Scope::TaskSetJob(..) => None,
@@ -472,6 +523,7 @@ mod tests {
     fn key(stage_id: u32, partition: u32) -> PartitionKey {
         PartitionKey {
             job_id: 1,
+            job_run: JobRun(1),
             stage_id,
             partition,
         }
@@ -574,31 +626,36 @@ mod tests {
         let now = Instant::now();
         let mut accumulators = Accumulators::default();
         let n = accumulators.register("n", AccumulatorKind::Long);
-        let other = PartitionKey {
-            job_id: 2,
-            ..key(5, 0)
+        let (run, other) = (accumulators.job_started(1), accumulators.job_started(2));
+        let of = |job_id, job_run, partition| PartitionKey {
+            job_id,
+            job_run,
+            stage_id: 5,
+            partition,
         };
-        accumulators.attempt_ended(now, key(5, 0), AttemptEnd::Succeeded, &one(n.id));
-        accumulators.attempt_ended(now, other, AttemptEnd::Succeeded, &one(n.id));
+        let end = |acc: &mut Accumulators, key| {
+            acc.attempt_ended(now, key, AttemptEnd::Succeeded, &one(n.id))
+        };
+        assert_eq!(end(&mut accumulators, of(1, run, 0)), Merge::Merged);
+        assert_eq!(end(&mut accumulators, of(2, other, 0)), Merge::Merged);
         assert_eq!(accumulators.tracked_stages(), 2);
-        accumulators.job_ended(1);
+        accumulators.job_ended(1, run);
         assert_eq!(accumulators.tracked_stages(), 1);
         // A straggler of the ended job is not merged; a job submitted again under its
-        // id starts afresh.
+        // id is a new run, which starts afresh.
+        assert_eq!(end(&mut accumulators, of(1, run, 1)), Merge::JobEnded);
+        let again = accumulators.job_started(1);
+        assert_ne!(again, run);
+        assert_eq!(end(&mut accumulators, of(1, again, 0)), Merge::Merged);
+        // The ended run's straggler stays that run's: it does not take the new run's
+        // partition (a speculative copy still running when its original ended the job).
+        assert_eq!(end(&mut accumulators, of(1, run, 1)), Merge::JobEnded);
+        assert_eq!(end(&mut accumulators, of(1, again, 1)), Merge::Merged);
         assert_eq!(
-            accumulators.attempt_ended(now, key(5, 1), AttemptEnd::Succeeded, &one(n.id)),
-            Merge::JobEnded
-        );
-        accumulators.job_started(1);
-        assert_eq!(
-            accumulators.attempt_ended(now, key(5, 0), AttemptEnd::Succeeded, &one(n.id)),
-            Merge::Merged
-        );
-        assert_eq!(
-            accumulators.attempt_ended(now, other, AttemptEnd::Succeeded, &one(n.id)),
+            end(&mut accumulators, of(2, other, 0)),
             Merge::AlreadyMerged
         );
-        assert_eq!(accumulators.value(n.id), Some(&AccumulatorValue::Long(3)));
+        assert_eq!(accumulators.value(n.id), Some(&AccumulatorValue::Long(4)));
     }
 
     fn bytes(id: u64, value: &[u8]) -> AccumulatorUpdate {
@@ -686,8 +743,12 @@ mod tests {
         let mut accumulators = Accumulators::default();
         let n = accumulators.register("n", AccumulatorKind::Long);
         let (a, b, stage) = (FIRST_JOB_ID, FIRST_JOB_ID + 1, FIRST_JOB_ID + 2);
+        // Jobs of stages have no run: their stage is tracked, whichever job runs it.
+        assert_eq!(accumulators.job_started(a), JobRun::NONE);
+        assert_eq!(accumulators.job_started(b), JobRun::NONE);
         let of = |job_id, partition| PartitionKey {
             job_id,
+            job_run: JobRun::NONE,
             stage_id: stage,
             partition,
         };
@@ -695,14 +756,14 @@ mod tests {
             acc.attempt_ended(now, k, AttemptEnd::Succeeded, &one(n.id))
         };
         assert_eq!(end(&mut accumulators, of(a, 0)), Merge::Merged);
-        accumulators.job_ended(a);
+        accumulators.job_ended(a, JobRun::NONE);
         assert_eq!(end(&mut accumulators, of(a, 1)), Merge::Merged);
         // Its outputs lost, the stage runs again under the other job.
         assert_eq!(end(&mut accumulators, of(b, 0)), Merge::AlreadyMerged);
         assert_eq!(end(&mut accumulators, of(b, 1)), Merge::AlreadyMerged);
         assert_eq!(end(&mut accumulators, of(b, 2)), Merge::Merged);
         assert_eq!(accumulators.value(n.id), Some(&AccumulatorValue::Long(3)));
-        accumulators.job_ended(b);
+        accumulators.job_ended(b, JobRun::NONE);
         assert_eq!(accumulators.dag_stages().collect::<Vec<_>>(), vec![stage]);
         accumulators.stage_dropped(stage);
         assert_eq!(accumulators.tracked_stages(), 0);
@@ -718,23 +779,32 @@ mod tests {
         let now = Instant::now();
         let mut accumulators = Accumulators::default();
         let n = accumulators.register("n", AccumulatorKind::Long);
-        let end = |acc: &mut Accumulators, p| {
-            acc.attempt_ended(now, key(4, p), AttemptEnd::Succeeded, &one(n.id))
+        let end = |acc: &mut Accumulators, job_run, p| {
+            let key = PartitionKey {
+                job_run,
+                ..key(4, p)
+            };
+            acc.attempt_ended(now, key, AttemptEnd::Succeeded, &one(n.id))
         };
-        accumulators.job_started(1);
-        assert_eq!(end(&mut accumulators, 0), Merge::Merged);
-        accumulators.job_interrupted(1);
+        let run = accumulators.job_started(1);
+        assert_eq!(end(&mut accumulators, run, 0), Merge::Merged);
+        accumulators.job_interrupted(1, run);
         // A straggler of the interrupted task set still counts, once.
-        assert_eq!(end(&mut accumulators, 1), Merge::Merged);
-        accumulators.job_started(1);
-        assert_eq!(end(&mut accumulators, 0), Merge::AlreadyMerged);
-        assert_eq!(end(&mut accumulators, 1), Merge::AlreadyMerged);
-        assert_eq!(end(&mut accumulators, 2), Merge::Merged);
-        accumulators.job_ended(1);
+        assert_eq!(end(&mut accumulators, run, 1), Merge::Merged);
+        assert_eq!(
+            accumulators.job_started(1),
+            run,
+            "it goes on as the same run"
+        );
+        assert_eq!(end(&mut accumulators, run, 0), Merge::AlreadyMerged);
+        assert_eq!(end(&mut accumulators, run, 1), Merge::AlreadyMerged);
+        assert_eq!(end(&mut accumulators, run, 2), Merge::Merged);
+        accumulators.job_ended(1, run);
         assert_eq!(accumulators.tracked_stages(), 0);
-        assert_eq!(end(&mut accumulators, 3), Merge::JobEnded);
-        accumulators.job_started(1);
-        assert_eq!(end(&mut accumulators, 0), Merge::Merged);
+        assert_eq!(end(&mut accumulators, run, 3), Merge::JobEnded);
+        let again = accumulators.job_started(1);
+        assert_ne!(again, run);
+        assert_eq!(end(&mut accumulators, again, 0), Merge::Merged);
         assert_eq!(accumulators.value(n.id), Some(&AccumulatorValue::Long(4)));
     }
 
@@ -751,6 +821,9 @@ mod tests {
         SharedResubmitted(usize),
         /// Partition `p` of the task set's job succeeds.
         TaskSetSuccess(u32),
+        /// A straggler of the task set's job's last ended run (a speculative copy that
+        /// was still running when the run ended) succeeds in partition `p`.
+        TaskSetStraggler(u32),
         /// An attempt fails (of either).
         Failure(u32),
         /// The task set's job's task set ends on a fetch failure.
@@ -768,6 +841,7 @@ mod tests {
             1 => (0..2usize).prop_map(Life::DagJobEnds),
             1 => (0..2usize).prop_map(Life::SharedResubmitted),
             4 => (0..partitions).prop_map(Life::TaskSetSuccess),
+            1 => (0..partitions).prop_map(Life::TaskSetStraggler),
             1 => (0..partitions).prop_map(Life::Failure),
             1 => Just(Life::TaskSetFetchFailure),
             1 => Just(Life::TaskSetJobEnds),
@@ -808,15 +882,16 @@ mod tests {
             let mut task_set = TaskSetJob::Running;
             let mut run = 0u32;
             let mut counted = std::collections::BTreeSet::new();
-            acc.job_started(task_set_job);
+            let mut job_run = acc.job_started(task_set_job);
+            let mut ended_run = None;
             for step in &steps {
-                let succeed = |acc: &mut Accumulators, job_id, stage_id, partition| {
-                    let key = PartitionKey { job_id, stage_id, partition };
+                let succeed = |acc: &mut Accumulators, job_id, job_run, stage_id, partition| {
+                    let key = PartitionKey { job_id, job_run, stage_id, partition };
                     acc.attempt_ended(now, key, AttemptEnd::Succeeded, &one(n.id))
                 };
                 match *step {
                     Life::SharedSuccess(p) => {
-                        let merge = succeed(&mut acc, dag_jobs[runner], shared, p);
+                        let merge = succeed(&mut acc, dag_jobs[runner], JobRun::NONE, shared, p);
                         if dag_alive.iter().any(|&alive| alive) {
                             counted.insert((0, 0, p));
                         } else {
@@ -824,11 +899,10 @@ mod tests {
                         }
                     }
                     Life::DagJobEnds(j) => {
-                        if std::mem::replace(&mut dag_alive[j], false) {
-                            acc.job_ended(dag_jobs[j]);
-                            if !dag_alive.iter().any(|&alive| alive) {
-                                acc.stage_dropped(shared);
-                            }
+                        if std::mem::replace(&mut dag_alive[j], false)
+                            && !dag_alive.iter().any(|&alive| alive)
+                        {
+                            acc.stage_dropped(shared);
                         }
                     }
                     Life::SharedResubmitted(j) => {
@@ -837,38 +911,49 @@ mod tests {
                         }
                     }
                     Life::TaskSetSuccess(p) => {
-                        let merge = succeed(&mut acc, task_set_job, task_set_stage, p);
+                        let merge = succeed(&mut acc, task_set_job, job_run, task_set_stage, p);
                         if task_set == TaskSetJob::Ended {
                             prop_assert_eq!(merge, Merge::JobEnded);
                         } else {
                             counted.insert((1, run, p));
                         }
                     }
+                    Life::TaskSetStraggler(p) => {
+                        if let Some(ended) = ended_run {
+                            let merge = succeed(&mut acc, task_set_job, ended, task_set_stage, p);
+                            prop_assert_eq!(merge, Merge::JobEnded);
+                        }
+                    }
                     Life::Failure(p) => {
-                        let key = PartitionKey { job_id: task_set_job, stage_id: task_set_stage, partition: p };
+                        let key = PartitionKey { job_id: task_set_job, job_run, stage_id: task_set_stage, partition: p };
                         prop_assert_eq!(acc.attempt_ended(now, key, AttemptEnd::Failed, &one(n.id)), Merge::NotMerged);
-                        let key = PartitionKey { job_id: dag_jobs[runner], stage_id: shared, partition: p };
+                        let key = PartitionKey { job_id: dag_jobs[runner], job_run: JobRun::NONE, stage_id: shared, partition: p };
                         prop_assert_eq!(acc.attempt_ended(now, key, AttemptEnd::Failed, &one(n.id)), Merge::NotMerged);
                     }
                     Life::TaskSetFetchFailure => {
                         if task_set == TaskSetJob::Running {
                             task_set = TaskSetJob::Interrupted;
-                            acc.job_interrupted(task_set_job);
+                            acc.job_interrupted(task_set_job, job_run);
                         }
                     }
                     Life::TaskSetJobEnds => {
                         if task_set != TaskSetJob::Ended {
                             task_set = TaskSetJob::Ended;
-                            acc.job_ended(task_set_job);
+                            acc.job_ended(task_set_job, job_run);
+                            ended_run = Some(job_run);
                         }
                     }
                     Life::TaskSetSubmitted => {
                         if task_set != TaskSetJob::Running {
+                            let started = acc.job_started(task_set_job);
                             if task_set == TaskSetJob::Ended {
                                 run += 1;
+                                prop_assert_ne!(started, job_run, "a new run");
+                            } else {
+                                prop_assert_eq!(started, job_run, "the interrupted run");
                             }
+                            job_run = started;
                             task_set = TaskSetJob::Running;
-                            acc.job_started(task_set_job);
                         }
                     }
                 }

@@ -1,6 +1,7 @@
 //! The task scheduler (the seeds' `TaskSchedulerImpl`): task sets in, launches, kills and
 //! events out.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
@@ -10,7 +11,7 @@ use flint_wire::{
 };
 use tracing::{debug, error, info, warn};
 
-use crate::core::accumulators::{Accumulators, AttemptEnd, Merge, PartitionKey};
+use crate::core::accumulators::{Accumulators, AttemptEnd, JobRun, Merge, PartitionKey};
 use crate::core::config::{SchedulerConfig, SchedulingMode};
 use crate::core::error::SchedulerError;
 use crate::core::events::{Action, JobResult, SchedulerEvent, TaskResult};
@@ -53,9 +54,10 @@ pub struct TaskScheduler {
     /// executor id for it.
     running: RunningTasks,
     pools: Pools,
-    /// Jobs with a task set submitted and no end reported: one entry per running job,
-    /// none left behind by the ones that ended.
-    running_jobs: FxHashSet<u32>,
+    /// Jobs with a task set submitted and no end reported, with the run their task sets
+    /// are submitted in: one entry per running job, none left behind by the ones that
+    /// ended.
+    running_jobs: FxHashMap<u32, JobRun>,
     next_task_id: u64,
     next_key: u32,
     actions: VecDeque<Action>,
@@ -114,7 +116,7 @@ impl TaskScheduler {
             task_sets_by_stage: BTreeMap::new(),
             running: RunningTasks::default(),
             pools,
-            running_jobs: FxHashSet::default(),
+            running_jobs: FxHashMap::default(),
             next_task_id: 0,
             next_key: 0,
             actions: VecDeque::new(),
@@ -380,20 +382,24 @@ impl TaskScheduler {
             locality_wait: self.config.locality_wait,
             exclusion: self.config.exclusion,
         };
-        let manager = TaskSetManager::new(task_set, pool, settings, &self.registry, now);
+        let mut manager = TaskSetManager::new(task_set, pool, settings, &self.registry, now);
+        let job_run = match self.running_jobs.entry(job_id) {
+            Entry::Occupied(running) => *running.get(),
+            Entry::Vacant(starting) => {
+                let run = self.accumulators.job_started(job_id);
+                starting.insert(run);
+                self.actions
+                    .push_back(Action::Event(SchedulerEvent::JobStart { job_id }));
+                run
+            }
+        };
+        manager.set_job_run(job_run);
         self.task_sets.insert(key, manager);
         self.task_sets_by_stage
             .entry(id.stage_id)
             .or_default()
             .insert(id.stage_attempt_id, key);
 
-        if self.running_jobs.insert(job_id) {
-            if job_id < crate::core::driver_core::FIRST_JOB_ID && !self.accumulators.is_empty() {
-                self.accumulators.job_started(job_id);
-            }
-            self.actions
-                .push_back(Action::Event(SchedulerEvent::JobStart { job_id }));
-        }
         self.actions
             .push_back(Action::Event(SchedulerEvent::StageSubmitted {
                 task_set: id,
@@ -434,7 +440,9 @@ impl TaskScheduler {
                     job_id,
                     failure: failure.clone(),
                 }));
-            if ends_job && self.running_jobs.remove(&job_id) {
+            let run = manager.job_run();
+            if ends_job && self.running_jobs.get(&job_id) == Some(&run) {
+                self.running_jobs.remove(&job_id);
                 // A job of stages ends when its DAG scheduler says so: a stage that
                 // could not fetch its input ends its task set's job here, and runs
                 // again under the same job.
@@ -442,9 +450,9 @@ impl TaskScheduler {
                 // merged, so that its partitions are not merged twice.
                 if job_id < crate::core::driver_core::FIRST_JOB_ID {
                     if fetch_failed {
-                        self.accumulators.job_interrupted(job_id);
+                        self.accumulators.job_interrupted(job_id, run);
                     } else {
-                        self.accumulators.job_ended(job_id);
+                        self.accumulators.job_ended(job_id, run);
                     }
                 }
                 let result = match failure {
@@ -1249,6 +1257,7 @@ impl TaskScheduler {
                     let task_set = manager.id();
                     let key = PartitionKey {
                         job_id: manager.job_id(),
+                        job_run: manager.job_run(),
                         stage_id: task_set.stage_id,
                         partition: manager.partition_id(index),
                     };

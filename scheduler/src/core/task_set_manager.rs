@@ -14,6 +14,7 @@ use flint_wire::{
 };
 use tracing::{debug, error, info, warn};
 
+use crate::core::accumulators::JobRun;
 use crate::core::config::SpeculationConfig;
 use crate::core::events::{Action, SchedulerEvent, TaskEndReason, TaskResult};
 use crate::core::exclusion::{ExclusionPolicy, TaskSetExclusion};
@@ -93,6 +94,9 @@ pub struct TaskSetManager {
     id: TaskSetId,
     name: String,
     job_id: u32,
+    /// The run of its job it was submitted in, which its partitions' accumulator
+    /// updates are merged under.
+    job_run: JobRun,
     final_stage: bool,
     pool: SharedStr,
     payload: Bytes,
@@ -154,6 +158,7 @@ impl TaskSetManager {
             id,
             name: format!("TaskSet_{id}"),
             job_id,
+            job_run: JobRun::NONE,
             final_stage,
             pool,
             payload,
@@ -204,6 +209,16 @@ impl TaskSetManager {
     /// The job the stage belongs to.
     pub fn job_id(&self) -> u32 {
         self.job_id
+    }
+
+    /// The run of its job it was submitted in ([`JobRun::NONE`] until said).
+    pub(crate) fn job_run(&self) -> JobRun {
+        self.job_run
+    }
+
+    /// Says which run of its job it was submitted in.
+    pub(crate) fn set_job_run(&mut self, run: JobRun) {
+        self.job_run = run;
     }
 
     /// Whether the job ends when this task set completes.
