@@ -473,13 +473,10 @@ fn stage_jobs_speak_of_their_stages_and_timeout_as_the_user_knows_them() {
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
-/// A port on 127.0.0.1 nothing listens on (it was free a moment ago).
+/// A port on 127.0.0.1 nothing listens on (it was free a moment ago), which no outgoing
+/// connection takes meanwhile.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    flint_testkit::ports::unused_port()
 }
 
 #[test]

@@ -545,11 +545,7 @@ fn tcp_socket_states(pid: u32) -> Vec<(String, u16)> {
 #[test]
 fn an_executor_process_listens_only_for_blocks() {
     let driver = Driver::standalone(&conf(&[])).unwrap();
-    let block_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let block_port = flint_testkit::ports::unused_port();
     let block_manager_port = format!("blockManager.port={block_port}");
     let mut processes = Processes(vec![spawn_executor(
         driver.address(),

@@ -400,10 +400,8 @@ fn a_refused_registration_ends_the_executor_with_the_reason() {
 
 #[test]
 fn an_unreachable_driver_ends_the_executor_naming_its_address() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    // Outside the ephemeral range: the executor's own connection cannot take it.
+    let port = flint_testkit::ports::unused_port();
     let driver: SocketAddr = ([127, 0, 0, 1], port).into();
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::spawn(move || {

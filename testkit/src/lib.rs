@@ -17,7 +17,9 @@
 //! - [`peers`]: [`RawPeer`](peers::RawPeer), a raw connection for tests that play an
 //!   attacker (one that stops reading, say);
 //! - [`samples`]: values more than one test binary gives the code under test (a task
-//!   set's local properties).
+//!   set's local properties);
+//! - [`ports`]: a port nothing listens on, outside the range outgoing connections take
+//!   theirs from.
 //!
 //! # What it may depend on
 //!
@@ -76,6 +78,7 @@ pub mod frames;
 pub mod logs;
 pub mod outcome;
 pub mod peers;
+pub mod ports;
 pub mod process;
 pub mod samples;
 pub mod wait;

@@ -271,11 +271,12 @@ fn a_reply_refused_for_a_full_outbox_can_be_tried_again() {
 
 #[test]
 fn an_ask_to_a_closed_port_fails_with_the_connect_error() {
-    // Bind then drop a listener: nothing listens on that port any more.
-    let address = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Nothing listens on that port, and no connection of ours takes it as its own.
+    let address: std::net::SocketAddr = (
+        std::net::Ipv4Addr::LOCALHOST,
+        flint_testkit::ports::unused_port(),
+    )
+        .into();
     let client = env(&["rpc.askTimeout=60s"]);
     let started = Instant::now();
     let error = client
