@@ -146,6 +146,13 @@ pub const KEYS: &[KeyInfo] = &[
         "How often to look for tasks to speculate.",
     ),
     KeyInfo::new(
+        "speculation.minTaskRuntime",
+        Some("100ms"),
+        MILLIS,
+        "The least time a task must have run before it is speculated (Spark's fixed 100 ms, \
+         a key of its own since Spark 3.2).",
+    ),
+    KeyInfo::new(
         "speculation.multiplier",
         Some("1.5"),
         Unit::Number,
@@ -220,6 +227,7 @@ pub(crate) const SCHEDULER_OFFER_SHUFFLE_SEED: OptionalKey = optional("scheduler
 const SCHEDULER_REVIVE_INTERVAL: Key = key("scheduler.revive.interval");
 const SPECULATION: Key = key("speculation");
 const SPECULATION_INTERVAL: Key = key("speculation.interval");
+const SPECULATION_MIN_TASK_RUNTIME: Key = key("speculation.minTaskRuntime");
 const SPECULATION_MULTIPLIER: Key = key("speculation.multiplier");
 const SPECULATION_QUANTILE: Key = key("speculation.quantile");
 const STAGE_MAX_CONSECUTIVE_ATTEMPTS: Key = key("stage.maxConsecutiveAttempts");
@@ -284,7 +292,8 @@ pub struct SpeculationConfig {
     /// The fraction of a task set's tasks that must have finished first
     /// (`speculation.quantile`).
     pub quantile: f64,
-    /// The least time a task must have run to be speculated (Spark's fixed 100 ms).
+    /// The least time a task must have run to be speculated
+    /// (`speculation.minTaskRuntime`, Spark's fixed 100 ms by default).
     pub min_runtime: Duration,
 }
 
@@ -295,7 +304,7 @@ impl SpeculationConfig {
             interval: conf.positive_duration(SPECULATION_INTERVAL)?,
             multiplier: conf.positive_number(SPECULATION_MULTIPLIER)?,
             quantile: conf.fraction(SPECULATION_QUANTILE)?,
-            min_runtime: Duration::from_millis(100),
+            min_runtime: conf.duration(SPECULATION_MIN_TASK_RUNTIME)?,
         })
     }
 }

@@ -76,7 +76,7 @@ fn the_table_is_sorted_unique_and_documented_in_one_line() {
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(keys, sorted);
-    assert_eq!(keys.len(), 26);
+    assert_eq!(keys.len(), 27);
     for info in KEYS {
         assert!(!info.doc.is_empty(), "{}", info.key);
         assert!(!info.doc.contains('\n'), "{}", info.key);
@@ -111,6 +111,7 @@ fn every_key_is_read() {
         ("speculation.interval", "50"),
         ("speculation.multiplier", "3"),
         ("speculation.quantile", "0.5"),
+        ("speculation.minTaskRuntime", "1s"),
         ("starvation.timeout", "2000"),
         ("scheduler.mode", " fair "),
         ("default.parallelism", "8"),
@@ -135,7 +136,7 @@ fn every_key_is_read() {
             interval: Duration::from_millis(50),
             multiplier: 3.0,
             quantile: 0.5,
-            min_runtime: Duration::from_millis(100),
+            min_runtime: Duration::from_secs(1),
         })
     );
     assert_eq!(c.starvation_timeout, Duration::from_secs(2));
