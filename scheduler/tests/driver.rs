@@ -397,6 +397,52 @@ fn a_task_set_submitted_again_under_the_same_id_starts_its_result_tally_afresh()
     driver.stop().unwrap();
 }
 
+/// A task set's id is free again once its task set ended, though an attempt of it still
+/// runs (killed, its report not in yet): the new task set is taken, and the old
+/// attempt's late report, a success after all, is neither a result of the new one, nor
+/// its end, nor counted in its `driver.maxResultSize` tally.
+#[test]
+fn a_task_set_id_is_free_again_once_its_task_set_ended_though_a_killed_attempt_still_runs() {
+    static STALE: [u8; 20 << 10] = [7; 20 << 10];
+    static NEW: [u8; 10 << 10] = [1; 10 << 10];
+    let (driver, _, _) = driver(&["task.maxFailures=1", "driver.maxResultSize=25k"]);
+    let executor = FakeExecutor::start(driver.address(), "again-1");
+    executor.register("h", 2);
+    let first = driver.submit(TaskSet::new(0, 0, 2, noop())).unwrap();
+    wait_until("two launches", || executor.inbox.launched().len() == 2);
+    let old = executor.inbox.launched();
+    // Task 0 fails once: its task set is aborted, and task 1, still running, killed.
+    executor.report(old[0], TaskState::Failed, b"");
+    assert!(first.wait(WAIT).is_err());
+    wait_until("the kill of the running attempt", || {
+        executor
+            .inbox
+            .count(|m| matches!(m, Message::KillTask { task_id, .. } if *task_id == old[1]))
+            == 1
+    });
+    let second = driver
+        .submit(TaskSet::new(0, 0, 2, noop()))
+        .expect("the id is free once its task set ended");
+    wait_until("a launch of the new task set", || {
+        executor.inbox.launched().len() == 3
+    });
+    // The killed attempt finished before its kill came: its success is the old task
+    // set's, and frees its core for the new task set's second task.
+    executor.report(old[1], TaskState::Finished, &STALE);
+    wait_until("both launches of the new task set", || {
+        executor.inbox.launched().len() == 4
+    });
+    assert!(!second.is_done());
+    for &task_id in &executor.inbox.launched()[2..] {
+        executor.report(task_id, TaskState::Finished, &NEW);
+    }
+    let outcome = second.wait(WAIT).expect("the new task set succeeds");
+    // (size, first byte) of each result: the values are too long to print.
+    let results: Vec<(usize, u8)> = outcome.results.iter().map(|r| (r.len(), r[0])).collect();
+    assert_eq!(results, [(NEW.len(), NEW[0]); 2]);
+    driver.stop().unwrap();
+}
+
 /// The tasks one offer round gives an executor travel in one `LaunchTasks` frame, in
 /// the order they were launched; the updates of several tasks in one `StatusUpdates`
 /// frame free their slots as separate frames would, and the next round's launches leave

@@ -651,6 +651,60 @@ fn speculation_copies_a_straggler_and_the_first_success_wins() {
     assert_eq!(s.task_sets().count(), 0);
 }
 
+/// Once a task set ended, its stage attempt is free for a new task set, though a killed
+/// copy of it still runs (as in the seeds, whose registry entry is overwritten); an
+/// active one is still refused. The old copy's late report ends the old task set and
+/// leaves the new one registered.
+#[test]
+fn a_task_set_that_ended_gives_its_stage_attempt_to_a_new_one_though_a_copy_still_runs() {
+    let (base, mut s, ids) = with_a_straggler(4);
+    s.handle_timeout(at(base, 1600));
+    drain(&mut s);
+    let copy = s.resource_offers(at(base, 1600), &[WorkerOffer::new("2", "host-b", 1)]);
+    let copy = copy[0][0].clone();
+    // The copy wins: the task set ends, its original (task 3 on host-a) killed.
+    s.status_update(
+        at(base, 1700),
+        copy.task_id,
+        TaskState::Finished,
+        ok(b"copy"),
+    );
+    drain(&mut s);
+    assert_eq!(
+        s.task_sets().count(),
+        1,
+        "the old one waits for its original"
+    );
+    s.submit_tasks(at(base, 1700), TaskSet::new(0, 0, 2, payload()))
+        .expect("the ended task set's stage attempt is free");
+    assert!(matches!(
+        s.submit_tasks(at(base, 1700), TaskSet::new(0, 0, 2, payload())),
+        Err(SchedulerError::DuplicateTaskSet { .. })
+    ));
+    assert_eq!(s.task_set(id(0, 0)).unwrap().num_tasks(), 2);
+    // The killed original reports: the old task set is gone, the new one stays.
+    s.status_update(at(base, 1800), ids[3], TaskState::Killed, ok(b""));
+    assert_eq!(s.task_sets().count(), 1);
+    assert_eq!(s.task_set(id(0, 0)).unwrap().num_tasks(), 2);
+    let launched = s.resource_offers(at(base, 1800), &[WorkerOffer::new("2", "host-b", 2)]);
+    assert_eq!(launched[0].len(), 2, "the new task set launches");
+    for task in &launched[0] {
+        assert!(task.task_id > copy.task_id);
+        s.status_update(
+            at(base, 1900),
+            task.task_id,
+            TaskState::Finished,
+            ok(b"new"),
+        );
+    }
+    let (events, _) = drain(&mut s);
+    assert!(events.iter().any(|e| matches!(
+        e,
+        SchedulerEvent::StageCompleted { task_set, failure: None, .. } if *task_set == id(0, 0)
+    )));
+    assert_eq!(s.task_sets().count(), 0);
+}
+
 #[test]
 fn a_killed_copy_of_a_task_that_already_succeeded_revives_no_offers() {
     let (base, mut s, ids) = with_a_straggler(5);

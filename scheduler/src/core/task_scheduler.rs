@@ -179,6 +179,12 @@ impl TaskScheduler {
         self.task_sets.get(key)
     }
 
+    /// The id the next task launched gets: every task of a task set submitted now has
+    /// an id at least this, every task launched before a smaller one.
+    pub fn next_task_id(&self) -> u64 {
+        self.next_task_id
+    }
+
     /// Every registered task set.
     pub fn task_sets(&self) -> impl Iterator<Item = &TaskSetManager> {
         self.task_sets.values()
@@ -188,6 +194,19 @@ impl TaskScheduler {
     pub fn task_set_of(&self, task_id: u64) -> Option<TaskSetId> {
         let key = self.running.key_of(task_id)?;
         self.task_sets.get(&key).map(|t| t.id())
+    }
+
+    /// The key of the task set a running task belongs to: unlike its id, which a newer
+    /// task set takes once it ended (see [`TaskScheduler::submit_tasks`]), never another
+    /// task set's.
+    pub(crate) fn task_set_key_of(&self, task_id: u64) -> Option<u32> {
+        self.running.key_of(task_id)
+    }
+
+    /// Whether the task set of `key` is still registered (it has attempts running, or
+    /// has not ended).
+    pub(crate) fn has_task_set_key(&self, key: u32) -> bool {
+        self.task_sets.contains_key(&key)
     }
 
     /// The executor a running task runs on.
@@ -343,17 +362,31 @@ impl TaskScheduler {
     /// Registers a task set (the seeds' `submitTasks`) and asks for offers.
     ///
     /// A stage has at most one active (non-zombie) task set: a second is refused with
-    /// "more than one active taskSet for stage S: ids".
+    /// "more than one active taskSet for stage S: ids", and the same stage attempt
+    /// while it is active with "task set S.A was already submitted". A task set that
+    /// ended (a zombie) gives its stage attempt to the new one, as in the seeds (its
+    /// registry entry is overwritten): its attempts still running (killed, their
+    /// reports not in yet) stay its own, and end with it.
     pub fn submit_tasks(&mut self, now: Instant, task_set: TaskSet) -> Result<(), SchedulerError> {
         let id = task_set.id;
         let num_tasks = task_set.tasks.len();
         info!("Adding task set {id} with {num_tasks} tasks");
-        if let Some(attempts) = self.task_sets_by_stage.get(&id.stage_id) {
-            if attempts.contains_key(&id.stage_attempt_id) {
+        let same_attempt = self
+            .task_sets_by_stage
+            .get(&id.stage_id)
+            .and_then(|attempts| attempts.get(&id.stage_attempt_id))
+            .copied();
+        // A zombie reported its end when it became one (every change ends in
+        // `after_task_set_change`): nothing of it is reported under the stage attempt
+        // any more but the ends of its last attempts.
+        if let Some(same) = same_attempt {
+            if self.task_sets.get(&same).is_some_and(|m| !m.is_zombie()) {
                 return Err(SchedulerError::DuplicateTaskSet {
                     task_set: id.to_string(),
                 });
             }
+        }
+        if let Some(attempts) = self.task_sets_by_stage.get(&id.stage_id) {
             let active: Vec<String> = attempts
                 .values()
                 .filter_map(|key| self.task_sets.get(key))
@@ -475,7 +508,10 @@ impl TaskScheduler {
         };
         let id = manager.id();
         if let Some(attempts) = self.task_sets_by_stage.get_mut(&id.stage_id) {
-            attempts.remove(&id.stage_attempt_id);
+            // Not when a new task set took its stage attempt.
+            if attempts.get(&id.stage_attempt_id) == Some(&key) {
+                attempts.remove(&id.stage_attempt_id);
+            }
             if attempts.is_empty() {
                 self.task_sets_by_stage.remove(&id.stage_id);
             }
@@ -563,6 +599,12 @@ impl TaskScheduler {
         else {
             return false;
         };
+        self.abort_task_set_by_key(key, message)
+    }
+
+    /// [`TaskScheduler::abort_task_set`] of the task set of `key`
+    /// ([`TaskScheduler::task_set_key_of`]).
+    pub(crate) fn abort_task_set_by_key(&mut self, key: u32, message: String) -> bool {
         let Some(manager) = self.task_sets.get_mut(&key) else {
             return false;
         };

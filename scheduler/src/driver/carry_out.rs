@@ -26,13 +26,21 @@ use crate::driver::job::{JobShared, TaskSetShared};
 use crate::driver::launch_batch::LaunchBatch;
 use crate::driver::supply::{Answer, SupplyQueue};
 
+/// An open task set's handle, and where its task ids start: an attempt of an earlier
+/// task set of the same id (killed when that one ended, its report not in yet) has a
+/// smaller one, and its end is not this task set's.
+struct OpenTaskSet {
+    first_task_id: u64,
+    shared: Arc<TaskSetShared>,
+}
+
 /// The driver core and what carries its outputs out. See the module docs.
 pub(crate) struct DriverState {
     pub core: DriverCore,
     /// The endpoint reference of each peer, by [`PeerId::index`].
     peers: Vec<Option<EndpointRef>>,
     /// What awaits each open task set.
-    handles: FxHashMap<TaskSetId, Arc<TaskSetShared>>,
+    handles: FxHashMap<TaskSetId, OpenTaskSet>,
     /// What awaits each open job of stages.
     jobs: FxHashMap<u32, Arc<JobShared>>,
     listeners: Vec<Box<dyn SchedulerListener + Send>>,
@@ -121,9 +129,16 @@ impl DriverState {
         self.listeners.push(listener);
     }
 
-    /// Follows a task set the core just took.
-    pub fn track(&mut self, id: TaskSetId, handle: Arc<TaskSetShared>) {
-        self.handles.insert(id, handle);
+    /// Follows a task set the core just took, whose tasks have ids from
+    /// `first_task_id` on.
+    pub fn track(&mut self, id: TaskSetId, first_task_id: u64, handle: Arc<TaskSetShared>) {
+        self.handles.insert(
+            id,
+            OpenTaskSet {
+                first_task_id,
+                shared: handle,
+            },
+        );
     }
 
     /// Tells every executor that a shuffle's map outputs can go.
@@ -153,7 +168,7 @@ impl DriverState {
 
     /// Ends every task set and job still open, failed: the driver is stopping.
     pub fn end_open_task_sets(&mut self, now: Instant, why: &str) {
-        for (id, handle) in self.handles.drain() {
+        for (id, OpenTaskSet { shared: handle, .. }) in self.handles.drain() {
             handle.finish(Some(format!("Task set {id} cancelled: {why}")), now);
         }
         for (id, handle) in self.jobs.drain() {
@@ -392,13 +407,18 @@ impl DriverState {
     fn on_event(&mut self, now: Instant, event: SchedulerEvent) {
         match &event {
             SchedulerEvent::TaskEnd {
+                task_id,
                 task_set,
                 index,
                 duration,
                 reason,
                 ..
             } => {
-                if let Some(handle) = self.handles.get(task_set) {
+                let open = self.handles.get(task_set);
+                if let Some(handle) = open
+                    .filter(|open| *task_id >= open.first_task_id)
+                    .map(|open| &open.shared)
+                {
                     match reason {
                         TaskEndReason::Success(TaskResult::Direct { value, .. }) => {
                             handle.record_success(*index, value, *duration)
@@ -414,8 +434,8 @@ impl DriverState {
             SchedulerEvent::StageCompleted {
                 task_set, failure, ..
             } => {
-                if let Some(handle) = self.handles.remove(task_set) {
-                    handle.finish(failure.clone(), now);
+                if let Some(open) = self.handles.remove(task_set) {
+                    open.shared.finish(failure.clone(), now);
                 }
             }
             // Its block server is gone: other executors are no longer sent there for

@@ -351,8 +351,9 @@ impl Driver {
             || DriverError::Stopping(id),
             |state, now| {
                 let shared = TaskSetShared::new(task_set.tasks.len(), now);
+                let first_task_id = state.core.scheduler.next_task_id();
                 state.core.submit(now, task_set)?;
-                state.track(id, shared.clone());
+                state.track(id, first_task_id, shared.clone());
                 Ok(TaskSetHandle { id, job_id, shared })
             },
         )

@@ -82,7 +82,7 @@ use crate::core::events::Action;
 use crate::core::fx_hash::FxHashMap;
 use crate::core::heartbeat::HeartbeatTracker;
 use crate::core::task_scheduler::TaskScheduler;
-use crate::core::task_set::{TaskSet, TaskSetId, WorkerOffer};
+use crate::core::task_set::{TaskSet, WorkerOffer};
 use crate::SchedulerError;
 
 use executor_supply::ExecutorSupply;
@@ -143,9 +143,9 @@ pub(crate) struct DriverCore {
     peer_warnings: flint_rpc::log_budget::LogBudget,
     /// Lines about launches that could not be sent (a peer decides how many).
     launch_warnings: flint_rpc::log_budget::LogBudget,
-    /// Bytes of results received per task set, and how many results (for
-    /// `driver.maxResultSize`).
-    result_sizes: FxHashMap<TaskSetId, (u64, u32)>,
+    /// Bytes of results received per task set (by its key: each task set its own,
+    /// whatever its id), and how many results (for `driver.maxResultSize`).
+    result_sizes: FxHashMap<u32, (u64, u32)>,
     fetches: FxHashMap<u64, ResultFetch>,
     created: Instant,
     /// Whether `isReady` has held once (its INFO line is logged then): submissions
@@ -398,12 +398,9 @@ impl DriverCore {
         now: Instant,
         task_set: TaskSet,
     ) -> Result<(), SchedulerError> {
-        let id = task_set.id;
-        self.scheduler.submit_tasks(now, task_set)?;
         // A new task set starts its driver.maxResultSize tally afresh, even under the id
-        // of one that ended moments ago.
-        self.result_sizes.remove(&id);
-        Ok(())
+        // of one that ended moments ago: tallies are kept by task set key.
+        self.scheduler.submit_tasks(now, task_set)
     }
 
     // ---- registration --------------------------------------------------------------

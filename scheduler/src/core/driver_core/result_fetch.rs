@@ -41,7 +41,10 @@ impl DriverCore {
         let Some(limit) = self.config.max_result_size else {
             return true;
         };
-        let Some(task_set) = self.scheduler.task_set_of(task_id) else {
+        // By the task set's key, not its id: a newer task set of the same id (once this
+        // one ended) has a tally of its own, which a late result of this one must not
+        // add to, nor abort.
+        let Some(task_set) = self.scheduler.task_set_key_of(task_id) else {
             return true;
         };
         // A task set that ended keeps its tally, and late results count against it, as in
@@ -58,7 +61,7 @@ impl DriverCore {
             bytes_to_string(entry.0),
             bytes_to_string(limit)
         );
-        self.scheduler.abort_task_set(task_set, message);
+        self.scheduler.abort_task_set_by_key(task_set, message);
         false
     }
 
@@ -68,7 +71,7 @@ impl DriverCore {
     pub fn drop_stale_result_tallies(&mut self) {
         let scheduler = &self.scheduler;
         self.result_sizes
-            .retain(|&task_set, _| scheduler.task_set(task_set).is_some());
+            .retain(|&key, _| scheduler.has_task_set_key(key));
     }
 
     /// Whether the result of `task_id` is being fetched.

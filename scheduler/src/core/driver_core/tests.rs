@@ -9,6 +9,7 @@ use flint_wire::{BlockId, ExecutorLossReason, SharedStr, TaskOutcome, TaskState}
 
 use super::*;
 use crate::core::events::{SchedulerEvent, TaskEndReason, TaskResult};
+use crate::core::task_set::TaskSetId;
 
 // Executors that do not take what they are sent, and the lines peers cause.
 mod backpressure;
