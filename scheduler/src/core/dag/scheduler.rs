@@ -1028,6 +1028,13 @@ impl DagScheduler {
         for job_id in dependent {
             self.fail_job_and_independent_stages(now, job_id, &error);
         }
+        // A job that needs nothing of the stage now (what it reads of it is all there)
+        // goes on, and keeps the stage; but the stage's attempt is over. Left running,
+        // the stage would never be submitted again: a job that needs it later (its
+        // outputs lost with an executor) would wait for it for ever.
+        if self.running.contains(&stage_id) && self.stages.contains_key(&stage_id) {
+            self.mark_stage_as_finished(now, stage_id, Some(reason));
+        }
     }
 
     /// Whether `stage` needs `target`: it is `target`, or reaches it through map stages

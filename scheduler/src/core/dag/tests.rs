@@ -673,6 +673,78 @@ fn an_aborted_task_set_fails_the_jobs_that_need_its_stage() {
     assert!(cancels[0] > first_end, "not for the first job alone");
 }
 
+/// A map stage two jobs share is aborted while only one of them needs it (the other
+/// reads a shuffle computed from it, all there): that one fails, the other goes on and
+/// keeps the stage, which runs no more. When the other needs it after all (what it
+/// read was lost), the stage gets a new attempt: it was not left "running" for ever.
+/// (The DAG simulation found this: seed 31767 of 300,000 never ended its first job.)
+#[test]
+fn a_stage_aborted_for_one_job_runs_again_when_another_job_needs_it_later() {
+    let mut h = Harness::new();
+    // A: s0 (2 maps) -> s1 (1 map) -> a (2 partitions).
+    let a = h.submit(
+        JobSpec::new("A", stage("a", 2, &[1]))
+            .with_shuffle(1, 2, stage("s1", 1, &[0]))
+            .with_shuffle(0, 1, stage("s0", 2, &[])),
+    );
+    let s0 = h.one_task_set();
+    h.end(&s0, 0, TaskCompletion::MapOutput(status(&s0, "1")));
+    h.end(&s0, 1, TaskCompletion::MapOutput(status(&s0, "2")));
+    let s1 = h.one_task_set();
+    h.maps_succeed(&s1, "3");
+    let a_results = h.one_task_set();
+    assert_eq!(a_results.kind, StageKind::Result);
+    // Executor 2 goes with s0's second output; A does not need it now.
+    h.dag.executor_lost("2", None);
+    // B reads shuffle 0: s0 runs again for what was lost, and its task set is aborted.
+    let b =
+        h.submit(JobSpec::new("B", stage("b", 1, &[0])).with_shuffle(0, 1, stage("s0", 2, &[])));
+    let s0_again = h.one_task_set();
+    assert_eq!(
+        (s0_again.id.stage_id, s0_again.partitions.as_slice()),
+        (0, &[1][..])
+    );
+    let now = h.now();
+    h.dag.task_set_failed(now, s0_again.id, "boom");
+    let actions = h.take();
+    assert_eq!(
+        Harness::job_ended(&actions),
+        Some((b, Err("Job aborted due to stage failure: boom".to_owned())))
+    );
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        DagAction::Event(SchedulerEvent::StageCompleted { task_set, failure: Some(_), .. })
+            if *task_set == s0_again.id
+    )));
+    assert_eq!(
+        h.dag.stage_state(0),
+        Some(StageState::Idle),
+        "A keeps s0, which runs no more"
+    );
+    // A's reader cannot fetch s1's output: s1 runs again, and before it s0, for its
+    // lost output.
+    h.end(&a_results, 0, fetch_failed("3", 1, 0, 0));
+    h.advance(200);
+    let s0_third = h.one_task_set();
+    assert_eq!(
+        (s0_third.id, s0_third.partitions.as_slice()),
+        (
+            TaskSetId {
+                stage_id: 0,
+                stage_attempt_id: 2
+            },
+            &[1][..]
+        )
+    );
+    h.maps_succeed(&s0_third, "4");
+    let s1_again = h.one_task_set();
+    h.maps_succeed(&s1_again, "4");
+    let a_again = h.one_task_set();
+    h.results_succeed(&a_again);
+    assert_eq!(Harness::job_ended(&h.take()), Some((a, Ok(all_results(2)))));
+    assert_eq!(h.dag.num_stages(), 0);
+}
+
 #[test]
 fn cancelling_a_job_cancels_the_stages_only_it_needs() {
     let mut h = Harness::new();
