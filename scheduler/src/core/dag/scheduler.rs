@@ -576,7 +576,17 @@ impl DagScheduler {
         {
             return;
         }
-        let missing = self.missing_parent_stages(stage_id);
+        // A stage with nothing left to compute needs nothing of its parents: a map stage
+        // marked failed whose outputs all came in since (a copy of the task that could
+        // not fetch succeeded) is done, even while a parent runs again for an output
+        // lost meanwhile. Waiting for that parent, it would hang its jobs should the
+        // parent's attempt be aborted (they would not depend on the parent, reading an
+        // available shuffle, and would not fail either).
+        let missing = if self.find_missing_partitions(stage_id).is_empty() {
+            Vec::new()
+        } else {
+            self.missing_parent_stages(stage_id)
+        };
         debug!("missing: {}", self.stage_list(missing.iter().copied()));
         if missing.is_empty() {
             info!(

@@ -745,6 +745,51 @@ fn a_stage_aborted_for_one_job_runs_again_when_another_job_needs_it_later() {
     assert_eq!(h.dag.num_stages(), 0);
 }
 
+/// A map stage whose outputs all came in after it was marked failed (a copy of the
+/// task that could not fetch succeeded) is done when its resubmission comes: it does
+/// not wait for its parent, which runs again for an output lost meanwhile. Waiting, it
+/// would hang its job if that parent's attempt were aborted: the job, reading an
+/// available shuffle, does not depend on the parent and would not fail either.
+#[test]
+fn a_map_stage_whose_outputs_came_in_after_its_failure_does_not_wait_for_its_parent() {
+    let mut h = Harness::new();
+    // m (2 maps) -> w (2 maps) -> r (1 partition).
+    let job = h.submit(
+        JobSpec::new("A", stage("r", 1, &[1]))
+            .with_shuffle(1, 1, stage("w", 2, &[0]))
+            .with_shuffle(0, 2, stage("m", 2, &[])),
+    );
+    let m = h.one_task_set();
+    h.end(&m, 0, TaskCompletion::MapOutput(status(&m, "1")));
+    h.end(&m, 1, TaskCompletion::MapOutput(status(&m, "2")));
+    let w = h.one_task_set();
+    // A task of w cannot fetch m's second output: w and m are to be resubmitted.
+    h.end(&w, 0, fetch_failed("2", 0, 1, 0));
+    assert_eq!(h.dag.stage_state(1), Some(StageState::Failed));
+    // A copy of that task, and the other task, succeed after all: w's outputs are all in.
+    h.end(&w, 0, TaskCompletion::MapOutput(status(&w, "3")));
+    h.end(&w, 1, TaskCompletion::MapOutput(status(&w, "3")));
+    assert!(h.dag.map_output_tracker().is_available(1));
+    h.take();
+    h.advance(200);
+    let sets = h.task_sets();
+    let ids: Vec<(u32, u32)> = sets
+        .iter()
+        .map(|s| (s.id.stage_id, s.id.stage_attempt_id))
+        .collect();
+    assert_eq!(ids, [(0, 1), (2, 0)], "m again, and r at once: w is done");
+    assert_eq!(h.dag.stage_state(1), Some(StageState::Idle));
+    // m's new attempt is aborted: nobody needs it now.
+    let now = h.now();
+    h.dag.task_set_failed(now, sets[0].id, "boom");
+    assert!(Harness::job_ended(&h.take()).is_none());
+    h.results_succeed(&sets[1]);
+    assert_eq!(
+        Harness::job_ended(&h.take()),
+        Some((job, Ok(all_results(1))))
+    );
+}
+
 #[test]
 fn cancelling_a_job_cancels_the_stages_only_it_needs() {
     let mut h = Harness::new();
