@@ -705,6 +705,50 @@ fn a_task_set_that_ended_gives_its_stage_attempt_to_a_new_one_though_a_copy_stil
     assert_eq!(s.task_sets().count(), 0);
 }
 
+/// Cancelling a stage reaches also a task set whose stage attempt a newer one took: the
+/// attempts of a task set ended by a fetch failure are not killed, and still run.
+#[test]
+fn cancelling_a_stage_kills_the_attempts_of_a_task_set_replaced_under_its_id() {
+    let base = Instant::now();
+    let mut s = TaskScheduler::new(config());
+    s.submit_tasks(base, TaskSet::new(0, 0, 2, payload()))
+        .unwrap();
+    let launched = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", 2)]);
+    let (first, second) = (launched[0][0].task_id, launched[0][1].task_id);
+    let fetch_failed = TaskOutcome::FetchFailed {
+        failure: Box::new(flint_wire::FetchFailure {
+            address: None,
+            shuffle_id: 0,
+            map_index: None,
+            reduce_id: 0,
+            message: "gone".into(),
+        }),
+        metrics: Default::default(),
+    };
+    s.status_update(at(base, 10), first, TaskState::Failed, fetch_failed);
+    let (_, actions) = drain(&mut s);
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::KillTask { .. })),
+        "a fetch failure kills nothing: {actions:?}"
+    );
+    s.submit_tasks(at(base, 20), TaskSet::new(0, 0, 1, payload()))
+        .expect("the ended task set's stage attempt is free");
+    let newer = s.resource_offers(at(base, 20), &[WorkerOffer::new("2", "host-b", 1)]);
+    let newer = newer[0][0].task_id;
+    drain(&mut s);
+    s.cancel_tasks(0, true);
+    let (_, actions) = drain(&mut s);
+    let mut killed: Vec<u64> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::KillTask { task_id, .. } => Some(*task_id),
+            _ => None,
+        })
+        .collect();
+    killed.sort_unstable();
+    assert_eq!(killed, [second, newer]);
+}
+
 #[test]
 fn a_killed_copy_of_a_task_that_already_succeeded_revives_no_offers() {
     let (base, mut s, ids) = with_a_straggler(5);

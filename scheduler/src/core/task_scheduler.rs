@@ -531,11 +531,16 @@ impl TaskScheduler {
     /// killed and the task sets aborted with "Stage S cancelled".
     pub fn cancel_tasks(&mut self, stage_id: u32, interrupt_thread: bool) {
         info!("Cancelling stage {stage_id}");
-        let keys: Vec<u32> = self
-            .task_sets_by_stage
-            .get(&stage_id)
-            .map(|attempts| attempts.values().copied().collect())
-            .unwrap_or_default();
+        // Every task set of the stage, also one whose stage attempt a newer one took
+        // (see `submit_tasks`): its attempts may still run (those of a task set ended
+        // by a fetch failure are not killed).
+        let mut keys: Vec<u32> = self
+            .task_sets
+            .iter()
+            .filter(|(_, manager)| manager.id().stage_id == stage_id)
+            .map(|(&key, _)| key)
+            .collect();
+        keys.sort_unstable();
         for key in keys {
             if let Some(manager) = self.task_sets.get_mut(&key) {
                 manager.kill_running(interrupt_thread, STAGE_CANCELLED, &mut self.actions);

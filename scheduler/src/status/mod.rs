@@ -483,6 +483,16 @@ impl StatusBook {
             SchedulerEvent::JobStart { job_id } => {
                 let at = self.since_start(now());
                 self.totals.jobs_started += 1;
+                // A task set's job id used again once its job ended is a new job: a
+                // record of its own, no longer among the ended ones.
+                if self
+                    .jobs
+                    .get(job_id)
+                    .is_some_and(|job| job.completed.is_some())
+                {
+                    self.jobs.remove(job_id);
+                    self.ended_jobs.retain(|ended| ended != job_id);
+                }
                 self.job_mut(*job_id, at);
             }
             SchedulerEvent::JobEnd { job_id, result } => {
@@ -517,6 +527,15 @@ impl StatusBook {
                     job.stage_ids.push(task_set.stage_id);
                 }
                 job.num_tasks += num_tasks;
+                // A stage attempt that ended and is submitted again (a task set's id used
+                // again) is no longer among the ended ones, whose oldest are dropped.
+                if self
+                    .stages
+                    .get(task_set)
+                    .is_some_and(|stage| stage.completed.is_some())
+                {
+                    self.ended_stages.retain(|ended| ended != task_set);
+                }
                 self.stages.insert(
                     *task_set,
                     StageStatus {

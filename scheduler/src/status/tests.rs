@@ -405,3 +405,56 @@ fn an_executor_that_registers_again_starts_its_counts_afresh() {
     assert_eq!(snapshot.stages[0].completed_tasks, 1);
     assert_eq!(snapshot.totals.tasks_succeeded, 2);
 }
+
+/// A task set's job and stage attempt ids are used again once their job ended (the
+/// task-set API names its own): the second run is a record of its own, ends with its
+/// own result, and is not dropped when the first run's record grows old.
+#[test]
+fn a_job_and_stage_id_used_again_after_their_end_are_a_new_record() {
+    let start = Instant::now();
+    let mut book = StatusBook::new(start);
+    let ended = |book: &mut StatusBook, job_id: u32, stage_id: u32, result: JobResult| {
+        let failure = match &result {
+            JobResult::Failed(why) => Some(why.clone()),
+            JobResult::Succeeded => None,
+        };
+        book.on_event(
+            || start,
+            &SchedulerEvent::StageCompleted {
+                task_set: stage(stage_id),
+                job_id,
+                failure,
+            },
+        );
+        book.on_event(|| start, &SchedulerEvent::JobEnd { job_id, result });
+    };
+    job_with_stage(&mut book, start, 3, 5, 2);
+    ended(&mut book, 3, 5, JobResult::Succeeded);
+    job_with_stage(&mut book, start, 3, 5, 4);
+    let snapshot = book.snapshot(start, CoreView::default(), RpcStats::default());
+    assert_eq!(snapshot.jobs.len(), 1);
+    assert_eq!(
+        (snapshot.jobs[0].phase, snapshot.jobs[0].num_tasks),
+        (Phase::Running, 4),
+        "the second run, afresh"
+    );
+    assert_eq!(snapshot.stages[0].phase, Phase::Running);
+    // Many other jobs end: the first run's place among the ended records falls out,
+    // but the second run, still going, stays.
+    for other in 0..RETAINED_STAGES as u32 + 1 {
+        let (job_id, stage_id) = (1_000 + other, 10_000 + other);
+        job_with_stage(&mut book, start, job_id, stage_id, 1);
+        ended(&mut book, job_id, stage_id, JobResult::Succeeded);
+    }
+    let snapshot = book.snapshot(start, CoreView::default(), RpcStats::default());
+    assert!(snapshot.stages.iter().any(|s| s.id == stage(5)));
+    assert!(snapshot.jobs.iter().any(|j| j.job_id == 3));
+    ended(&mut book, 3, 5, JobResult::Failed("boom".into()));
+    let snapshot = book.snapshot(start, CoreView::default(), RpcStats::default());
+    let job = snapshot.jobs.iter().find(|j| j.job_id == 3).unwrap();
+    assert_eq!(
+        (job.phase, job.failure.as_deref()),
+        (Phase::Failed, Some("boom")),
+        "the second run's end"
+    );
+}

@@ -69,6 +69,13 @@ impl DriverCore {
         let mut task_sets: Vec<TaskSetView> = self
             .scheduler
             .task_sets()
+            // Not one whose stage attempt a newer task set took (its killed attempts
+            // finishing): the page would show its figures under the newer one's id.
+            .filter(|&t| {
+                self.scheduler
+                    .task_set(t.id())
+                    .is_some_and(|registered| std::ptr::eq(registered, t))
+            })
             .map(|t| TaskSetView {
                 id: t.id(),
                 job_id: t.job_id(),
