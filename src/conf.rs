@@ -198,7 +198,7 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), count, "a key is in two tables");
-        assert_eq!(count, 56);
+        assert_eq!(count, 57);
         assert_eq!(
             key_info("spark.task.cpus").map(|k| k.default),
             Some(Some("1"))
