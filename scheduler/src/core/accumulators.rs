@@ -6,8 +6,8 @@
 //! to through their `TaskContext`. Each task attempt that finishes with a result brings
 //! its values; `Accumulators::attempt_ended` merges them **exactly once per successful
 //! partition**: keyed by (stage, partition) for the stages of jobs of stages (a stage may
-//! serve several jobs, and runs under the id of the job that submitted it), by (job,
-//! stage, partition) for a task set's job; the first successful attempt wins.
+//! serve several jobs, and runs under the id of the job that submitted it), by (run of
+//! the job, stage, partition) for a task set's job; the first successful attempt wins.
 //! Failed, killed and lost attempts bring nothing to merge; a speculative copy that also
 //! succeeds, a duplicate report, and an attempt of a resubmitted stage that runs a
 //! partition again (its map output lost with an executor, say) find the partition
