@@ -345,6 +345,12 @@ impl Driver {
     /// ([`Driver::wait_backend_ready`]). Once executors kept failing
     /// (`executor.maxNumFailures`), submissions fail with
     /// [`DriverError::ExecutorsFailed`].
+    ///
+    /// A task set's ids (job, stage and attempt) may be used again once the task set
+    /// that had them ended, even while attempts of it killed at its end still finish:
+    /// those stay the old task set's (their results, accumulator updates and result
+    /// sizes are not the new one's). Ids of a task set still running are refused
+    /// ("task set 0.0 was already submitted").
     pub fn submit(&self, task_set: TaskSet) -> Result<TaskSetHandle, DriverError> {
         let (id, job_id) = (task_set.id, task_set.job_id);
         self.admit(
