@@ -117,6 +117,10 @@ struct Run {
     ended: bool,
     /// Runs of the job: resubmissions after it ended.
     runs: u32,
+    /// The run each task was launched in: a straggler of an ended run (an attempt
+    /// killed when its run ended, whose success still comes) is that run's, not the
+    /// current one's.
+    launched_in: std::collections::HashMap<u64, u32>,
     lost: [bool; HOSTS],
 }
 
@@ -150,6 +154,7 @@ impl Run {
             counted: Vec::new(),
             ended: false,
             runs: 0,
+            launched_in: std::collections::HashMap::new(),
             lost: [false; HOSTS],
         }
     }
@@ -171,8 +176,10 @@ impl Run {
                 }
                 let offer = [WorkerOffer::new(k.to_string(), format!("host-{k}"), cores)];
                 let launched = self.scheduler.resource_offers(now, &offer);
-                self.running
-                    .extend(launched.iter().flatten().map(|t| t.task_id));
+                for task in launched.iter().flatten() {
+                    self.running.push(task.task_id);
+                    self.launched_in.insert(task.task_id, self.runs);
+                }
             }
             Op::Succeed(i) => {
                 if let Some(task_id) = self.take(i) {
@@ -242,10 +249,11 @@ impl Run {
         for action in self.scheduler.drain_actions() {
             match action {
                 Action::Event(SchedulerEvent::TaskEnd {
+                    task_id,
                     index,
                     reason: TaskEndReason::Success(_),
                     ..
-                }) if !self.ended => {
+                }) if !self.ended && self.launched_in.get(&task_id) == Some(&self.runs) => {
                     // TaskSet::new: the task of index i computes partition i.
                     self.succeeded.insert((self.runs, index));
                 }
@@ -263,8 +271,16 @@ impl Run {
     }
 }
 
+/// 200 cases, or `PROPTEST_CASES` (as `scripts/property-hunt` sets it).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(200)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
     fn each_partition_that_succeeded_is_merged_exactly_once(
