@@ -1199,8 +1199,9 @@ impl Sim {
 }
 
 /// Seeds past the default count that found a bug (`scripts/property-hunt` runs more):
-/// 31767 never ended a job whose map stage had been aborted for another job.
-const FAILED_ONCE: &[u64] = &[31_767];
+/// 31767 never ended a job whose map stage had been aborted for another job; 340002
+/// never started a job that needed a stage left waiting for that aborted stage.
+const FAILED_ONCE: &[u64] = &[31_767, 340_002];
 
 fn seeds() -> Vec<u64> {
     if let Ok(seed) = std::env::var("FLINT_DAG_SIM_SEED") {

@@ -1045,6 +1045,20 @@ impl DagScheduler {
         if self.running.contains(&stage_id) && self.stages.contains_key(&stage_id) {
             self.mark_stage_as_finished(now, stage_id, Some(reason));
         }
+        // For the same reason, the stages kept by such jobs that wait for this one
+        // (directly, or through other missing outputs) wait for nothing now: no active
+        // job needs them (one that did failed above). Left waiting, a later job that
+        // needs one would find it "waiting" and submit nothing; idle, it is submitted
+        // afresh, its parents first.
+        let stranded: Vec<u32> = self
+            .waiting
+            .iter()
+            .copied()
+            .filter(|&waiting| self.stage_depends_on(waiting, stage_id))
+            .collect();
+        for waiting in stranded {
+            self.waiting.remove(&waiting);
+        }
     }
 
     /// Whether `stage` needs `target`: it is `target`, or reaches it through map stages
