@@ -85,16 +85,13 @@ fn failure() -> TaskOutcome {
 }
 
 fn fetch_failure() -> TaskOutcome {
-    TaskOutcome::FetchFailed {
-        failure: Box::new(FetchFailure {
-            address: None,
-            shuffle_id: 0,
-            map_index: Some(0),
-            reduce_id: 0,
-            message: "lost".into(),
-        }),
-        metrics: TaskMetrics::default(),
-    }
+    flint_testkit::outcome::fetch_failed(FetchFailure {
+        address: None,
+        shuffle_id: 0,
+        map_index: Some(0),
+        reduce_id: 0,
+        message: "lost".into(),
+    })
 }
 
 struct Run {

@@ -40,10 +40,7 @@ fn fetch_failure() -> FetchFailure {
 }
 
 fn fetch_failed() -> TaskOutcome {
-    TaskOutcome::FetchFailed {
-        failure: Box::new(fetch_failure()),
-        metrics: Default::default(),
-    }
+    flint_testkit::outcome::fetch_failed(fetch_failure())
 }
 
 /// Launches every task of the registered task sets on one executor with enough cores.

@@ -15,7 +15,7 @@ use flint_scheduler::{
     WorkerOffer, STARVATION_WARNING,
 };
 use flint_testkit::logs::LogCapture;
-use flint_testkit::outcome::{failed, ok};
+use flint_testkit::outcome::{failed, fetch_failed, ok};
 use flint_wire::{BlockId, ExecutorLossReason, TaskOutcome, TaskState};
 use tracing::Level;
 
@@ -715,16 +715,13 @@ fn cancelling_a_stage_kills_the_attempts_of_a_task_set_replaced_under_its_id() {
         .unwrap();
     let launched = s.resource_offers(base, &[WorkerOffer::new("1", "host-a", 2)]);
     let (first, second) = (launched[0][0].task_id, launched[0][1].task_id);
-    let fetch_failed = TaskOutcome::FetchFailed {
-        failure: Box::new(flint_wire::FetchFailure {
-            address: None,
-            shuffle_id: 0,
-            map_index: None,
-            reduce_id: 0,
-            message: "gone".into(),
-        }),
-        metrics: Default::default(),
-    };
+    let fetch_failed = fetch_failed(flint_wire::FetchFailure {
+        address: None,
+        shuffle_id: 0,
+        map_index: None,
+        reduce_id: 0,
+        message: "gone".into(),
+    });
     s.status_update(at(base, 10), first, TaskState::Failed, fetch_failed);
     let (_, actions) = drain(&mut s);
     assert!(

@@ -1,7 +1,7 @@
 //! Task outcomes as executors report them, for tests that play the executors.
 
 use bytes::Bytes;
-use flint_wire::{TaskFailureKind, TaskOutcome};
+use flint_wire::{FetchFailure, TaskFailureKind, TaskOutcome};
 
 /// A successful outcome with `value`.
 pub fn ok(value: &'static [u8]) -> TaskOutcome {
@@ -18,6 +18,14 @@ pub fn failed(message: &str) -> TaskOutcome {
         kind: TaskFailureKind::Exception,
         message: message.to_owned(),
         counts_towards_failures: true,
+        metrics: Default::default(),
+    }
+}
+
+/// The outcome of a task that could not fetch its input: `failure` says what.
+pub fn fetch_failed(failure: FetchFailure) -> TaskOutcome {
+    TaskOutcome::FetchFailed {
+        failure: Box::new(failure),
         metrics: Default::default(),
     }
 }
