@@ -379,6 +379,21 @@ fn retire<K: Eq + std::hash::Hash, V>(
     }
 }
 
+/// Forgets the record of `key` if it ended (`ended` says), and takes `key` out of the
+/// ended ones kept: a task set's job or stage attempt id used again once its record
+/// ended is a new record, which [`retire`] must not drop when the old one grows old.
+fn reopen<K: Eq + std::hash::Hash, V>(
+    ended_keys: &mut VecDeque<K>,
+    records: &mut FxHashMap<K, V>,
+    key: &K,
+    ended: impl Fn(&V) -> bool,
+) {
+    if records.get(key).is_some_and(ended) {
+        records.remove(key);
+        ended_keys.retain(|kept| kept != key);
+    }
+}
+
 /// What the page shows beyond the driver core: see the module docs. A pure state
 /// machine: events in, `now` passed in, snapshots out.
 #[derive(Debug)]
@@ -483,16 +498,9 @@ impl StatusBook {
             SchedulerEvent::JobStart { job_id } => {
                 let at = self.since_start(now());
                 self.totals.jobs_started += 1;
-                // A task set's job id used again once its job ended is a new job: a
-                // record of its own, no longer among the ended ones.
-                if self
-                    .jobs
-                    .get(job_id)
-                    .is_some_and(|job| job.completed.is_some())
-                {
-                    self.jobs.remove(job_id);
-                    self.ended_jobs.retain(|ended| ended != job_id);
-                }
+                reopen(&mut self.ended_jobs, &mut self.jobs, job_id, |job| {
+                    job.completed.is_some()
+                });
                 self.job_mut(*job_id, at);
             }
             SchedulerEvent::JobEnd { job_id, result } => {
@@ -527,15 +535,12 @@ impl StatusBook {
                     job.stage_ids.push(task_set.stage_id);
                 }
                 job.num_tasks += num_tasks;
-                // A stage attempt that ended and is submitted again (a task set's id used
-                // again) is no longer among the ended ones, whose oldest are dropped.
-                if self
-                    .stages
-                    .get(task_set)
-                    .is_some_and(|stage| stage.completed.is_some())
-                {
-                    self.ended_stages.retain(|ended| ended != task_set);
-                }
+                reopen(
+                    &mut self.ended_stages,
+                    &mut self.stages,
+                    task_set,
+                    |stage| stage.completed.is_some(),
+                );
                 self.stages.insert(
                     *task_set,
                     StageStatus {
