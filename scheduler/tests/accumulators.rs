@@ -268,17 +268,9 @@ impl Run {
     }
 }
 
-/// 200 cases, or `PROPTEST_CASES` (as `scripts/property-hunt` sets it).
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|cases| cases.parse().ok())
-        .unwrap_or(200)
-}
-
+// proptest's own configuration: 256 cases, or PROPTEST_CASES (as
+// scripts/property-hunt sets it).
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
-
     #[test]
     fn each_partition_that_succeeded_is_merged_exactly_once(
         partitions in 1u32..12,
